@@ -1,0 +1,78 @@
+"""
+Config overrides, nanoGPT style but strict:
+
+    python train.py config/sst2_recurrent.py --batch_size=32 --learning_rate=1e-3
+
+A config file is plain Python whose top-level assignments override the defaults; `--key=value`
+arguments come after it and win. Every key must already exist among the defaults (a typo is an
+error that names the closest valid key), and every value must have the default's type, except that
+an int is accepted where a float is expected. A default of None accepts any value.
+"""
+
+import ast
+import difflib
+import os
+
+
+class ConfigError(ValueError):
+    """An unknown key, an ill-typed value, or an unreadable config file."""
+
+
+def _closest(key, valid):
+    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
+def _check(key, value, defaults, source):
+    """Return value coerced to the type of defaults[key], or raise ConfigError."""
+    if key not in defaults:
+        raise ConfigError(f"unknown config key {key!r} in {source}{_closest(key, list(defaults))}")
+    default = defaults[key]
+    if default is None or value is None:
+        return value
+    if isinstance(default, bool):  # check bool before int: bool is a subclass of int
+        if isinstance(value, bool):
+            return value
+    elif isinstance(default, float):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif isinstance(default, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif isinstance(value, type(default)):
+        return value
+    raise ConfigError(f"{key} must be of type {type(default).__name__} (the default is {default!r}), "
+                      f"got {value!r} of type {type(value).__name__} from {source}")
+
+
+def parse_value(text):
+    """'3e-4' -> 0.0003, 'True' -> True, '32' -> 32, 'None' -> None; anything else stays a string."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def apply_overrides(defaults, argv):
+    """Return a new config dict: defaults updated from the config files and --key=value items in argv."""
+    config = dict(defaults)
+    for arg in argv:
+        if not arg.startswith("--"):
+            if not os.path.isfile(arg):
+                raise ConfigError(f"config file {arg} not found (arguments are config files or --key=value)")
+            namespace = {}
+            try:
+                with open(arg) as f:
+                    exec(compile(f.read(), arg, "exec"), {}, namespace)
+            except Exception as e:
+                raise ConfigError(f"could not run config file {arg}: {type(e).__name__}: {e}") from None
+            for key, value in namespace.items():
+                if key.startswith("_") or callable(value) or type(value).__name__ == "module":
+                    continue  # helpers and imports inside a config file are not settings
+                config[key] = _check(key, value, defaults, arg)
+        else:
+            key, sep, text = arg[2:].partition("=")  # split on the first '=' only
+            if not sep:
+                raise ConfigError(f"argument {arg!r} must be --key=value")
+            config[key] = _check(key, parse_value(text), defaults, f"--{key}")
+    return config

@@ -1,0 +1,377 @@
+"""
+Datasets: download (or read from a local mirror), verify, preprocess, tokenize, split, and write
+`.bin` token files that train.py and evaluate.py read.
+
+    python data.py sst2 [--protocol glue|standard] [--vocab compact|full] [--max_len 256]
+                        [--mirror DIR] [--out_dir DIR] [--seed 1337]
+
+The .bin format (one array per file, memory-mappable):
+    header, 32 bytes little-endian: magic b"TLABBIN\\0" | version u32 | dtype code u32 | count u64 |
+                                    crc32 of the payload u32 | 4 reserved bytes
+    payload: `count` items of the dtype
+A classification split `S` is three such files: S.bin (all token ids, concatenated), S_offsets.bin
+(int64, len n+1: sequence i is tokens[offsets[i]:offsets[i+1]]) and S_labels.bin (int64), plus one
+meta.json for the folder.
+
+Token ids. tiktoken's GPT-2 BPE has no [CLS]/[PAD], so our ids put three specials first:
+    0 = [PAD], 1 = [UNK], 2 = [CLS], then GPT-2 ids.
+With --vocab full, GPT-2 id g becomes g + 3 (50,260 rows). With --vocab compact (the default), only
+the GPT-2 ids seen in the training split get rows, in increasing order; unseen ids map to [UNK].
+Every sequence starts with [CLS], whose final hidden state the classifier reads.
+"""
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import re
+import struct
+import sys
+import zipfile
+import zlib
+
+import numpy as np
+
+# -----------------------------------------------------------------------------
+# The .bin array format
+
+MAGIC = b"TLABBIN\0"
+VERSION = 1
+HEADER = struct.Struct("<8sIIQI4x")  # 32 bytes
+DTYPES = {1: np.uint16, 2: np.uint32, 3: np.int64}
+DTYPE_CODES = {np.dtype(v): k for k, v in DTYPES.items()}
+
+
+class DataError(RuntimeError):
+    """Missing, corrupt or mismatched data files, with what to do about them."""
+
+
+def write_bin(path, array):
+    """Write one 1-D array with its header, atomically (temporary file, then rename)."""
+    a = np.ascontiguousarray(array)
+    if a.ndim != 1 or a.dtype not in DTYPE_CODES:
+        raise ValueError(f"write_bin takes a 1-D array of {list(DTYPE_CODES)}, got {a.dtype} {a.shape}")
+    payload = a.tobytes()
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(HEADER.pack(MAGIC, VERSION, DTYPE_CODES[a.dtype], a.size, zlib.crc32(payload)))
+        f.write(payload)
+    os.replace(tmp, path)
+
+
+def read_bin(path, verify=True):
+    """Memory-map an array written by write_bin, after checking magic, version, dtype, size and
+    (with verify=True) the payload's crc32. Any mismatch raises DataError naming the fix."""
+    fix = "delete the folder and run `python data.py ...` again to rebuild it"
+    if not os.path.isfile(path):
+        raise DataError(f"missing data file {path}: prepare the dataset with `python data.py ...`")
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        raw = f.read(HEADER.size)
+    if len(raw) < HEADER.size:
+        raise DataError(f"{path} is too short to be a .bin file ({size} bytes); {fix}")
+    magic, version, code, count, crc = HEADER.unpack(raw)
+    if magic != MAGIC:
+        raise DataError(f"{path} is not a .bin token file of this project (bad magic); {fix}")
+    if version != VERSION:
+        raise DataError(f"{path} has format version {version}, this code reads {VERSION}; {fix}")
+    if code not in DTYPES:
+        raise DataError(f"{path} has unknown dtype code {code}; {fix}")
+    dtype = np.dtype(DTYPES[code])
+    if size != HEADER.size + count * dtype.itemsize:
+        raise DataError(f"{path} holds {size} bytes but its header promises {count} x {dtype} "
+                        f"(truncated or corrupt); {fix}")
+    arr = np.memmap(path, dtype=dtype, mode="r", offset=HEADER.size, shape=(count,)) if count else np.zeros(0, dtype)
+    if verify and zlib.crc32(arr.tobytes() if count else b"") != crc:
+        raise DataError(f"{path} fails its checksum (corrupt); {fix}")
+    return arr
+
+
+# -----------------------------------------------------------------------------
+# Sources: canonical URLs, the files they hold, and their sha256 (see shared/data/SOURCES.md)
+
+SOURCES = {
+    "sst2": {
+        "url": "https://dl.fbaipublicfiles.com/glue/data/SST-2.zip",
+        "files": {  # path inside the archive and inside a mirror folder -> sha256
+            "SST-2/train.tsv": "48eac26399f8456935f81dd9e3a745c1430adb6c62e233ccfe22db4a0d15d1d1",
+            "SST-2/dev.tsv": "54a9c12c77e402fc14d6a66a506f24d999f596b0176eb777c972cccc2f9cc4b0",
+        },
+    },
+}
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def download(url, dest, timeout=60):
+    """Stream url to dest (via a .part file, so a broken download never looks finished)."""
+    import requests  # only needed when actually downloading
+
+    print(f"downloading {url}")
+    part = dest + ".part"
+    with requests.get(url, stream=True, timeout=timeout) as r:
+        r.raise_for_status()
+        with open(part, "wb") as f:
+            for chunk in r.iter_content(chunk_size=1 << 20):
+                f.write(chunk)
+    os.replace(part, dest)
+
+
+def fetch(name, mirror=None, cache_dir="data/_downloads"):
+    """Return {relative path: bytes} for the files of source `name`, each verified against its sha256.
+    With a mirror folder the files are read from mirror/<relative path>; otherwise the canonical
+    archive is downloaded once into cache_dir and the files read from it."""
+    src = SOURCES[name]
+    out = {}
+    if mirror:
+        for rel, digest in src["files"].items():
+            path = os.path.join(mirror, rel)
+            if not os.path.isfile(path):
+                raise DataError(f"mirror {mirror} has no {rel}; point --mirror/DATA_MIRROR at a copy of shared/data")
+            with open(path, "rb") as f:
+                out[rel] = f.read()
+    else:
+        os.makedirs(cache_dir, exist_ok=True)
+        archive = os.path.join(cache_dir, os.path.basename(src["url"]))
+        if not os.path.isfile(archive):
+            try:
+                download(src["url"], archive)
+            except Exception as e:
+                raise DataError(f"could not download {src['url']} ({e}); without a network, use a local "
+                                f"mirror: --mirror DIR or DATA_MIRROR=DIR") from None
+        try:
+            with zipfile.ZipFile(archive) as z:
+                for rel in src["files"]:
+                    out[rel] = z.read(rel)
+        except (zipfile.BadZipFile, KeyError) as e:
+            raise DataError(f"{archive} is not the expected archive ({e}); delete it and run again") from None
+    for rel, digest in src["files"].items():
+        if sha256(out[rel]) != digest:
+            raise DataError(f"{name}: {rel} has sha256 {sha256(out[rel])}, expected {digest} "
+                            f"(corrupt or a different version); replace the file")
+    return out
+
+
+# -----------------------------------------------------------------------------
+# Preprocessing and tokenization (the same functions serve data prep, training and inference)
+
+PREPROCESSING = "lower+html+url+punct+ws v1"  # stored in meta.json and checkpoints
+_HTML = re.compile(r"<[^>]+>")
+_URL = re.compile(r"(?:https?://|www\.)\S+")
+_REPEAT_PUNCT = re.compile(r"([!?.,;:\-*~])\1+")
+_WS = re.compile(r"\s+")
+
+
+def clean_text(text):
+    """The seed's preprocessing: lowercase; remove HTML tags and URLs; collapse runs of the same
+    punctuation mark ('!!!' -> '!', '...' -> '.'); collapse whitespace."""
+    t = text.lower()
+    t = _HTML.sub(" ", t)
+    t = _URL.sub(" ", t)
+    t = _REPEAT_PUNCT.sub(r"\1", t)
+    return _WS.sub(" ", t).strip()
+
+
+PAD, UNK, CLS = 0, 1, 2
+N_SPECIAL = 3
+
+
+def get_tokenizer():
+    import tiktoken
+
+    return tiktoken.get_encoding("gpt2")
+
+
+def bpe(enc, text):
+    """GPT-2 BPE ids of cleaned text. A leading space is added so the first word gets the same id it
+    has mid-sentence (GPT-2 folds the preceding space into each word's token)."""
+    return enc.encode_ordinary(" " + clean_text(text))
+
+
+def id_map_from_vocab(gpt2_ids, n_bpe=50257):
+    """Array mapping every GPT-2 id to our id; ids outside the vocabulary map to [UNK]."""
+    m = np.full(n_bpe, UNK, dtype=np.int64)
+    m[np.asarray(gpt2_ids, dtype=np.int64)] = np.arange(N_SPECIAL, N_SPECIAL + len(gpt2_ids))
+    return m
+
+
+class TextEncoder:
+    """Text -> our token ids ([CLS] + mapped BPE ids, truncated to max_len), from a dataset's meta."""
+
+    def __init__(self, meta):
+        self.enc = get_tokenizer()
+        self.max_len = meta["max_len"]
+        vocab = meta["vocab"]
+        self.id_map = id_map_from_vocab(range(self.enc.n_vocab) if vocab == "full" else vocab, self.enc.n_vocab)
+
+    def __call__(self, text):
+        ids = bpe(self.enc, text)
+        if not ids:
+            raise ValueError(f"text {text!r} is empty after preprocessing; give at least one word")
+        return np.concatenate([[CLS], self.id_map[ids[: self.max_len - 1]]]).astype(np.int64)
+
+
+# -----------------------------------------------------------------------------
+# Classification splits on disk
+
+
+class ClassificationSplit:
+    """One split read back from disk: len(split), split[i] -> (token ids, label)."""
+
+    def __init__(self, folder, split, verify=True):
+        self.tokens = read_bin(os.path.join(folder, f"{split}.bin"), verify)
+        self.offsets = np.array(read_bin(os.path.join(folder, f"{split}_offsets.bin"), verify))  # small: copy
+        self.labels = np.array(read_bin(os.path.join(folder, f"{split}_labels.bin"), verify))
+        if len(self.offsets) != len(self.labels) + 1 or (len(self.offsets) and self.offsets[-1] != len(self.tokens)):
+            raise DataError(f"{folder}: {split} offsets, labels and tokens disagree; rebuild with python data.py")
+        self.lengths = np.diff(self.offsets)
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return np.asarray(self.tokens[self.offsets[i]:self.offsets[i + 1]], dtype=np.int64), int(self.labels[i])
+
+
+def write_split(folder, split, seqs, labels, dtype):
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(s) for s in seqs])
+    tokens = np.concatenate(seqs).astype(dtype) if seqs else np.zeros(0, dtype)
+    write_bin(os.path.join(folder, f"{split}.bin"), tokens)
+    write_bin(os.path.join(folder, f"{split}_offsets.bin"), offsets)
+    write_bin(os.path.join(folder, f"{split}_labels.bin"), np.asarray(labels, dtype=np.int64))
+
+
+def load_meta(folder):
+    path = os.path.join(folder, "meta.json")
+    if not os.path.isfile(path):
+        raise DataError(f"no prepared dataset in {folder} (meta.json missing): run `python data.py ...`")
+    with open(path) as f:
+        return json.load(f)
+
+
+# -----------------------------------------------------------------------------
+# SST-2
+
+
+def parse_sst2_tsv(data):
+    """GLUE SST-2 tsv bytes -> (sentences, labels). Header `sentence\\tlabel`."""
+    lines = data.decode("utf-8").split("\n")
+    if lines[0].strip() != "sentence\tlabel":
+        raise DataError(f"unexpected SST-2 header {lines[0]!r}")
+    sents, labels = [], []
+    for n, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        s, _, lab = line.rpartition("\t")
+        if lab not in ("0", "1"):
+            raise DataError(f"SST-2 line {n}: label {lab!r} is not 0 or 1")
+        sents.append(s)
+        labels.append(int(lab))
+    return sents, labels
+
+
+def split_sst2(train, dev, protocol, seed):
+    """Index the pooled examples into train/val/test, exactly and reproducibly.
+    glue:     train = GLUE train minus a seeded 5 % validation split; test = GLUE dev (872).
+    standard: GLUE train + dev pooled (68,221), shuffled, split 80/10/10 -> 54,576 / 6,822 / 6,823.
+    `train` and `dev` are (sentences, labels); returns {split: (sentences, labels)}."""
+    rng = np.random.default_rng(seed)
+    if protocol == "glue":
+        perm = rng.permutation(len(train[0]))
+        n_val = round(0.05 * len(perm))
+        parts = {"train": (train, perm[n_val:]), "val": (train, perm[:n_val]), "test": (dev, np.arange(len(dev[0])))}
+    elif protocol == "standard":
+        pooled = (train[0] + dev[0], train[1] + dev[1])
+        perm = rng.permutation(len(pooled[0]))
+        n_train, n_val = int(0.8 * len(perm)), int(0.1 * len(perm))
+        parts = {"train": (pooled, perm[:n_train]), "val": (pooled, perm[n_train:n_train + n_val]),
+                 "test": (pooled, perm[n_train + n_val:])}
+    else:
+        raise ValueError(f"unknown protocol {protocol!r}: expected 'glue' or 'standard'")
+    return {k: ([src[0][i] for i in idx], [src[1][i] for i in idx]) for k, (src, idx) in parts.items()}
+
+
+def default_out_dir(dataset, protocol, vocab):
+    return os.path.join("data", f"{dataset}_{protocol}_{vocab}")
+
+
+def prepare_sst2(protocol="glue", vocab="compact", max_len=256, mirror=None, out_dir=None, seed=1337, verbose=True):
+    """Build the SST-2 dataset folder and return its meta dict."""
+    out_dir = out_dir or default_out_dir("sst2", protocol, vocab)
+    files = fetch("sst2", mirror)
+    train, dev = parse_sst2_tsv(files["SST-2/train.tsv"]), parse_sst2_tsv(files["SST-2/dev.tsv"])
+    splits = split_sst2(train, dev, protocol, seed)
+
+    enc = get_tokenizer()
+    bpe_ids = {k: [bpe(enc, s) for s in sents] for k, (sents, _) in splits.items()}
+    if vocab == "compact":
+        kept = sorted({t for ids in bpe_ids["train"] for t in ids})
+    elif vocab == "full":
+        kept = list(range(enc.n_vocab))
+    else:
+        raise ValueError(f"unknown vocab {vocab!r}: expected 'compact' or 'full'")
+    id_map = id_map_from_vocab(kept, enc.n_vocab)
+    vocab_size = N_SPECIAL + len(kept)
+
+    os.makedirs(out_dir, exist_ok=True)
+    counts = {}
+    for k, (sents, labels) in splits.items():
+        seqs, truncated, dropped = [], 0, 0
+        keep_labels = []
+        for ids, lab in zip(bpe_ids[k], labels):
+            if not ids:  # nothing left after cleaning (does not happen in SST-2, but be safe)
+                dropped += 1
+                continue
+            truncated += len(ids) > max_len - 1
+            seqs.append(np.concatenate([[CLS], id_map[ids[: max_len - 1]]]))
+            keep_labels.append(lab)
+        write_split(out_dir, k, seqs, keep_labels, np.uint16 if vocab_size <= 65535 else np.uint32)
+        lengths = [len(s) for s in seqs]
+        counts[k] = {"n": len(seqs), "labels": np.bincount(keep_labels, minlength=2).tolist(),
+                     "tokens": int(sum(lengths)), "max_len": int(max(lengths)), "truncated": int(truncated),
+                     "dropped_empty": dropped,
+                     "unk": int(sum(int((s == UNK).sum()) for s in seqs))}
+    meta = {"dataset": "sst2", "task": "classification", "protocol": protocol, "seed": seed,
+            "tokenizer": "tiktoken:gpt2", "preprocessing": PREPROCESSING, "max_len": max_len,
+            "specials": {"pad": PAD, "unk": UNK, "cls": CLS}, "vocab_mode": vocab, "vocab_size": vocab_size,
+            "vocab": "full" if vocab == "full" else kept, "label_names": ["negative", "positive"],
+            "counts": counts, "sources": SOURCES["sst2"]}
+    tmp = os.path.join(out_dir, "meta.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(meta, f)
+    os.replace(tmp, os.path.join(out_dir, "meta.json"))  # written last: its presence means "complete"
+    if verbose:
+        print(f"SST-2 ({protocol} protocol, {vocab} vocab: {vocab_size:,} ids) -> {out_dir}")
+        for k, c in counts.items():
+            print(f"  {k:5s} {c['n']:6,d} sentences  labels 0/1 = {c['labels'][0]:,}/{c['labels'][1]:,}  "
+                  f"{c['tokens']:,} tokens  max {c['max_len']}  [UNK] {c['unk']:,}")
+    return meta
+
+
+PREPARERS = {"sst2": prepare_sst2}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Download and prepare datasets into .bin token files.")
+    p.add_argument("dataset", choices=sorted(PREPARERS))
+    p.add_argument("--protocol", default="glue", choices=["glue", "standard"])
+    p.add_argument("--vocab", default="compact", choices=["compact", "full"])
+    p.add_argument("--max_len", type=int, default=256, help="tokens per sequence incl. [CLS] (default 256)")
+    p.add_argument("--mirror", default=os.environ.get("DATA_MIRROR"),
+                   help="read source files from this folder instead of downloading (default: $DATA_MIRROR)")
+    p.add_argument("--out_dir", default=None, help="default: data/<dataset>_<protocol>_<vocab>")
+    p.add_argument("--seed", type=int, default=1337)
+    a = p.parse_args(argv)
+    try:
+        PREPARERS[a.dataset](protocol=a.protocol, vocab=a.vocab, max_len=a.max_len, mirror=a.mirror,
+                             out_dir=a.out_dir, seed=a.seed)
+    except DataError as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    main()
