@@ -188,7 +188,8 @@ def get_tokenizer():
 def bpe(enc, text):
     """GPT-2 BPE ids of cleaned text. A leading space is added so the first word gets the same id it
     has mid-sentence (GPT-2 folds the preceding space into each word's token)."""
-    return enc.encode_ordinary(" " + clean_text(text))
+    cleaned = clean_text(text)
+    return enc.encode_ordinary(" " + cleaned) if cleaned else []
 
 
 def id_map_from_vocab(gpt2_ids, n_bpe=50257):
@@ -207,10 +208,16 @@ class TextEncoder:
         vocab = meta["vocab"]
         self.id_map = id_map_from_vocab(range(self.enc.n_vocab) if vocab == "full" else vocab, self.enc.n_vocab)
 
-    def __call__(self, text):
+    def __call__(self, text, truncate=True):
+        """Token ids of one text. Over-long text is cut to max_len (as in data preparation), or with
+        truncate=False refused with a ValueError; `self.was_truncated` tells which happened."""
         ids = bpe(self.enc, text)
         if not ids:
             raise ValueError(f"text {text!r} is empty after preprocessing; give at least one word")
+        self.was_truncated = len(ids) > self.max_len - 1
+        if self.was_truncated and not truncate:
+            raise ValueError(f"text has {len(ids)} tokens but this model reads at most {self.max_len - 1} "
+                             f"(plus [CLS]); shorten it, or let it be cut to the first {self.max_len - 1}")
         return np.concatenate([[CLS], self.id_map[ids[: self.max_len - 1]]]).astype(np.int64)
 
 

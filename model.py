@@ -428,8 +428,10 @@ def load_checkpoint(path, device="cpu"):
         raise CheckpointError(f"no checkpoint at {path}: train one first (python train.py config/...)")
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
-    except Exception as e:  # pickle errors, truncated zips, random bytes
-        raise CheckpointError(f"{path} is not a readable PyTorch checkpoint ({type(e).__name__}: {e})") from None
+    except Exception as e:  # pickle errors, truncated zips, random bytes, foreign pickled objects
+        # (torch's own message suggests weights_only=False, which would run arbitrary pickled code)
+        raise CheckpointError(f"{path} is not a checkpoint of this project: torch.load(weights_only=True) "
+                              f"cannot read it ({type(e).__name__})") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != CKPT_FORMAT:
         raise CheckpointError(f"{path} is a PyTorch file but not a checkpoint written by this project's train.py")
     if ckpt.get("version") != CKPT_VERSION:

@@ -1,0 +1,135 @@
+"""
+Shared test setup.
+
+The repository root is put on sys.path so tests import model, data, configurator and train exactly as
+train.py does. The shared data folder sits beside the repository (X/main and X/shared): its SST-2
+mirror and its offline tiktoken cache are the defaults for DATA_MIRROR and TIKTOKEN_CACHE_DIR, set here
+at import time, before anything loads tiktoken. Tests that need them skip cleanly when they are absent.
+
+Fixtures:
+    real_mirror      the real SST-2 mirror folder (skips if absent)
+    fixture_mirror   a tiny fake SST-2 mirror (60 train / 20 dev lines) written to a temporary folder
+    fixture_digests  a context manager that points data.SOURCES at the fake files' sha256
+    tiny_dataset     the fake mirror prepared by data.prepare_sst2 ('standard': 64 / 8 / 8 examples)
+    tiny_cfg         a factory for a complete train.py config dict with a tiny model on tiny_dataset
+"""
+
+import contextlib
+import hashlib
+import os
+import random
+import sys
+
+import pytest
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(TESTS_DIR)
+SHARED_DATA = os.path.join(os.path.dirname(REPO_ROOT), "shared", "data")
+
+os.environ.setdefault("TIKTOKEN_CACHE_DIR", os.path.join(SHARED_DATA, "tiktoken_cache"))
+os.environ.setdefault("DATA_MIRROR", SHARED_DATA)
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+import torch  # noqa: E402
+
+import data  # noqa: E402
+
+# The models here are tiny (width <= 64): one thread is faster than several fighting over the cores,
+# and it keeps the suite polite on a shared machine.
+torch.set_num_threads(1)
+
+
+def need_tokenizer():
+    """Skip unless the offline GPT-2 BPE files are present (the suite never touches the network)."""
+    cache = os.environ["TIKTOKEN_CACHE_DIR"]
+    if not os.path.isdir(cache) or len(os.listdir(cache)) < 2:
+        pytest.skip(f"no tiktoken cache at {cache} (set TIKTOKEN_CACHE_DIR to shared/data/tiktoken_cache)")
+
+
+@pytest.fixture(scope="session")
+def real_mirror():
+    mirror = os.environ["DATA_MIRROR"]
+    if not all(os.path.isfile(os.path.join(mirror, rel)) for rel in data.SOURCES["sst2"]["files"]):
+        pytest.skip(f"no SST-2 mirror at {mirror} (set DATA_MIRROR to a copy of shared/data)")
+    need_tokenizer()
+    return mirror
+
+
+# -----------------------------------------------------------------------------
+# a tiny fake SST-2 in GLUE's format: "sentence\tlabel" header, one example per line
+
+_POS = ["wonderful", "moving", "funny", "sharp", "warm", "brilliant", "charming", "smart"]
+_NEG = ["dull", "tedious", "flat", "lifeless", "boring", "clumsy", "stale", "weak"]
+_FILL = ["the", "film", "is", "a", "story", "with", "and", "cast", "plot", "acting", "its", "director"]
+
+
+def _fake_tsv(n, rng):
+    lines = ["sentence\tlabel"]
+    for _ in range(n):
+        label = rng.randint(0, 1)
+        words = [rng.choice(_FILL) for _ in range(rng.randint(1, 12))]  # varied lengths, for bucketing
+        words.insert(rng.randint(0, len(words)), rng.choice(_POS if label else _NEG))
+        lines.append(" ".join(words) + f" \t{label}")  # SST-2 lines end in a space before the tab
+    return ("\n".join(lines) + "\n").encode()
+
+
+def sha256_file(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+@pytest.fixture(scope="session")
+def fixture_mirror(tmp_path_factory):
+    """A mirror folder holding SST-2/train.tsv (60 examples) and SST-2/dev.tsv (20 examples)."""
+    root = tmp_path_factory.mktemp("fake_mirror")
+    os.makedirs(root / "SST-2")
+    rng = random.Random(0)
+    (root / "SST-2" / "train.tsv").write_bytes(_fake_tsv(60, rng))
+    (root / "SST-2" / "dev.tsv").write_bytes(_fake_tsv(20, rng))
+    return str(root)
+
+
+@pytest.fixture(scope="session")
+def fixture_digests(fixture_mirror):
+    """`with fixture_digests():` makes data.fetch accept the fake files (it checks sha256 against
+    data.SOURCES); the real digests are restored on exit."""
+
+    @contextlib.contextmanager
+    def patched():
+        with pytest.MonkeyPatch.context() as mp:
+            for rel in data.SOURCES["sst2"]["files"]:
+                mp.setitem(data.SOURCES["sst2"]["files"], rel, sha256_file(os.path.join(fixture_mirror, rel)))
+            yield
+
+    return patched
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory, fixture_mirror, fixture_digests):
+    """The fake mirror prepared with the 'standard' protocol: 80 pooled examples -> 64 / 8 / 8."""
+    need_tokenizer()
+    out = str(tmp_path_factory.mktemp("tiny_sst2"))
+    with fixture_digests():
+        data.prepare_sst2(protocol="standard", mirror=fixture_mirror, out_dir=out, verbose=False)
+    return out
+
+
+@pytest.fixture
+def tiny_cfg(tiny_dataset, tmp_path):
+    """A factory: tiny_cfg(**overrides) -> a full train.py config (DEFAULTS + a tiny model on the tiny
+    dataset, writing into this test's tmp_path)."""
+    import train
+
+    def make(**overrides):
+        cfg = dict(train.DEFAULTS)
+        cfg.update(data_dir=tiny_dataset, out_dir=str(tmp_path / "out"), device="cpu", dtype="float32",
+                   n_layer=1, n_loops=2, n_embd=16, n_head=2, ffn_hidden=32, dropout=0.0,
+                   batch_size=8, max_epochs=2, log_interval=2, eval_interval=0, scheduler="constant",
+                   learning_rate=3e-3, warmup_iters=0, compile=False, seed=1337)
+        unknown = set(overrides) - set(cfg)
+        assert not unknown, f"tiny_cfg got unknown keys {unknown}"
+        cfg.update(overrides)
+        return cfg
+
+    return make

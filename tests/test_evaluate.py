@@ -1,0 +1,139 @@
+"""evaluate.py: metrics against hand-computed values, and the command line on a tiny checkpoint."""
+
+import json
+import math
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import evaluate  # noqa: E402
+from model import EncoderClassifier, EncoderConfig, save_checkpoint  # noqa: E402
+
+
+def test_binary_metrics_by_hand():
+    y_true = [1, 1, 1, 1, 0, 0, 0, 0, 0, 1]
+    y_pred = [1, 1, 1, 0, 0, 0, 1, 0, 0, 0]
+    # TP = 3, FN = 2, FP = 1, TN = 4
+    m = evaluate.classification_metrics(y_true, y_pred, 2)
+    assert m["confusion_matrix"] == [[4, 1], [2, 3]]  # rows true, columns predicted
+    assert m["accuracy"] == pytest.approx(7 / 10)
+    assert m["precision"] == pytest.approx(3 / 4)
+    assert m["recall"] == pytest.approx(3 / 5)
+    assert m["f1"] == pytest.approx(2 * 0.75 * 0.6 / (0.75 + 0.6))
+    assert m["mcc"] == pytest.approx((3 * 4 - 1 * 2) / math.sqrt(4 * 5 * 5 * 6))
+
+
+def test_multiclass_metrics_are_macro_and_mcc_matches_formula():
+    y_true = [0, 0, 0, 1, 1, 2, 2, 2, 2]
+    y_pred = [0, 1, 0, 1, 2, 2, 2, 0, 2]
+    m = evaluate.classification_metrics(y_true, y_pred, 3)
+    cm = np.array([[2, 1, 0], [0, 1, 1], [1, 0, 3]])
+    assert m["confusion_matrix"] == cm.tolist()
+    prec = [2 / 3, 1 / 2, 3 / 4]
+    rec = [2 / 3, 1 / 2, 3 / 4]
+    f1 = [2 * p * r / (p + r) for p, r in zip(prec, rec)]
+    assert m["precision"] == pytest.approx(np.mean(prec))
+    assert m["recall"] == pytest.approx(np.mean(rec))
+    assert m["f1"] == pytest.approx(np.mean(f1))
+    # Gorodkin's R_K: (c*s - sum p_k t_k) / sqrt((s^2 - sum p_k^2)(s^2 - sum t_k^2))
+    c, s, p, t = 6, 9, cm.sum(0), cm.sum(1)
+    expect = (c * s - p @ t) / math.sqrt((s * s - p @ p) * (s * s - t @ t))
+    assert m["mcc"] == pytest.approx(expect)
+
+
+def test_degenerate_predictions():
+    perfect = evaluate.classification_metrics([0, 1, 1, 0], [0, 1, 1, 0], 2)
+    assert perfect["mcc"] == pytest.approx(1.0) and perfect["f1"] == pytest.approx(1.0)
+    inverted = evaluate.classification_metrics([0, 1, 1, 0], [1, 0, 0, 1], 2)
+    assert inverted["mcc"] == pytest.approx(-1.0) and inverted["accuracy"] == 0.0
+    constant = evaluate.classification_metrics([0, 1, 1, 0], [0, 0, 0, 0], 2)
+    assert constant["mcc"] == 0.0 and constant["precision"] == 0.0 and constant["recall"] == 0.0
+
+
+@pytest.fixture(scope="module")
+def tiny_ckpt(tmp_path_factory):
+    """A tiny untrained classifier over the full GPT-2 vocabulary, saved as train.py would."""
+    folder = tmp_path_factory.mktemp("evalckpt")
+    torch.manual_seed(0)
+    model = EncoderClassifier(EncoderConfig(vocab_size=50257 + 3, block_size=16, n_layer=1, n_embd=16, n_head=2,
+                                            dropout=0.0))
+    data_info = {"dir": str(folder / "nodata"), "dataset": "sst2", "protocol": "glue", "vocab": "full",
+                 "max_len": 16, "label_names": ["negative", "positive"], "tokenizer": "tiktoken:gpt2",
+                 "preprocessing": "test"}
+    paths = []
+    for name in ("a", "b"):
+        os.makedirs(folder / name)
+        path = str(folder / name / "ckpt.pt")
+        save_checkpoint(path, model, config={}, data=data_info, iter_num=7, epoch=0, best_val_loss=0.69)
+        paths.append(path)
+    tsv = folder / "labelled.tsv"
+    tsv.write_text("sentence\tlabel\na fine film\t1\nawful , just awful\t0\n"
+                   "a long one " + "word " * 40 + "\t1\n")
+    return paths, str(tsv)
+
+
+def test_text_prints_label_with_probabilities(tiny_ckpt, capsys):
+    evaluate.main(["--ckpt", tiny_ckpt[0][0], "--text", "a gorgeous , witty film", "--device", "cpu"])
+    out = capsys.readouterr().out
+    m = re.search(r": (negative|positive)  \(negative ([0-9.]+), positive ([0-9.]+)\)", out)
+    assert m, out
+    p_neg, p_pos = float(m.group(2)), float(m.group(3))
+    assert p_neg + p_pos == pytest.approx(1.0, abs=2e-3)
+    assert m.group(1) == ("positive" if p_pos > p_neg else "negative")
+
+
+@pytest.mark.parametrize("text, message", [("   <br> ", "empty"), ("word " * 40, "at most 15")])
+def test_text_errors_are_clear(tiny_ckpt, capsys, text, message):
+    with pytest.raises(SystemExit) as e:
+        evaluate.main(["--ckpt", tiny_ckpt[0][0], "--text", text, "--device", "cpu"])
+    assert message in str(e.value)
+
+
+def test_over_long_text_truncated_on_request(tiny_ckpt, capsys):
+    evaluate.main(["--ckpt", tiny_ckpt[0][0], "--text", "word " * 40, "--truncate", "--device", "cpu"])
+    assert "[truncated]" in capsys.readouterr().out
+
+
+def test_not_a_checkpoint(tmp_path):
+    bogus = tmp_path / "bogus.pt"
+    bogus.write_bytes(os.urandom(256))
+    plain = tmp_path / "plain.pt"
+    torch.save({"weights": torch.zeros(2)}, plain)
+    for path in (bogus, plain, tmp_path / "missing.pt"):
+        with pytest.raises(SystemExit) as e:
+            evaluate.main(["--ckpt", str(path), "--text", "fine"])
+        assert "checkpoint" in str(e.value) and "Traceback" not in str(e.value)
+
+
+def test_file_evaluation_side_by_side_and_json(tiny_ckpt, tmp_path, capsys):
+    (a, b), tsv = tiny_ckpt
+    out_json = tmp_path / "r.json"
+    evaluate.main(["--ckpt", a, b, "--file", tsv, "--json", str(out_json), "--device", "cpu", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert "1 sentences truncated" in out
+    header = [line for line in out.splitlines() if line.strip().startswith("a")][0]
+    assert header.split() == ["a", "b"]  # two columns, named after the checkpoint folders
+    results = json.loads(out_json.read_text())
+    assert isinstance(results, list) and len(results) == 2
+    keys = ["accuracy", "precision", "recall", "f1", "mcc", "params_total", "params_embedding",
+            "params_non_embedding", "size_mb", "flops_per_sample", "latency_ms", "throughput"]
+    for r in results:
+        assert all(k in r for k in keys)
+        assert r["n"] == 3 and sum(map(sum, r["confusion_matrix"])) == 3
+        assert r["params_total"] == r["params_embedding"] + r["params_non_embedding"]
+        assert r["size_mb"] == pytest.approx(r["params_total"] * 4 / 2**20)
+        assert r["latency_ms"] > 0 and r["throughput"] > 0
+    assert results[0]["accuracy"] == results[1]["accuracy"]  # same weights, same answers
+
+
+def test_file_with_bad_line(tiny_ckpt, tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("sentence\tlabel\ngood\t1\nno label here\n")
+    with pytest.raises(SystemExit) as e:
+        evaluate.main(["--ckpt", tiny_ckpt[0][0], "--file", str(bad), "--no_timing"])
+    assert "bad.tsv:3" in str(e.value)

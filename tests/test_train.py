@@ -1,0 +1,322 @@
+"""
+train.py driven on tiny data: the whole run, resume (bit-identical), early stopping, batching,
+gradient accumulation, the optimizer's groups, and the command line. Models are 1-2 layers of width
+16; each run takes about a second.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import data
+import model
+import train
+from conftest import REPO_ROOT
+
+
+def run(cfg):
+    summary = train.train(cfg)
+    return summary, torch.load(os.path.join(cfg["out_dir"], "last.pt"), weights_only=True)
+
+
+def assert_same_state(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"{k} differs"
+
+
+def read_log(cfg):
+    with open(os.path.join(cfg["out_dir"], "log.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+# -----------------------------------------------------------------------------
+# the whole run
+
+
+def test_train_end_to_end(tiny_cfg, capsys):
+    cfg = tiny_cfg(max_epochs=2, eval_interval=3)
+    summary = train.train(cfg)
+    for name in ("ckpt.pt", "last.pt", "log.jsonl"):
+        assert os.path.isfile(os.path.join(cfg["out_dir"], name)), name
+    records = read_log(cfg)
+    kinds = [r["type"] for r in records]
+    assert "train" in kinds and "eval" in kinds and kinds[-1] == "summary"
+    assert all(np.isfinite(r["loss"]) for r in records if r["type"] == "train")
+    evals = [r for r in records if r["type"] == "eval"]
+    assert [r["iter"] for r in evals] == [3, 6, 8, 9, 12, 15, 16]  # every 3 iterations, and each epoch's end
+    assert summary["iters"] == 16 and summary["epochs"] == 2 and summary["stopped"] == "max_epochs"
+    assert 0.0 <= summary["test_acc"] <= 1.0 and np.isfinite(summary["test_loss"])
+    assert summary["best_val_loss"] == min(r["val_loss"] for r in evals)
+    assert "best checkpoint" in capsys.readouterr().out
+
+    best, ckpt = model.load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
+    assert ckpt["config"] == cfg and ckpt["best_val_loss"] == summary["best_val_loss"]
+    assert ckpt["data"]["vocab"] == data.load_meta(cfg["data_dir"])["vocab"]
+    assert best.cfg.n_embd == 16 and best.cfg.n_loops == 2  # built from the run's settings
+    last = torch.load(os.path.join(cfg["out_dir"], "last.pt"), weights_only=True)
+    assert last["iter_num"] == 16 and last["epoch"] == 2 and "optimizer" in last and "rng_cpu" in last
+
+
+def test_train_stops_at_max_iters(tiny_cfg):
+    summary, last = run(tiny_cfg(max_iters=5))
+    assert summary["stopped"] == "max_iters" and summary["iters"] == 5 and last["iter_num"] == 5
+
+
+def test_training_lowers_the_loss(tiny_cfg):
+    """Four epochs on 64 examples must fit the training set better than the untrained model does."""
+    cfg = tiny_cfg(max_epochs=4, learning_rate=1e-2, n_embd=32, n_head=2, ffn_hidden=64)
+    run(cfg)
+    _, meta, splits = train.load_dataset(cfg)
+    trained, _ = model.load_checkpoint(os.path.join(cfg["out_dir"], "last.pt"))
+    torch.manual_seed(0)
+    fresh = train.build_model(cfg, meta)
+    loss_trained, _ = train.evaluate_loss_acc(trained, splits["train"], 64, "cpu", torch.no_grad())
+    loss_fresh, _ = train.evaluate_loss_acc(fresh, splits["train"], 64, "cpu", torch.no_grad())
+    assert loss_trained < 0.8 * loss_fresh
+
+
+# -----------------------------------------------------------------------------
+# resume
+
+
+def test_resume_equals_one_run(tiny_cfg, tmp_path):
+    """12 steps in one go == 6 steps, stop, resume to 12 (evaluations at the same iterations, so the
+    plateau scheduler and the best-checkpoint logic see the same history)."""
+    common = dict(max_epochs=2, eval_interval=3, scheduler="plateau", plateau_patience=0, plateau_factor=0.5,
+                  early_stop_patience=0, learning_rate=1e-2, dropout=0.0)
+    one, last_one = run(tiny_cfg(out_dir=str(tmp_path / "one"), max_iters=12, **common))
+    run(tiny_cfg(out_dir=str(tmp_path / "two"), max_iters=6, **common))
+    two, last_two = run(tiny_cfg(out_dir=str(tmp_path / "two"), max_iters=12, init_from="resume", **common))
+
+    assert last_one["iter_num"] == last_two["iter_num"] == 12
+    assert_same_state(last_one["model"], last_two["model"])
+    assert last_one["optimizer"]["param_groups"][0]["lr"] == last_two["optimizer"]["param_groups"][0]["lr"]
+    assert one["best_val_loss"] == two["best_val_loss"] and one["test_acc"] == two["test_acc"]
+    evals_one = [r["val_loss"] for r in read_log(tiny_cfg(out_dir=str(tmp_path / "one"))) if r["type"] == "eval"]
+    evals_two = [r["val_loss"] for r in read_log(tiny_cfg(out_dir=str(tmp_path / "two"))) if r["type"] == "eval"]
+    assert evals_one == evals_two  # the resumed run appends to the same log: same evaluations, in order
+
+
+def test_resume_after_interrupt_is_bit_identical(tiny_cfg, tmp_path, monkeypatch):
+    """A Ctrl-C in the middle of a cosine schedule with dropout on, then --init_from=resume, ends with
+    exactly the weights of the uninterrupted run (same batches, same lr, same dropout masks)."""
+    common = dict(max_iters=10, eval_interval=3, scheduler="cosine", warmup_iters=3, min_lr=1e-4,
+                  learning_rate=1e-2, dropout=0.1, early_stop_patience=0)
+    _, last_full = run(tiny_cfg(out_dir=str(tmp_path / "full"), **common))
+
+    real_lr = train.scheduled_lr
+
+    def lr_then_interrupt(cfg, it, total_iters):
+        if it == 4:  # the first Ctrl-C: train's handler asks the loop to stop after this step
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+        return real_lr(cfg, it, total_iters)
+
+    monkeypatch.setattr(train, "scheduled_lr", lr_then_interrupt)
+    cut = tiny_cfg(out_dir=str(tmp_path / "cut"), **common)
+    summary, last_cut = run(cut)
+    assert summary["stopped"] == "interrupted" and last_cut["iter_num"] == 5
+    assert signal.getsignal(signal.SIGINT) is not None and not isinstance(signal.getsignal(signal.SIGINT),
+                                                                          train.StopRequest)
+    monkeypatch.setattr(train, "scheduled_lr", real_lr)
+    _, last_resumed = run({**cut, "init_from": "resume"})
+    assert last_resumed["iter_num"] == 10
+    assert_same_state(last_full["model"], last_resumed["model"])
+
+
+def test_resume_refuses_another_vocabulary(tiny_cfg, tmp_path):
+    cfg = tiny_cfg(max_iters=1)
+    run(cfg)
+    other = make_micro_dataset(tmp_path / "micro", n_train=8)
+    with pytest.raises(data.DataError, match="vocabulary"):
+        train.train({**cfg, "init_from": "resume", "data_dir": other})
+
+
+@pytest.mark.xfail(strict=True, raises=model.CheckpointError,
+                   reason="train.py main() catches only ConfigError and DataError, so "
+                          "`python train.py --init_from=resume` without out_dir/last.pt ends in a raw "
+                          "CheckpointError traceback instead of `error: no checkpoint at ...`")
+def test_resume_without_checkpoint_is_a_clean_error(tiny_cfg, tmp_path):
+    cfg = tiny_cfg()
+    with pytest.raises(SystemExit, match="no checkpoint"):
+        train.main([f"--data_dir={cfg['data_dir']}", f"--out_dir={tmp_path / 'empty'}", "--device=cpu",
+                    "--init_from=resume"])
+
+
+# -----------------------------------------------------------------------------
+# early stopping
+
+
+def test_early_stopping(tiny_cfg):
+    # lr 0: the validation loss never improves after the first evaluation
+    cfg = tiny_cfg(learning_rate=0.0, eval_interval=1, early_stop_patience=2, max_epochs=5)
+    summary, last = run(cfg)
+    assert summary["stopped"].startswith("early"), summary["stopped"]
+    assert summary["iters"] == 3 and last["bad_evals"] == 2  # best at 1, then two without improvement
+    assert len([r for r in read_log(cfg) if r["type"] == "eval"]) == 3
+    assert "test_acc" in summary  # the best checkpoint is still evaluated
+
+
+def test_no_early_stop_when_off(tiny_cfg):
+    summary, _ = run(tiny_cfg(learning_rate=0.0, eval_interval=1, early_stop_patience=0, max_iters=5))
+    assert summary["iters"] == 5 and summary["stopped"] == "max_iters"
+
+
+# -----------------------------------------------------------------------------
+# batching
+
+
+class FakeSplit:
+    def __init__(self, lengths):
+        self.lengths = np.asarray(lengths)
+
+    def __len__(self):
+        return len(self.lengths)
+
+
+@pytest.fixture(scope="module")
+def fake_split():
+    return FakeSplit(np.random.default_rng(0).integers(2, 60, size=1003))
+
+
+def padding(split, batches):
+    return sum(int(split.lengths[b].max() * len(b) - split.lengths[b].sum()) for b in batches)
+
+
+@pytest.mark.parametrize("bucket", [True, False])
+def test_epoch_batches_cover_every_index_once(fake_split, bucket):
+    batches = train.epoch_batches(fake_split, 8, seed=1, epoch=0, bucket=bucket)
+    flat = np.concatenate(batches)
+    assert np.array_equal(np.sort(flat), np.arange(len(fake_split)))
+    assert all(1 <= len(b) <= 8 for b in batches) and len(batches) == -(-1003 // 8)
+    again = train.epoch_batches(fake_split, 8, seed=1, epoch=0, bucket=bucket)
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again))  # a pure function of (seed, epoch)
+    for seed, epoch in [(1, 1), (2, 0)]:
+        other = train.epoch_batches(fake_split, 8, seed=seed, epoch=epoch, bucket=bucket)
+        assert not np.array_equal(np.concatenate(other), flat)
+
+
+def test_bucketing_reduces_padding(fake_split):
+    bucketed = train.epoch_batches(fake_split, 8, seed=1, epoch=0, bucket=True)
+    shuffled = train.epoch_batches(fake_split, 8, seed=1, epoch=0, bucket=False)
+    assert padding(fake_split, bucketed) < 0.25 * padding(fake_split, shuffled)
+    # the batches themselves are still shuffled: not sorted by length across the epoch
+    maxima = [fake_split.lengths[b].max() for b in bucketed]
+    assert maxima != sorted(maxima) and maxima != sorted(maxima, reverse=True)
+
+
+def test_collate_pads_with_pad_and_masks_real_tokens():
+    items = [(np.array([2, 5, 6]), 1), (np.array([2, 7]), 0), (np.array([2, 8, 9, 10, 11]), 1)]
+    idx, mask, labels = train.collate(items, "cpu")
+    assert idx.dtype == torch.long and idx.shape == (3, 5)
+    assert idx.tolist() == [[2, 5, 6, 0, 0], [2, 7, 0, 0, 0], [2, 8, 9, 10, 11]]
+    assert mask.dtype == torch.bool and mask.sum(1).tolist() == [3, 2, 5]
+    assert torch.equal(mask, idx != data.PAD)
+    assert labels.tolist() == [1, 0, 1]
+
+
+# -----------------------------------------------------------------------------
+# optimizer, schedule, gradient accumulation
+
+
+def test_optimizer_groups():
+    cfg = {**train.DEFAULTS, "weight_decay": 0.1, "learning_rate": 2e-3, "beta1": 0.8, "beta2": 0.9}
+    mcfg = model.EncoderConfig(vocab_size=30, block_size=16, n_layer=2, n_embd=16, n_head=2, norm="layer",
+                               bias=True, pos="learned", emb_norm="layer", n_segments=2, ffn="swiglu")
+    m = model.EncoderClassifier(mcfg)
+    opt = train.make_optimizer(m, cfg, "cpu")
+    decay_group, no_decay_group = opt.param_groups
+    assert decay_group["weight_decay"] == 0.1 and no_decay_group["weight_decay"] == 0.0
+    assert opt.defaults["lr"] == 2e-3 and opt.defaults["betas"] == (0.8, 0.9)
+    names = {id(p): n for n, p in m.named_parameters()}
+    decay = {names[id(p)] for p in decay_group["params"]}
+    no_decay = {names[id(p)] for p in no_decay_group["params"]}
+    linear_weights = {f"{n}.weight" for n, mod in m.named_modules() if isinstance(mod, torch.nn.Linear)}
+    assert decay == linear_weights  # wq, wk, wv, wo, w1, w2, w3 of each layer, and the head
+    assert len(decay) == 2 * 7 + 1
+    assert no_decay == set(names.values()) - linear_weights
+    assert {"tok_emb.weight", "pos_emb.weight", "seg_emb.weight", "emb_norm.weight", "emb_norm.bias",
+            "norm_f.weight", "head.bias", "layers.0.attn.wq.bias", "layers.1.norm2.bias"} <= no_decay
+
+
+def test_scheduled_lr():
+    cfg = {**train.DEFAULTS, "learning_rate": 1.0, "min_lr": 0.1, "warmup_iters": 4, "scheduler": "cosine"}
+    lrs = [train.scheduled_lr(cfg, it, 14) for it in range(14)]
+    assert lrs[:4] == [0.25, 0.5, 0.75, 1.0]  # linear warm-up reaching the peak on its last step
+    assert lrs[4] == pytest.approx(1.0) and lrs[9] == pytest.approx(0.55)  # halfway down the cosine
+    assert all(a >= b for a, b in zip(lrs[3:], lrs[4:]))
+    assert train.scheduled_lr(cfg, 14, 14) == pytest.approx(0.1)
+    assert train.scheduled_lr({**cfg, "scheduler": "constant"}, 10, 14) == 1.0
+
+
+def make_micro_dataset(folder, n_train, vocab_size=20, seed=0):
+    """A prepared dataset written directly with data.write_split: n_train/4/4 random sequences."""
+    rng = np.random.default_rng(seed)
+    os.makedirs(folder, exist_ok=True)
+    for split, n in (("train", n_train), ("val", 4), ("test", 4)):
+        seqs = [np.concatenate([[data.CLS], rng.integers(3, vocab_size, rng.integers(2, 9))]) for _ in range(n)]
+        data.write_split(str(folder), split, seqs, rng.integers(0, 2, n).tolist(), np.uint16)
+    meta = {"dataset": "micro", "protocol": "none", "tokenizer": "none", "preprocessing": "none", "max_len": 16,
+            "vocab_size": vocab_size, "vocab": list(range(vocab_size - 3)), "label_names": ["a", "b"]}
+    with open(os.path.join(folder, "meta.json"), "w") as f:
+        json.dump(meta, f)
+    return str(folder)
+
+
+@pytest.mark.parametrize("n_train", [8, 6], ids=["even-4+4", "uneven-4+2"])
+def test_grad_accum_matches_one_big_batch(tiny_cfg, tmp_path, monkeypatch, n_train):
+    """One optimizer step over micro-batches of 4 (grad_accum=2) equals one step over the same examples
+    in one batch. bucket=False makes the batches consecutive slices of one permutation, so both runs
+    see the same examples; plain SGD (no clipping) makes the update the gradient itself, so the
+    comparison is tight. With 6 examples the micro-batches are 4 and 2: each must weigh by its size."""
+    monkeypatch.setattr(train, "make_optimizer",
+                        lambda m, cfg, device_type: torch.optim.SGD(m.parameters(), lr=cfg["learning_rate"]))
+    folder = make_micro_dataset(tmp_path / "micro", n_train)
+    common = dict(data_dir=folder, max_iters=1, bucket=False, grad_clip=0.0, learning_rate=1.0, dropout=0.0,
+                  n_layer=2, n_loops=1)
+    _, accum = run(tiny_cfg(out_dir=str(tmp_path / "accum"), batch_size=4, grad_accum=2, **common))
+    _, big = run(tiny_cfg(out_dir=str(tmp_path / "big"), batch_size=n_train, grad_accum=1, **common))
+    _, first = run(tiny_cfg(out_dir=str(tmp_path / "first"), batch_size=4, grad_accum=1, **common))
+    for k in big["model"]:
+        torch.testing.assert_close(accum["model"][k], big["model"][k], atol=1e-6, rtol=1e-5, msg=k)
+    # the first micro-batch alone gives another update (so the comparison above can fail)
+    assert max((first["model"][k] - big["model"][k]).abs().max() for k in big["model"]) > 1e-4
+
+
+# -----------------------------------------------------------------------------
+# the command line
+
+
+def _cli(args, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "train.py", *args], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_cli_run(tiny_dataset, tmp_path):
+    out = tmp_path / "cli_out"
+    cfg_file = tmp_path / "tiny.py"
+    cfg_file.write_text(
+        "# a tiny run for the test suite\n"
+        f"data_dir = {tiny_dataset!r}\n"
+        f"out_dir = {str(out)!r}\n"
+        "n_layer = 1\nn_loops = 1\nn_embd = 16\nn_head = 2\nffn_hidden = 32\n"
+        "batch_size = 16\nmax_epochs = 1\nlog_interval = 2\ndropout = 0.0\n")
+    r = _cli([str(cfg_file), "--device=cpu", "--max_iters=3"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "best checkpoint" in r.stdout
+    assert os.path.isfile(out / "ckpt.pt") and os.path.isfile(out / "last.pt")
+    assert torch.load(out / "last.pt", weights_only=True)["iter_num"] == 3
+
+
+def test_cli_unknown_key(tmp_path):
+    r = _cli(["--not_a_key=1"], tmp_path)
+    assert r.returncode != 0
+    assert "unknown config key" in r.stderr or "did you mean" in r.stderr
+    assert "not_a_key" in r.stderr and "Traceback" not in r.stderr
