@@ -28,7 +28,7 @@ def _check(key, value, defaults, source):
     if key not in defaults:
         raise ConfigError(f"unknown config key {key!r} in {source}{_closest(key, list(defaults))}")
     default = defaults[key]
-    if default is None or value is None:
+    if default is None:
         return value
     if isinstance(default, bool):  # check bool before int: bool is a subclass of int
         if isinstance(value, bool):

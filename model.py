@@ -18,7 +18,7 @@ exactly one place.
 
 import math
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn as nn
@@ -259,6 +259,12 @@ class EncoderConfig:
     causal: bool = False  # encoders see both directions
 
     def __post_init__(self):
+        for name in ("n_layer", "n_loops", "n_embd", "n_head", "vocab_size", "block_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"EncoderConfig: {name}={getattr(self, name)} must be at least 1")
+        if self.n_kv_head < 0 or self.ffn_hidden < 0:
+            raise ValueError(f"EncoderConfig: n_kv_head={self.n_kv_head} and ffn_hidden={self.ffn_hidden} "
+                             f"must be >= 0 (0 picks the default)")
         if self.n_kv_head == 0:
             self.n_kv_head = self.n_head
         if self.ffn_hidden == 0:
@@ -267,8 +273,7 @@ class EncoderConfig:
             (self.n_embd % self.n_head == 0, f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}"),
             (self.n_head % self.n_kv_head == 0, f"n_head={self.n_head} is not a multiple of n_kv_head={self.n_kv_head}"),
             (self.pos != "rope" or (self.n_embd // self.n_head) % 2 == 0, "RoPE needs an even head size"),
-            (self.n_layer >= 1 and self.n_loops >= 1, "n_layer and n_loops must be >= 1"),
-            (self.vocab_size >= 1 and self.n_classes >= 2 and self.block_size >= 1, "vocab_size, n_classes, block_size too small"),
+            (self.n_classes >= 2, f"n_classes={self.n_classes} must be at least 2"),
             (0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)"),
             (self.ffn in ("swiglu", "gelu"), f"ffn={self.ffn!r}: expected 'swiglu' or 'gelu'"),
             (self.norm in ("rms", "layer"), f"norm={self.norm!r}: expected 'rms' or 'layer'"),
@@ -280,12 +285,6 @@ class EncoderConfig:
         for ok, msg in checks:
             if not ok:
                 raise ValueError(f"EncoderConfig: {msg}")
-
-    @classmethod
-    def from_dict(cls, d):
-        """Build from a dict that may hold other keys too (a run config); unknown keys are ignored."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 class EncoderClassifier(nn.Module):

@@ -23,7 +23,7 @@ import torch
 
 import configurator
 import data
-from model import EncoderClassifier, EncoderConfig, load_checkpoint, raw_model, save_checkpoint
+from model import CheckpointError, EncoderClassifier, EncoderConfig, load_checkpoint, raw_model, save_checkpoint
 
 # -----------------------------------------------------------------------------
 # default config values (every one may be overridden; the key names are part of the interface)
@@ -183,9 +183,10 @@ def evaluate_loss_acc(model, split, batch_size, device, ctx):
 
 
 def build_model(cfg, meta):
-    mcfg = EncoderConfig.from_dict({k: cfg[k] for k in MODEL_KEYS})
-    mcfg.vocab_size, mcfg.n_classes, mcfg.block_size = meta["vocab_size"], len(meta["label_names"]), meta["max_len"]
-    return EncoderClassifier(EncoderConfig(**vars(mcfg)))
+    """The encoder classifier from the run config's model keys; vocabulary, classes and length from the data."""
+    args = {k: cfg[k] for k in MODEL_KEYS}
+    args.update(vocab_size=meta["vocab_size"], n_classes=len(meta["label_names"]), block_size=meta["max_len"])
+    return EncoderClassifier(EncoderConfig(**args))
 
 
 def make_optimizer(model, cfg, device_type):
@@ -241,6 +242,9 @@ def train(cfg):
         allowed = {"scheduler": ("plateau", "cosine", "constant"), "init_from": ("scratch", "resume")}[key]
         if cfg[key] not in allowed:
             raise configurator.ConfigError(f"{key}={cfg[key]!r}: expected one of {allowed}")
+    for key in ("batch_size", "grad_accum", "log_interval", "max_epochs"):
+        if cfg[key] < 1:
+            raise configurator.ConfigError(f"{key}={cfg[key]} must be at least 1")
     dev = resolve_device(cfg["device"])
     device_type = dev.split(":")[0]
     dtype_name = resolve_dtype(cfg["dtype"], device_type)
@@ -266,6 +270,8 @@ def train(cfg):
         print(f"resuming from {last_path} at iteration {iter_num}, epoch {epoch}")
     else:
         model = build_model(cfg, meta).to(dev)
+        if os.path.exists(log_path):
+            os.remove(log_path)  # a new run starts a new log (its checkpoints replace the old ones too)
     model.train()
     counts = model.param_counts()
     print(f"model: {counts['total']:,} parameters ({counts['non_embedding']:,} non-embedding); "
@@ -279,7 +285,7 @@ def train(cfg):
         optimizer.load_state_dict(resume["optimizer"])
         plateau.load_state_dict(resume["plateau"])
         scaler.load_state_dict(resume["scaler"])
-        torch.set_rng_state(resume["rng_cpu"])
+        torch.set_rng_state(resume["rng_cpu"].cpu())  # load_checkpoint moved it to `dev` with the rest
     fwd_model = torch.compile(model) if cfg["compile"] else model
 
     iters_per_epoch = math.ceil(len(train_split) / (cfg["batch_size"] * cfg["grad_accum"]))
@@ -371,13 +377,15 @@ def train(cfg):
                         finished_reason = f"early stopping ({bad_evals} evaluations without improvement)"
                         stop.requested = True
                     t_log, tokens_since_log = time.time(), 0  # evaluation time is not training throughput
+                if end_of_epoch:
+                    break  # the next epoch draws its own shuffled batches
             if stop.requested:
                 break
         if stop.requested and not finished_reason.startswith("early"):
             finished_reason = "interrupted"
             save_checkpoint(last_path, model, **state("last"))
             print(f"saved {last_path}; continue with --init_from=resume")
-        elif iter_num >= total_iters and cfg["max_iters"] > 0 and iter_num == cfg["max_iters"]:
+        elif not stop.requested and cfg["max_iters"] > 0 and iter_num == cfg["max_iters"]:
             finished_reason = "max_iters"
     finally:
         if old_handler is not None:
@@ -398,7 +406,7 @@ def main(argv):
     try:
         cfg = configurator.apply_overrides(DEFAULTS, argv)
         train(cfg)
-    except (configurator.ConfigError, data.DataError) as e:
+    except (configurator.ConfigError, data.DataError, CheckpointError) as e:
         sys.exit(f"error: {e}")
 
 

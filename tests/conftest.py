@@ -116,14 +116,16 @@ def tiny_dataset(tmp_path_factory, fixture_mirror, fixture_digests):
 
 
 @pytest.fixture
-def tiny_cfg(tiny_dataset, tmp_path):
+def tiny_cfg(request, tmp_path):
     """A factory: tiny_cfg(**overrides) -> a full train.py config (DEFAULTS + a tiny model on the tiny
-    dataset, writing into this test's tmp_path)."""
+    dataset, writing into this test's tmp_path). The tiny dataset is only built (and the tokenizer only
+    needed) when the overrides do not name another data_dir."""
     import train
 
     def make(**overrides):
         cfg = dict(train.DEFAULTS)
-        cfg.update(data_dir=tiny_dataset, out_dir=str(tmp_path / "out"), device="cpu", dtype="float32",
+        data_dir = overrides.get("data_dir") or request.getfixturevalue("tiny_dataset")
+        cfg.update(data_dir=data_dir, out_dir=str(tmp_path / "out"), device="cpu", dtype="float32",
                    n_layer=1, n_loops=2, n_embd=16, n_head=2, ffn_hidden=32, dropout=0.0,
                    batch_size=8, max_epochs=2, log_interval=2, eval_interval=0, scheduler="constant",
                    learning_rate=3e-3, warmup_iters=0, compile=False, seed=1337)

@@ -95,9 +95,6 @@ def test_type_mismatch_in_file(tmp_path):
         apply_overrides(D, [write(tmp_path, "n_layer = 2.5\n")])
 
 
-@pytest.mark.xfail(strict=True, reason="configurator.py _check: `if default is None or value is None: return "
-                   "value` lets None through for every key, so --batch_size=None gives batch_size=None "
-                   "instead of a ConfigError (the docstring says only a None *default* accepts any value)")
 def test_none_is_not_a_valid_int():
     with pytest.raises(ConfigError):
         apply_overrides(D, ["--batch_size=None"])

@@ -86,22 +86,69 @@ def test_training_lowers_the_loss(tiny_cfg):
 # resume
 
 
-def test_resume_equals_one_run(tiny_cfg, tmp_path):
-    """12 steps in one go == 6 steps, stop, resume to 12 (evaluations at the same iterations, so the
-    plateau scheduler and the best-checkpoint logic see the same history)."""
-    common = dict(max_epochs=2, eval_interval=3, scheduler="plateau", plateau_patience=0, plateau_factor=0.5,
-                  early_stop_patience=0, learning_rate=1e-2, dropout=0.0)
-    one, last_one = run(tiny_cfg(out_dir=str(tmp_path / "one"), max_iters=12, **common))
-    run(tiny_cfg(out_dir=str(tmp_path / "two"), max_iters=6, **common))
-    two, last_two = run(tiny_cfg(out_dir=str(tmp_path / "two"), max_iters=12, init_from="resume", **common))
+def resume_pair(tiny_cfg, tmp_path, n_iters, half, **settings):
+    """Run n_iters steps in one go, and half steps + --init_from=resume to n_iters; return both results."""
+    cfg_one = tiny_cfg(out_dir=str(tmp_path / "one"), max_iters=n_iters, **settings)
+    cfg_two = tiny_cfg(out_dir=str(tmp_path / "two"), max_iters=n_iters, **settings)
+    one, last_one = run(cfg_one)
+    run({**cfg_two, "max_iters": half})
+    two, last_two = run({**cfg_two, "init_from": "resume"})
+    evals = [[(r["iter"], r["val_loss"], r["lr"]) for r in read_log(c) if r["type"] == "eval"] for c in (cfg_one, cfg_two)]
+    return (one, last_one, evals[0]), (two, last_two, evals[1])
 
-    assert last_one["iter_num"] == last_two["iter_num"] == 12
+
+def test_resume_equals_one_run(tiny_cfg, tmp_path):
+    """8 steps in one go == 4 steps, stop, resume to 8 (inside one epoch). The validation labels are
+    the opposite of the training labels, so validation loss rises as the model learns: the plateau scheduler
+    halves the lr at every evaluation after the first and the early-stopping counter counts up. A
+    resume that lost the optimizer, scheduler or counter state would end differently."""
+    folder = make_micro_dataset(tmp_path / "opposite", n_train=32, opposite_val=True)
+    (one, last_one, evals_one), (two, last_two, evals_two) = resume_pair(
+        tiny_cfg, tmp_path, 8, 4, data_dir=folder, batch_size=4, max_epochs=1, eval_interval=2,
+        scheduler="plateau", plateau_patience=0, plateau_factor=0.5, early_stop_patience=10,
+        learning_rate=1e-2, dropout=0.0)
+    assert last_one["iter_num"] == last_two["iter_num"] == 8
     assert_same_state(last_one["model"], last_two["model"])
+    assert last_one["bad_evals"] == last_two["bad_evals"] == 3  # evaluations at 2 (best), 4, 6, 8
     assert last_one["optimizer"]["param_groups"][0]["lr"] == last_two["optimizer"]["param_groups"][0]["lr"]
     assert one["best_val_loss"] == two["best_val_loss"] and one["test_acc"] == two["test_acc"]
-    evals_one = [r["val_loss"] for r in read_log(tiny_cfg(out_dir=str(tmp_path / "one"))) if r["type"] == "eval"]
-    evals_two = [r["val_loss"] for r in read_log(tiny_cfg(out_dir=str(tmp_path / "two"))) if r["type"] == "eval"]
-    assert evals_one == evals_two  # the resumed run appends to the same log: same evaluations, in order
+    assert evals_one == evals_two  # the resumed run appends to the same log: same evaluations, same lr
+    lrs = [lr for _, _, lr in evals_one]
+    assert lrs[2] < lrs[1]  # the plateau state mattered after the resume point (iteration 6)
+
+
+def test_resume_across_an_epoch_boundary_equals_one_run(tiny_cfg, tmp_path):
+    """Stop exactly at the end of epoch 1 (4 steps of 8), resume, finish epoch 2."""
+    folder = make_micro_dataset(tmp_path / "micro", n_train=32)
+    (_, last_one, _), (_, last_two, _) = resume_pair(
+        tiny_cfg, tmp_path, 8, 4, data_dir=folder, batch_size=8, max_epochs=2, scheduler="constant",
+        early_stop_patience=0, learning_rate=1e-2, dropout=0.0)
+    assert last_one["iter_num"] == last_two["iter_num"] == 8 and last_one["epoch"] == last_two["epoch"] == 2
+    assert_same_state(last_one["model"], last_two["model"])
+
+
+def test_each_epoch_uses_its_own_batches(tiny_cfg, tmp_path, monkeypatch):
+    """The training loop's batches are exactly epoch_batches(seed, epoch) for epoch 0, 1, 2 in turn."""
+    folder = make_micro_dataset(tmp_path / "micro", n_train=12)
+    cfg = tiny_cfg(data_dir=folder, batch_size=4, max_epochs=3, bucket=False, early_stop_patience=0)
+    splits = {k: data.ClassificationSplit(folder, k) for k in ("train", "val", "test")}
+    key = lambda ids: tuple(int(t) for t in ids)  # noqa: E731
+    train_seqs = {key(splits["train"][i][0]) for i in range(12)}
+    assert not train_seqs & {key(s[i][0]) for s in (splits["val"], splits["test"]) for i in range(len(s))}
+    seen, real_collate = [], train.collate
+
+    def spy(items, device):
+        batch = [key(ids) for ids, _ in items]
+        if set(batch) <= train_seqs:  # a training batch, not an evaluation one
+            seen.append(batch)
+        return real_collate(items, device)
+
+    monkeypatch.setattr(train, "collate", spy)
+    train.train(cfg)
+    expected = [[key(splits["train"][j][0]) for j in b]
+                for epoch in range(3) for b in train.epoch_batches(splits["train"], 4, cfg["seed"], epoch, False)]
+    assert len(seen) == len(expected) == 9
+    assert seen == expected
 
 
 def test_resume_after_interrupt_is_bit_identical(tiny_cfg, tmp_path, monkeypatch):
@@ -130,6 +177,14 @@ def test_resume_after_interrupt_is_bit_identical(tiny_cfg, tmp_path, monkeypatch
     assert_same_state(last_full["model"], last_resumed["model"])
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_resume_on_cuda(tiny_cfg):
+    cfg = tiny_cfg(device="cuda", max_iters=4)
+    run({**cfg, "max_iters": 2})
+    _, last = run({**cfg, "init_from": "resume"})
+    assert last["iter_num"] == 4
+
+
 def test_resume_refuses_another_vocabulary(tiny_cfg, tmp_path):
     cfg = tiny_cfg(max_iters=1)
     run(cfg)
@@ -138,15 +193,10 @@ def test_resume_refuses_another_vocabulary(tiny_cfg, tmp_path):
         train.train({**cfg, "init_from": "resume", "data_dir": other})
 
 
-@pytest.mark.xfail(strict=True, raises=model.CheckpointError,
-                   reason="train.py main() catches only ConfigError and DataError, so "
-                          "`python train.py --init_from=resume` without out_dir/last.pt ends in a raw "
-                          "CheckpointError traceback instead of `error: no checkpoint at ...`")
-def test_resume_without_checkpoint_is_a_clean_error(tiny_cfg, tmp_path):
-    cfg = tiny_cfg()
+def test_resume_without_checkpoint_is_a_clean_error(tmp_path):
+    folder = make_micro_dataset(tmp_path / "micro", n_train=8)
     with pytest.raises(SystemExit, match="no checkpoint"):
-        train.main([f"--data_dir={cfg['data_dir']}", f"--out_dir={tmp_path / 'empty'}", "--device=cpu",
-                    "--init_from=resume"])
+        train.main([f"--data_dir={folder}", f"--out_dir={tmp_path / 'empty'}", "--device=cpu", "--init_from=resume"])
 
 
 # -----------------------------------------------------------------------------
@@ -255,13 +305,21 @@ def test_scheduled_lr():
     assert train.scheduled_lr({**cfg, "scheduler": "constant"}, 10, 14) == 1.0
 
 
-def make_micro_dataset(folder, n_train, vocab_size=20, seed=0):
-    """A prepared dataset written directly with data.write_split: n_train/4/4 random sequences."""
+def make_micro_dataset(folder, n_train, vocab_size=20, seed=0, opposite_val=False):
+    """A prepared dataset written directly with data.write_split: n_train/4/4 random sequences with
+    random labels; or with opposite_val=True, every training label 1 and a validation split of the same
+    sequences labelled 0, so that validation loss rises with every step."""
     rng = np.random.default_rng(seed)
     os.makedirs(folder, exist_ok=True)
     for split, n in (("train", n_train), ("val", 4), ("test", 4)):
         seqs = [np.concatenate([[data.CLS], rng.integers(3, vocab_size, rng.integers(2, 9))]) for _ in range(n)]
-        data.write_split(str(folder), split, seqs, rng.integers(0, 2, n).tolist(), np.uint16)
+        labels = rng.integers(0, 2, n).tolist()
+        if split == "train":
+            train_seqs = seqs
+            labels = [1] * n if opposite_val else labels
+        elif split == "val" and opposite_val:
+            seqs, labels = train_seqs, [0] * n_train
+        data.write_split(str(folder), split, seqs, labels, np.uint16)
     meta = {"dataset": "micro", "protocol": "none", "tokenizer": "none", "preprocessing": "none", "max_len": 16,
             "vocab_size": vocab_size, "vocab": list(range(vocab_size - 3)), "label_names": ["a", "b"]}
     with open(os.path.join(folder, "meta.json"), "w") as f:
