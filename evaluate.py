@@ -166,12 +166,14 @@ def read_tsv(path, encoder):
 # the report
 
 
-def evaluate_checkpoint(path, split, args, device, ctx):
-    model, ckpt = load(path, device)
-    meta = {"vocab": ckpt["data"]["vocab"], "max_len": ckpt["data"]["max_len"]}
+def text_encoder(ckpt):
+    """The checkpoint's own preprocessing and vocabulary, as a text -> token ids function."""
+    return data.TextEncoder({"vocab": ckpt["data"]["vocab"], "max_len": ckpt["data"]["max_len"]})
+
+
+def evaluate_checkpoint(model, ckpt, path, split, args, device, ctx):
+    """All the figures for one loaded checkpoint on one split, as a flat dict."""
     n_classes = model.cfg.n_classes
-    if split is None:
-        split = checkpoint_split(ckpt, args.split)
     if len(split) == 0:
         raise ValueError("the split to evaluate is empty")
     if split.labels.max() >= n_classes or split.labels.min() < 0:
@@ -192,7 +194,7 @@ def evaluate_checkpoint(path, split, args, device, ctx):
     res["label_names"] = ckpt["data"]["label_names"]
     res["trained"] = {"dataset": ckpt["data"]["dataset"], "protocol": ckpt["data"]["protocol"],
                       "iter_num": ckpt["iter_num"], "best_val_loss": ckpt["best_val_loss"]}
-    return res, meta
+    return res
 
 
 ROWS = [  # (key, label, format)
@@ -239,7 +241,7 @@ def main(argv=None):
         if args.text is not None:
             for path in args.ckpt:
                 model, ckpt = load(path, device)
-                enc = data.TextEncoder({"vocab": ckpt["data"]["vocab"], "max_len": ckpt["data"]["max_len"]})
+                enc = text_encoder(ckpt)
                 ids = torch.from_numpy(enc(args.text, truncate=args.truncate))[None].to(device)
                 with torch.no_grad(), ctx:
                     probs = F.softmax(model(ids)[0].float(), -1)[0].tolist()
@@ -250,15 +252,14 @@ def main(argv=None):
             return
         results = []
         for path in args.ckpt:
-            split = None
+            model, ckpt = load(path, device)
             if args.file:
-                _, ckpt = load(path, device)
-                split, n_trunc = read_tsv(args.file, data.TextEncoder({"vocab": ckpt["data"]["vocab"],
-                                                              "max_len": ckpt["data"]["max_len"]}))
+                split, n_trunc = read_tsv(args.file, text_encoder(ckpt))
                 if n_trunc:
                     print(f"{args.file}: {n_trunc} sentences truncated to {ckpt['data']['max_len']} tokens, as in training")
-            res, _ = evaluate_checkpoint(path, split, args, device, ctx)
-            results.append(res)
+            else:
+                split = checkpoint_split(ckpt, args.split)
+            results.append(evaluate_checkpoint(model, ckpt, path, split, args, device, ctx))
         threads = torch.get_num_threads()
         conditions = {"device": device, "dtype": args.dtype, "torch": torch.__version__, "threads": threads,
                       "split": args.file or args.split, "repeats": args.repeats, "batch_size": args.batch_size}

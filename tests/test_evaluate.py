@@ -137,3 +137,19 @@ def test_file_with_bad_line(tiny_ckpt, tmp_path):
     with pytest.raises(SystemExit) as e:
         evaluate.main(["--ckpt", tiny_ckpt[0][0], "--file", str(bad), "--no_timing"])
     assert "bad.tsv:3" in str(e.value)
+
+
+def test_checkpoint_of_a_training_run_on_its_test_split(tiny_cfg, tmp_path, capsys):
+    """The default path: a checkpoint written by train.py, evaluated on its own run's test split,
+    gives the accuracy train.py reported for its best checkpoint."""
+    import train
+
+    cfg = tiny_cfg(max_iters=6)
+    summary = train.train(cfg)
+    out_json = tmp_path / "r.json"
+    evaluate.main(["--ckpt", os.path.join(cfg["out_dir"], "ckpt.pt"), "--no_timing", "--json", str(out_json)])
+    r = json.loads(out_json.read_text())
+    assert r["n"] == 8  # the tiny dataset's test split
+    assert r["accuracy"] == pytest.approx(summary["test_acc"])
+    assert r["loss"] == pytest.approx(summary["test_loss"], rel=1e-5)
+    assert "latency_ms" not in r
