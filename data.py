@@ -158,7 +158,7 @@ def fetch(name, mirror=None, cache_dir="data/_downloads"):
 # -----------------------------------------------------------------------------
 # Preprocessing and tokenization (the same functions serve data prep, training and inference)
 
-PREPROCESSING = "lower+html+url+punct+ws v1"  # stored in meta.json and checkpoints
+PREPROCESSING = "lower+html+url+punct+ws v2"  # stored in meta.json and checkpoints; v2: tags must start with a letter
 _HTML = re.compile(r"</?[a-zA-Z][^<>]*>")  # a tag starts with a letter: 'a < b and c > d' survives
 _URL = re.compile(r"(?:https?://|www\.)\S+")
 _REPEAT_PUNCT = re.compile(r"([!?.,;:\-*~])\1+")

@@ -238,8 +238,7 @@ def log_jsonl(path, record):
 def train(cfg):
     """Run one training job described by the config dict `cfg` (DEFAULTS with overrides).
     Returns a summary dict (best validation loss, test loss/accuracy of the best checkpoint, ...)."""
-    for key in ("scheduler", "init_from"):
-        allowed = {"scheduler": ("plateau", "cosine", "constant"), "init_from": ("scratch", "resume")}[key]
+    for key, allowed in (("scheduler", ("plateau", "cosine", "constant")), ("init_from", ("scratch", "resume"))):
         if cfg[key] not in allowed:
             raise configurator.ConfigError(f"{key}={cfg[key]!r}: expected one of {allowed}")
     for key in ("batch_size", "grad_accum", "log_interval", "max_epochs"):
