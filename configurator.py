@@ -62,8 +62,8 @@ def apply_overrides(defaults, argv):
                 raise ConfigError(f"config file {arg} not found (arguments are config files or --key=value)")
             namespace = {}
             try:
-                with open(arg) as f:
-                    exec(compile(f.read(), arg, "exec"), {}, namespace)
+                with open(arg) as f:  # __file__ lets a config file run a sibling first (see config/)
+                    exec(compile(f.read(), arg, "exec"), {"__file__": os.path.abspath(arg)}, namespace)
             except Exception as e:
                 raise ConfigError(f"could not run config file {arg}: {type(e).__name__}: {e}") from None
             for key, value in namespace.items():

@@ -4,6 +4,7 @@ Datasets: download (or read from a local mirror), verify, preprocess, tokenize, 
 
     python data.py sst2 [--protocol glue|standard] [--vocab compact|full] [--max_len 256]
                         [--mirror DIR] [--out_dir DIR] [--seed 1337]
+    python data.py shakespeare_char [--mirror DIR] [--out_dir DIR]
 
 The .bin format (one array per file, memory-mappable):
     header, 32 bytes little-endian: magic b"TLABBIN\\0" | version u32 | dtype code u32 | count u64 |
@@ -11,7 +12,7 @@ The .bin format (one array per file, memory-mappable):
     payload: `count` items of the dtype
 A classification split `S` is three such files: S.bin (all token ids, concatenated), S_offsets.bin
 (int64, len n+1: sequence i is tokens[offsets[i]:offsets[i+1]]) and S_labels.bin (int64), plus one
-meta.json for the folder.
+meta.json for the folder. A language-modelling split S is one file S.bin of token ids (uint16).
 
 Token ids. tiktoken's GPT-2 BPE has no [CLS]/[PAD], so our ids put three specials first:
     0 = [PAD], 1 = [UNK], 2 = [CLS], then GPT-2 ids.
@@ -99,6 +100,11 @@ SOURCES = {
             "SST-2/dev.tsv": "54a9c12c77e402fc14d6a66a506f24d999f596b0176eb777c972cccc2f9cc4b0",
         },
     },
+    "shakespeare_char": {  # char-rnn's Tiny Shakespeare, a plain text file (no archive)
+        "url": "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+        "cache_name": "tinyshakespeare.txt",  # 'input.txt' would say nothing in data/_downloads
+        "files": {"tinyshakespeare/input.txt": "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"},
+    },
 }
 
 
@@ -135,23 +141,29 @@ def fetch(name, mirror=None, cache_dir="data/_downloads"):
                 out[rel] = f.read()
     else:
         os.makedirs(cache_dir, exist_ok=True)
-        archive = os.path.join(cache_dir, os.path.basename(src["url"]))
-        if not os.path.isfile(archive):
+        local = os.path.join(cache_dir, src.get("cache_name", os.path.basename(src["url"])))
+        if not os.path.isfile(local):
             try:
-                download(src["url"], archive)
+                download(src["url"], local)
             except Exception as e:
                 raise DataError(f"could not download {src['url']} ({e}); without a network, use a local "
                                 f"mirror: --mirror DIR or DATA_MIRROR=DIR") from None
-        try:
-            with zipfile.ZipFile(archive) as z:
-                for rel in src["files"]:
-                    out[rel] = z.read(rel)
-        except (zipfile.BadZipFile, KeyError) as e:
-            raise DataError(f"{archive} is not the expected archive ({e}); delete it and run again") from None
+        if not local.endswith(".zip"):  # a single plain file: the download is the file
+            (rel,) = src["files"]
+            with open(local, "rb") as f:
+                out[rel] = f.read()
+        else:
+            try:
+                with zipfile.ZipFile(local) as z:
+                    for rel in src["files"]:
+                        out[rel] = z.read(rel)
+            except (zipfile.BadZipFile, KeyError) as e:
+                raise DataError(f"{local} is not the expected archive ({e}); delete it and run again") from None
     for rel, digest in src["files"].items():
         if sha256(out[rel]) != digest:
+            where = os.path.join(mirror, rel) if mirror else local
             raise DataError(f"{name}: {rel} has sha256 {sha256(out[rel])}, expected {digest} "
-                            f"(corrupt or a different version); replace the file")
+                            f"(corrupt or a different version); replace {where}")
     return out
 
 
@@ -359,7 +371,73 @@ def prepare_sst2(protocol="glue", vocab="compact", max_len=256, mirror=None, out
     return meta
 
 
-PREPARERS = {"sst2": prepare_sst2}
+# -----------------------------------------------------------------------------
+# Tiny Shakespeare, characters as tokens (the char-level GPT study)
+
+
+class CharCodec:
+    """Characters <-> ids of a character vocabulary (meta["vocab"], a list of characters: itos)."""
+
+    def __init__(self, chars):
+        self.itos = list(chars)
+        self.stoi = {c: i for i, c in enumerate(self.itos)}
+
+    def encode(self, text):
+        unknown = sorted(set(text) - set(self.stoi))
+        if unknown:
+            raise ValueError(f"characters {''.join(unknown)!r} are not in this model's vocabulary of "
+                             f"{len(self.itos)} characters")
+        return np.array([self.stoi[c] for c in text], dtype=np.int64)
+
+    def decode(self, ids):
+        return "".join(self.itos[int(i)] for i in ids)
+
+
+def prepare_shakespeare_char(mirror=None, out_dir=None, verbose=True, **_ignored):
+    """Build data/shakespeare_char: the sorted set of characters is the vocabulary (65 of them), the
+    first 90 % of the text is train.bin and the rest val.bin, uint16 ids. Returns the meta dict.
+    (Keyword arguments of the classification preparers, such as protocol, do not apply and are ignored.)"""
+    out_dir = out_dir or os.path.join("data", "shakespeare_char")
+    (raw,) = fetch("shakespeare_char", mirror).values()
+    text = raw.decode("utf-8")
+    chars = sorted(set(text))
+    codec = CharCodec(chars)
+    n_train = int(0.9 * len(text))
+    splits = {"train": text[:n_train], "val": text[n_train:]}
+    os.makedirs(out_dir, exist_ok=True)
+    for k, part in splits.items():
+        write_bin(os.path.join(out_dir, f"{k}.bin"), codec.encode(part).astype(np.uint16))
+    meta = {"dataset": "shakespeare_char", "task": "lm", "tokenizer": "char", "vocab": chars,
+            "vocab_size": len(chars), "counts": {k: len(v) for k, v in splits.items()},
+            "sources": SOURCES["shakespeare_char"]}
+    tmp = os.path.join(out_dir, "meta.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(meta, f)
+    os.replace(tmp, os.path.join(out_dir, "meta.json"))  # written last: its presence means "complete"
+    if verbose:
+        print(f"Tiny Shakespeare: {len(text):,} characters, vocabulary {len(chars)} -> {out_dir}")
+        print(f"  train {len(splits['train']):,} tokens, val {len(splits['val']):,} tokens")
+    return meta
+
+
+class TokenSplit:
+    """A language-modelling split read back from disk: one long uint16 array of token ids."""
+
+    def __init__(self, folder, split, verify=True):
+        self.tokens = read_bin(os.path.join(folder, f"{split}.bin"), verify)
+
+    def __len__(self):
+        return len(self.tokens)
+
+
+PREPARERS = {"sst2": prepare_sst2, "shakespeare_char": prepare_shakespeare_char}
+LM_DATASETS = {"shakespeare_char"}
+
+
+def dataset_dir(dataset, protocol, vocab):
+    """Where a dataset is prepared by default: data/<dataset> for a language-modelling corpus,
+    data/<dataset>_<protocol>_<vocab> for a classification set."""
+    return os.path.join("data", dataset) if dataset in LM_DATASETS else default_out_dir(dataset, protocol, vocab)
 
 
 def main(argv=None):
@@ -370,7 +448,8 @@ def main(argv=None):
     p.add_argument("--max_len", type=int, default=256, help="tokens per sequence incl. [CLS] (default 256)")
     p.add_argument("--mirror", default=os.environ.get("DATA_MIRROR"),
                    help="read source files from this folder instead of downloading (default: $DATA_MIRROR)")
-    p.add_argument("--out_dir", default=None, help="default: data/<dataset>_<protocol>_<vocab>")
+    p.add_argument("--out_dir", default=None, help="default: data/<dataset>_<protocol>_<vocab> "
+                   "(data/shakespeare_char for the character corpus, which ignores --protocol/--vocab/--max_len)")
     p.add_argument("--seed", type=int, default=1337)
     a = p.parse_args(argv)
     try:

@@ -1,8 +1,8 @@
 """
 The transformer building blocks of this lab, written out by hand, and the models built from them.
 
-Read top to bottom: norms -> rotary embeddings -> attention -> feed-forward -> Block -> encoder
-classifier -> parameter/FLOP accounting -> checkpoints.
+Read top to bottom: norms -> rotary embeddings -> attention -> feed-forward -> Block -> shared
+config checks, initialization and FLOPs -> encoder classifier -> causal GPT -> checkpoints.
 
 Glossary (code name -> symbol in the study write-ups)
     B, T, C        batch size, sequence length, model width d
@@ -226,6 +226,67 @@ class Block(nn.Module):
 
 
 # -----------------------------------------------------------------------------
+# Config checks and initialization shared by every model family
+
+
+def check_block_fields(cfg, positive=()):
+    """Validate the fields every config shares (the ones Block reads, plus embeddings), fill in the
+    0-means-default ones, and raise ValueError naming the config class on nonsense."""
+    name = type(cfg).__name__
+    for field in ("n_layer", "n_embd", "n_head", *positive):
+        if getattr(cfg, field) < 1:
+            raise ValueError(f"{name}: {field}={getattr(cfg, field)} must be at least 1")
+    if cfg.n_kv_head < 0 or cfg.ffn_hidden < 0:
+        raise ValueError(f"{name}: n_kv_head={cfg.n_kv_head} and ffn_hidden={cfg.ffn_hidden} "
+                         f"must be >= 0 (0 picks the default)")
+    if cfg.n_kv_head == 0:
+        cfg.n_kv_head = cfg.n_head
+    if cfg.ffn_hidden == 0:
+        cfg.ffn_hidden = 4 * cfg.n_embd
+    checks = [
+        (cfg.n_embd % cfg.n_head == 0, f"n_embd={cfg.n_embd} is not divisible by n_head={cfg.n_head}"),
+        (cfg.n_head % cfg.n_kv_head == 0, f"n_head={cfg.n_head} is not a multiple of n_kv_head={cfg.n_kv_head}"),
+        (cfg.pos != "rope" or (cfg.n_embd // cfg.n_head) % 2 == 0, "RoPE needs an even head size"),
+        (0.0 <= cfg.dropout < 1.0, f"dropout={cfg.dropout} must be in [0, 1)"),
+        (cfg.ffn in ("swiglu", "gelu"), f"ffn={cfg.ffn!r}: expected 'swiglu' or 'gelu'"),
+        (cfg.norm in ("rms", "layer"), f"norm={cfg.norm!r}: expected 'rms' or 'layer'"),
+        (cfg.emb_norm in ("none", "rms", "layer"), f"emb_norm={cfg.emb_norm!r}: expected 'none', 'rms' or 'layer'"),
+        (cfg.pos in ("rope", "learned", "none"), f"pos={cfg.pos!r}: expected 'rope', 'learned' or 'none'"),
+        (cfg.attn_impl in ("sdpa", "manual"), f"attn_impl={cfg.attn_impl!r}: expected 'sdpa' or 'manual'"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ValueError(f"{name}: {msg}")
+
+
+def init_weights(model, n_applied_layers):
+    """GPT-2's initialization: every Linear and Embedding weight ~ N(0, 0.02), biases zero, norm
+    gains one; the projections that write into the residual stream (attention wo, FFN w2) scaled by
+    1/sqrt(2 * layers applied), so the residual stream's variance does not grow with depth."""
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+    for name, p in model.named_parameters():
+        if name.endswith("wo.weight") or name.endswith("ffn.w2.weight"):
+            nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_applied_layers))
+
+
+def block_flops(cfg, T):
+    """Forward FLOPs of one Block on a sequence of length T, matrix multiplies only (2 per
+    multiply-add, the convention of torch.utils.flop_counter.FlopCounterMode):
+        projections 2*T*C*(2*C + 2*C_kv),  QK^T and AV 2 * 2*T*T*C (the full T x T, also when causal,
+        as both attention paths compute it),  FFN 2*T*C*F*(3 for SwiGLU, 2 for GELU)."""
+    C = cfg.n_embd
+    c_kv = cfg.n_kv_head * (C // cfg.n_head)
+    proj = 2 * T * C * (2 * C + 2 * c_kv)
+    attn = 2 * 2 * T * T * C
+    ffn = 2 * T * C * cfg.ffn_hidden * (3 if cfg.ffn == "swiglu" else 2)
+    return proj + attn + ffn
+
+
+# -----------------------------------------------------------------------------
 # Encoder classifier: the recurrent-vs-baseline study
 
 
@@ -259,32 +320,14 @@ class EncoderConfig:
     causal: bool = False  # encoders see both directions
 
     def __post_init__(self):
-        for name in ("n_layer", "n_loops", "n_embd", "n_head", "vocab_size", "block_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"EncoderConfig: {name}={getattr(self, name)} must be at least 1")
-        if self.n_kv_head < 0 or self.ffn_hidden < 0:
-            raise ValueError(f"EncoderConfig: n_kv_head={self.n_kv_head} and ffn_hidden={self.ffn_hidden} "
-                             f"must be >= 0 (0 picks the default)")
-        if self.n_kv_head == 0:
-            self.n_kv_head = self.n_head
-        if self.ffn_hidden == 0:
-            self.ffn_hidden = 4 * self.n_embd
+        check_block_fields(self, ("n_loops", "vocab_size", "block_size"))
         checks = [
-            (self.n_embd % self.n_head == 0, f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}"),
-            (self.n_head % self.n_kv_head == 0, f"n_head={self.n_head} is not a multiple of n_kv_head={self.n_kv_head}"),
-            (self.pos != "rope" or (self.n_embd // self.n_head) % 2 == 0, "RoPE needs an even head size"),
             (self.n_classes >= 2, f"n_classes={self.n_classes} must be at least 2"),
-            (0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)"),
-            (self.ffn in ("swiglu", "gelu"), f"ffn={self.ffn!r}: expected 'swiglu' or 'gelu'"),
-            (self.norm in ("rms", "layer"), f"norm={self.norm!r}: expected 'rms' or 'layer'"),
-            (self.emb_norm in ("none", "rms", "layer"), f"emb_norm={self.emb_norm!r}: expected 'none', 'rms' or 'layer'"),
-            (self.pos in ("rope", "learned", "none"), f"pos={self.pos!r}: expected 'rope', 'learned' or 'none'"),
             (self.pooling in ("cls", "mean"), f"pooling={self.pooling!r}: expected 'cls' or 'mean'"),
-            (self.attn_impl in ("sdpa", "manual"), f"attn_impl={self.attn_impl!r}: expected 'sdpa' or 'manual'"),
         ]
         for ok, msg in checks:
             if not ok:
-                raise ValueError(f"EncoderConfig: {msg}")
+                raise ValueError(f"{type(self).__name__}: {msg}")
 
 
 class EncoderClassifier(nn.Module):
@@ -311,20 +354,7 @@ class EncoderClassifier(nn.Module):
             # buffers follow .to(device) but are not saved: they are a function of the config
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
-        self.apply(self._init_weights)
-        # GPT-2's scaled init for the projections that write into the residual stream
-        for name, p in self.named_parameters():
-            if name.endswith("wo.weight") or name.endswith("ffn.w2.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer * cfg.n_loops))
-
-    @staticmethod
-    def _init_weights(m):
-        if isinstance(m, nn.Linear):
-            nn.init.normal_(m.weight, mean=0.0, std=0.02)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+        init_weights(self, cfg.n_layer * cfg.n_loops)
 
     def embed(self, idx, segments=None):
         """Summed input embedding h_0 (before dropout): E_tok + E_pos + E_seg, optionally normalized."""
@@ -377,18 +407,136 @@ class EncoderClassifier(nn.Module):
         return {"total": total, "embedding": emb, "non_embedding": total - emb}
 
     def flops_per_forward(self, seq_len, batch_size=1):
-        """Analytic forward FLOPs for a batch of sequences of length seq_len, counting matrix
-        multiplies only (2 FLOPs per multiply-add), the convention of
-        torch.utils.flop_counter.FlopCounterMode; norms, softmax and embedding look-ups are left out.
-        Per layer:  projections 2*T*C*(2*C + 2*C_kv),  QK^T and AV 2 * 2*T*T*C,
-                    FFN 2*T*C*F*(3 for SwiGLU, 2 for GELU);  times n_layer * n_loops; plus the head."""
-        cfg, T, C = self.cfg, seq_len, self.cfg.n_embd
-        c_kv = cfg.n_kv_head * (C // cfg.n_head)
-        proj = 2 * T * C * (2 * C + 2 * c_kv)
-        attn = 2 * 2 * T * T * C
-        ffn = 2 * T * C * cfg.ffn_hidden * (3 if cfg.ffn == "swiglu" else 2)
-        head = 2 * C * cfg.n_classes
-        return batch_size * ((proj + attn + ffn) * cfg.n_layer * cfg.n_loops + head)
+        """Analytic forward FLOPs for a batch of sequences of length seq_len: `block_flops` per
+        applied layer (n_layer * n_loops of them) plus the classifier head. Norms, softmax and
+        embedding look-ups are left out."""
+        cfg = self.cfg
+        head = 2 * cfg.n_embd * cfg.n_classes
+        return batch_size * (block_flops(cfg, seq_len) * cfg.n_layer * cfg.n_loops + head)
+
+
+# -----------------------------------------------------------------------------
+# Decoder-only language model: the char-level GPT of the embedding-normalization study
+
+
+@dataclass
+class GPTConfig:
+    """Causal LM. Defaults are the study's model (seed 004, section 4): a GPT-2-style pre-LN decoder
+    with 8 layers, width 128, 8 heads, context 128, GELU FFN of width 4d, LayerNorm, learned
+    positions and tied input/output embeddings; about 1.6 M parameters on 65 characters.
+    nanoGPT's shakespeare_char model is n_layer=6, n_embd=384, n_head=6, block_size=256, dropout=0.2."""
+
+    vocab_size: int = 65  # tinyshakespeare's characters (data.py writes the exact count into meta.json)
+    block_size: int = 128  # context length L
+    n_layer: int = 8
+    n_embd: int = 128
+    n_head: int = 8
+    n_kv_head: int = 0  # 0 means n_head
+    ffn_hidden: int = 0  # 0 means 4 * n_embd, GPT-2's expansion
+    ffn: str = "gelu"  # 'gelu' (GPT-2) | 'swiglu'
+    norm: str = "layer"  # the norm inside every Block and at the end: 'layer' (GPT-2) | 'rms'
+    norm_eps: float = 1e-5
+    pos: str = "learned"  # 'learned' E_pos added to E_tok (GPT-2) | 'rope' | 'none'
+    rope_theta: float = 10000.0
+    emb_norm: str = "none"  # the study's variable, applied to E_tok + E_pos: 'none' (A) | 'layer' (LN) | 'rms' (RMS)
+    dropout: float = 0.0
+    bias: bool = False  # as nanoGPT's shakespeare_char config: a little faster, no worse
+    tie_embeddings: bool = True  # the output head reuses E_tok (Press & Wolf 2017)
+    attn_impl: str = "sdpa"  # 'sdpa' | 'manual'
+    causal = True  # a class attribute, not a field: a GPT is causal by definition (Block reads it)
+
+    def __post_init__(self):
+        check_block_fields(self, ("vocab_size", "block_size"))
+
+
+class GPT(nn.Module):
+    """Token embedding + learned positions -> optional embedding norm (the study's variants) ->
+    n_layer causal Blocks -> final norm -> logits over the vocabulary (tied to the token embedding).
+
+    The three variants of the study differ only in `emb_norm`, i.e. in what becomes the input to
+    the first block:  A: X = E_tok(t) + E_pos(p);  LN: X = LayerNorm(E_tok(t) + E_pos(p));
+    RMS: X = RMSNorm(E_tok(t) + E_pos(p)). `embed` returns exactly this X."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos == "learned" else None
+        self.drop = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm_f = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
+        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.head.weight = self.tok_emb.weight  # one Parameter, two uses
+        if cfg.pos == "rope":
+            cos, sin = rope_cache(cfg.block_size, cfg.n_embd // cfg.n_head, cfg.rope_theta)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        init_weights(self, cfg.n_layer)
+        # created last, so that for one seed the three variants draw identical random weights
+        # everywhere else (norm gains start at one, which consumes no random numbers)
+        self.emb_norm = None if cfg.emb_norm == "none" else make_norm(cfg.emb_norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
+
+    def embed(self, idx):
+        """X, the input to the first block (before dropout): E_tok(t) + E_pos(p), optionally normalized."""
+        T = idx.size(1)
+        if T > self.cfg.block_size:
+            raise ValueError(f"sequence of length {T} is longer than block_size={self.cfg.block_size}")
+        x = self.tok_emb(idx)  # (B, T, C)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(T, device=idx.device))  # (T, C) broadcast over B
+        return self.emb_norm(x) if self.emb_norm is not None else x
+
+    def forward(self, idx, targets=None):
+        """idx: (B, T) token ids; targets: (B, T) the next token at each position, or None.
+        Returns (logits (B, T, vocab_size), mean cross-entropy over all positions or None)."""
+        x = self.drop(self.embed(idx))
+        rope = (self.rope_cos, self.rope_sin) if self.cfg.pos == "rope" else None
+        for layer in self.layers:
+            x, _ = layer(x, None, rope)
+        logits = self.head(self.norm_f(x))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        """Extend idx (B, T) by max_new_tokens sampled tokens, feeding back the last block_size.
+        temperature=0 takes the most likely token (greedy, deterministic); otherwise logits are
+        divided by the temperature, cut to the top_k most likely tokens if given, and sampled
+        with `generator` (a torch.Generator, for reproducible samples)."""
+        if temperature < 0:
+            raise ValueError(f"temperature={temperature} must be >= 0")
+        was_training = self.training
+        self.eval()
+        for _ in range(max_new_tokens):
+            logits, _ = self(idx[:, -self.cfg.block_size:])
+            logits = logits[:, -1].float()  # (B, V): the prediction for the next position
+            if temperature == 0:
+                nxt = logits.argmax(-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None and top_k < logits.size(-1):
+                    kth = torch.topk(logits, top_k).values[:, -1:]  # (B, 1): the k-th largest
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                nxt = torch.multinomial(F.softmax(logits, -1), 1, generator=generator)
+            idx = torch.cat((idx, nxt), dim=1)
+        self.train(was_training)
+        return idx
+
+    def param_counts(self):
+        """Total, embedding (token and position tables) and non-embedding parameter counts. A tied
+        head is the token table itself and counts once."""
+        total = sum(p.numel() for p in self.parameters())  # parameters() yields a shared tensor once
+        emb = sum(m.weight.numel() for m in (self.tok_emb, self.pos_emb) if m is not None)
+        return {"total": total, "embedding": emb, "non_embedding": total - emb}
+
+    def flops_per_forward(self, seq_len, batch_size=1):
+        """Analytic forward FLOPs: `block_flops` per layer plus the vocabulary head at every position."""
+        cfg = self.cfg
+        head = 2 * seq_len * cfg.n_embd * cfg.vocab_size
+        return batch_size * (block_flops(cfg, seq_len) * cfg.n_layer + head)
 
 
 # -----------------------------------------------------------------------------
@@ -396,7 +544,7 @@ class EncoderClassifier(nn.Module):
 
 CKPT_FORMAT = "transformer-lab-checkpoint"
 CKPT_VERSION = 1
-MODEL_CLASSES = {"encoder_classifier": (EncoderConfig, EncoderClassifier)}
+MODEL_CLASSES = {"encoder_classifier": (EncoderConfig, EncoderClassifier), "gpt": (GPTConfig, GPT)}
 
 
 class CheckpointError(RuntimeError):

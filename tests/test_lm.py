@@ -1,0 +1,410 @@
+"""
+The char-level GPT: causal masking, the embedding-norm variants, tied weights, generation, the
+tinyshakespeare data, the LM training path, evaluate.py on LM checkpoints, and the study statistics.
+"""
+
+import json
+import math
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import configurator
+import data
+import evaluate
+import train
+from model import GPT, GPTConfig, LayerNorm, RMSNorm, load_checkpoint
+
+
+def tiny_gpt(**kw):
+    base = dict(vocab_size=11, block_size=9, n_layer=2, n_embd=16, n_head=2, dropout=0.0)
+    base.update(kw)
+    return GPT(GPTConfig(**base))
+
+
+# -----------------------------------------------------------------------------
+# the model
+
+
+@pytest.mark.parametrize("attn_impl", ["sdpa", "manual"])
+@pytest.mark.parametrize("emb_norm", ["none", "layer", "rms"])
+def test_causal_masking(attn_impl, emb_norm):
+    """Changing token t never changes the outputs at positions before t (and does change position t)."""
+    torch.manual_seed(0)
+    model = tiny_gpt(attn_impl=attn_impl, emb_norm=emb_norm).eval()
+    idx = torch.randint(0, 11, (2, 9))
+    base, _ = model(idx)
+    for t in range(9):
+        changed = idx.clone()
+        changed[:, t] = (changed[:, t] + 1) % 11
+        out, _ = model(changed)
+        assert torch.equal(out[:, :t], base[:, :t]), f"position < {t} saw token {t}"
+        assert not torch.allclose(out[:, t], base[:, t])
+
+
+def test_sdpa_equals_manual_forward_and_gradient():
+    torch.manual_seed(0)
+    fast = tiny_gpt(attn_impl="sdpa", block_size=13, n_embd=24, n_head=3)
+    ref = tiny_gpt(attn_impl="manual", block_size=13, n_embd=24, n_head=3)
+    ref.load_state_dict(fast.state_dict())
+    idx = torch.randint(0, 11, (3, 13))
+    lf, loss_f = fast(idx, idx.roll(-1, 1))
+    lr, loss_r = ref(idx, idx.roll(-1, 1))
+    torch.testing.assert_close(lf, lr, atol=1e-5, rtol=1e-5)
+    loss_f.backward()
+    loss_r.backward()
+    for (name, pf), (_, pr) in zip(fast.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(pf.grad, pr.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_variants_differ_only_in_the_embedding_norm():
+    """Built from one seed, the three variants hold identical weights everywhere else; the only extra
+    parameters are the embedding norm's; and X is exactly the raw sum, its LayerNorm, or its RMSNorm."""
+    models = {}
+    for kind in ("none", "layer", "rms"):
+        torch.manual_seed(3)
+        models[kind] = tiny_gpt(emb_norm=kind, bias=True)
+    base_sd = models["none"].state_dict()
+    for kind in ("layer", "rms"):
+        sd = models[kind].state_dict()
+        extra = set(sd) - set(base_sd)
+        assert set(base_sd) <= set(sd)
+        assert extra == ({"emb_norm.weight", "emb_norm.bias"} if kind == "layer" else {"emb_norm.weight"})
+        for k, v in base_sd.items():
+            assert torch.equal(v, sd[k]), k
+    idx = torch.randint(0, 11, (2, 9))
+    raw = models["none"].tok_emb(idx) + models["none"].pos_emb(torch.arange(9))
+    torch.testing.assert_close(models["none"].embed(idx), raw)
+    ln, rms = models["layer"].embed(idx), models["rms"].embed(idx)
+    torch.testing.assert_close(ln, torch.nn.functional.layer_norm(raw, (16,), eps=1e-5))
+    torch.testing.assert_close(rms, raw / raw.pow(2).mean(-1, keepdim=True).add(1e-5).sqrt())
+    assert isinstance(models["layer"].emb_norm, LayerNorm) and isinstance(models["rms"].emb_norm, RMSNorm)
+    # at initialization (gain 1) the normalized X has norm ~sqrt(C) = 4 per position (a little less: eps=1e-5
+    # is not negligible next to a mean square of ~8e-4); the raw sum has ~0.02 * sqrt(2C)
+    assert rms.norm(dim=-1).sub(4.0).abs().max() < 0.1
+    assert raw.norm(dim=-1).mean() < 0.5
+
+
+def test_tied_embeddings_are_one_parameter():
+    model = tiny_gpt()
+    assert model.head.weight is model.tok_emb.weight
+    n_untied = tiny_gpt(tie_embeddings=False).param_counts()["total"]
+    assert n_untied - model.param_counts()["total"] == 11 * 16  # the head's own matrix, counted once when tied
+
+
+def test_study_model_size():
+    """Seed 004: 8 layers, width 128, 8 heads, context 128, tied, about 1.6 M parameters."""
+    counts = GPT(GPTConfig()).param_counts()
+    C, L = 128, 8
+    per_layer = 4 * C * C + 2 * 4 * C * C + 2 * C  # wq wk wv wo, GELU FFN, two LayerNorm gains (no bias)
+    assert counts["total"] == L * per_layer + C + 65 * C + 128 * C
+    assert 1.55e6 < counts["total"] < 1.65e6
+
+
+def test_generate_greedy_is_deterministic_and_argmax():
+    torch.manual_seed(0)
+    model = tiny_gpt()
+    prompt = torch.tensor([[1, 2, 3]])
+    a = model.generate(prompt, 12, temperature=0)  # longer than block_size: the context is cropped
+    b = model.generate(prompt, 12, temperature=0)
+    assert torch.equal(a, b) and a.shape == (1, 15) and torch.equal(a[:, :3], prompt)
+    idx = prompt
+    with torch.no_grad():
+        for _ in range(12):
+            logits, _ = model(idx[:, -9:])
+            idx = torch.cat((idx, logits[:, -1].argmax(-1, keepdim=True)), 1)
+    assert torch.equal(a, idx)
+    assert torch.equal(model.generate(prompt, 12, temperature=1.0, top_k=1), a)  # top-1 sampling is greedy
+
+
+def test_generate_sampling_follows_the_generator_seed():
+    torch.manual_seed(0)
+    model = tiny_gpt()
+    prompt = torch.zeros(1, 1, dtype=torch.long)
+    draw = [model.generate(prompt, 30, temperature=1.5, generator=torch.Generator().manual_seed(s)) for s in (7, 7, 8)]
+    assert torch.equal(draw[0], draw[1])
+    assert not torch.equal(draw[0], draw[2])
+    with pytest.raises(ValueError, match="temperature"):
+        model.generate(prompt, 1, temperature=-1)
+
+
+def test_generate_top_k_restricts_the_choice():
+    torch.manual_seed(0)
+    model = tiny_gpt()
+    prompt = torch.zeros(1, 1, dtype=torch.long)
+    with torch.no_grad():
+        top2 = set(torch.topk(model(prompt)[0][0, -1], 2).indices.tolist())
+    firsts = {model.generate(prompt, 1, temperature=5.0, top_k=2, generator=torch.Generator().manual_seed(s))[0, 1].item()
+              for s in range(40)}
+    assert firsts <= top2 and len(firsts) == 2
+
+
+def test_gpt_config_rejects_nonsense():
+    for bad in (dict(emb_norm="batch"), dict(n_embd=10, n_head=3), dict(block_size=0), dict(dropout=1.0)):
+        with pytest.raises(ValueError, match="GPTConfig"):
+            GPTConfig(**bad)
+    with pytest.raises(ValueError, match="block_size"):
+        tiny_gpt()(torch.zeros(1, 10, dtype=torch.long))
+
+
+# -----------------------------------------------------------------------------
+# data
+
+
+def test_shakespeare_char_from_the_real_mirror(tmp_path):
+    mirror = os.environ["DATA_MIRROR"]
+    if not os.path.isfile(os.path.join(mirror, "tinyshakespeare", "input.txt")):
+        pytest.skip(f"no tinyshakespeare in {mirror}")
+    meta = data.prepare_shakespeare_char(mirror=mirror, out_dir=str(tmp_path), verbose=False)
+    assert meta["vocab_size"] == 65 and meta["counts"] == {"train": 1_003_854, "val": 111_540}
+    codec = data.CharCodec(meta["vocab"])
+    tr, va = data.TokenSplit(str(tmp_path), "train"), data.TokenSplit(str(tmp_path), "val")
+    assert tr.tokens.dtype == np.uint16 and len(tr) == 1_003_854 and len(va) == 111_540
+    with open(os.path.join(mirror, "tinyshakespeare", "input.txt")) as f:
+        text = f.read()
+    assert codec.decode(tr.tokens) + codec.decode(va.tokens) == text
+
+
+@pytest.fixture(scope="session")
+def char_mirror(tmp_path_factory):
+    """A mirror with a small fake tinyshakespeare (about 6,000 characters of play-like lines)."""
+    root = tmp_path_factory.mktemp("char_mirror")
+    os.makedirs(root / "tinyshakespeare")
+    rng = random.Random(0)
+    names, words = ["ROMEO", "JULIET", "NURSE"], ["thou", "art", "my", "love", "and", "the", "night", "is", "fair"]
+    lines = []
+    while sum(len(x) for x in lines) < 6000:
+        lines.append(f"{rng.choice(names)}:\n" + " ".join(rng.choice(words) for _ in range(rng.randint(3, 9))) + ".\n\n")
+    (root / "tinyshakespeare" / "input.txt").write_text("".join(lines))
+    return str(root)
+
+
+@pytest.fixture
+def char_digest(char_mirror, monkeypatch):
+    rel = "tinyshakespeare/input.txt"
+    with open(os.path.join(char_mirror, rel), "rb") as f:
+        monkeypatch.setitem(data.SOURCES["shakespeare_char"]["files"], rel, data.sha256(f.read()))
+
+
+@pytest.fixture
+def char_dataset(char_mirror, char_digest, tmp_path):
+    out = str(tmp_path / "chars")
+    data.prepare_shakespeare_char(mirror=char_mirror, out_dir=out, verbose=False)
+    return out
+
+
+def test_shakespeare_char_download_path(char_mirror, char_digest, monkeypatch, tmp_path):
+    """Without a mirror the canonical URL is downloaded once into the cache and verified."""
+    with open(os.path.join(char_mirror, "tinyshakespeare", "input.txt"), "rb") as f:
+        payload = f.read()
+    calls = []
+
+    def fake_download(url, dest, timeout=60):
+        calls.append(url)
+        with open(dest, "wb") as f:
+            f.write(payload)
+
+    monkeypatch.setattr(data, "download", fake_download)
+    cache = str(tmp_path / "cache")
+    for _ in range(2):
+        assert data.fetch("shakespeare_char", mirror=None, cache_dir=cache) == {"tinyshakespeare/input.txt": payload}
+    assert calls == [data.SOURCES["shakespeare_char"]["url"]]
+    assert calls[0].startswith("https://raw.githubusercontent.com/karpathy/char-rnn/")
+    with open(os.path.join(cache, "tinyshakespeare.txt"), "ab") as f:
+        f.write(b"tampered")
+    with pytest.raises(data.DataError, match="sha256"):
+        data.fetch("shakespeare_char", mirror=None, cache_dir=cache)
+
+
+def test_shakespeare_char_corrupt_mirror_file(char_mirror, tmp_path):
+    """The real digest does not match the fake file: a clear error, and nothing written."""
+    out = tmp_path / "never"
+    with pytest.raises(data.DataError, match="sha256"):
+        data.prepare_shakespeare_char(mirror=char_mirror, out_dir=str(out), verbose=False)
+    assert not out.exists()
+
+
+def test_char_codec_refuses_unknown_characters():
+    codec = data.CharCodec("abc\n")
+    assert codec.decode(codec.encode("cab\n")) == "cab\n"
+    with pytest.raises(ValueError, match="'z'"):
+        codec.encode("az")
+
+
+# -----------------------------------------------------------------------------
+# the LM path in train.py
+
+
+def test_lm_batch_is_a_pure_function_of_seed_and_step():
+    tokens = np.arange(1000, dtype=np.uint16)
+    x, y = train.lm_batch(tokens, 16, 8, seed=1, step=5, device="cpu")
+    x2, y2 = train.lm_batch(tokens, 16, 8, seed=1, step=5, device="cpu")
+    x3, _ = train.lm_batch(tokens, 16, 8, seed=2, step=5, device="cpu")
+    assert torch.equal(x, x2) and torch.equal(y, y2) and not torch.equal(x, x3)
+    assert x.shape == (8, 16) and torch.equal(y, x + 1)  # targets are the next token
+    assert int(y.max()) <= 999
+
+
+def test_lm_eval_windows_are_fixed_and_cover_the_split():
+    starts = train.lm_eval_starts(111_540, 128)
+    assert len(starts) == 871 and starts[0] == 0 and np.all(np.diff(starts) == 128)
+    assert starts[-1] + 128 + 1 <= 111_540  # the last window's targets exist
+    sub = train.lm_eval_starts(111_540, 128, max_windows=10)
+    assert len(sub) == 10 and set(sub) <= set(starts) and sub[0] == 0 and sub[-1] == starts[-1]
+
+
+def lm_cfg(folder, out, **kw):
+    cfg = dict(train.DEFAULTS)
+    cfg.update(dataset="shakespeare_char", data_dir=folder, out_dir=str(out), device="cpu", dtype="float32",
+               block_size=16, n_layer=2, n_loops=1, n_embd=16, n_head=2, ffn="gelu", norm="layer", pos="learned",
+               dropout=0.0, batch_size=8, max_iters=30, eval_interval=10, log_interval=5, scheduler="constant",
+               learning_rate=3e-3, warmup_iters=0, early_stop_patience=0, seed=1)
+    cfg.update(kw)
+    return cfg
+
+
+def read_log(out):
+    with open(os.path.join(out, "log.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_lm_training_learns_and_logs_the_study_metrics(char_dataset, tmp_path):
+    summary = train.train(lm_cfg(char_dataset, tmp_path / "a", emb_norm="rms"))
+    log = read_log(tmp_path / "a")
+    evals = [r for r in log if r["type"] == "eval"]
+    assert [r["iter"] for r in evals] == [10, 20, 30]
+    assert summary["stopped"] == "max_iters" and summary["iters"] == 30
+    vocab = data.load_meta(char_dataset)["vocab_size"]
+    assert summary["final_val_loss"] < math.log(vocab) - 0.5  # well below a uniform guess
+    assert summary["final_val_ppl"] == pytest.approx(math.exp(summary["final_val_loss"]))
+    assert 0 < summary["final_val_acc"] < 1 and summary["final_grad_norm"] > 0
+    assert all("grad_norm" in r for r in log if r["type"] == "train")
+    assert evals[-1]["val_emb_norm"] == pytest.approx(summary["final_val_emb_norm"])
+    # RMSNorm with gain ~1 puts X near sqrt(C) = 4 per position
+    assert 2.0 < summary["final_val_emb_norm"] < 6.0
+    with open(tmp_path / "a" / "summary.json") as f:
+        stored = json.load(f)
+    assert stored["config"]["emb_norm"] == "rms" and stored["final_val_loss"] == summary["final_val_loss"]
+    model, ckpt = load_checkpoint(str(tmp_path / "a" / "ckpt.pt"))
+    assert ckpt["data"]["task"] == "lm" and model.head.weight is model.tok_emb.weight  # still tied after loading
+
+
+def test_lm_validation_is_the_same_for_every_seed_and_variant(char_dataset, tmp_path):
+    """Two seeds and two variants are scored on the same characters; the figures depend on the model only."""
+    a = train.train(lm_cfg(char_dataset, tmp_path / "a", max_iters=4, seed=1))
+    b = train.train(lm_cfg(char_dataset, tmp_path / "b", max_iters=4, seed=2, emb_norm="layer"))
+    assert a["final_val_tokens"] == b["final_val_tokens"] > 0
+    model, ckpt = load_checkpoint(str(tmp_path / "a" / "last.pt"))
+    again = train.lm_evaluate(model, data.TokenSplit(char_dataset, "val").tokens, 16, "cpu", train.nullcontext())
+    assert again["loss"] == pytest.approx(a["final_val_loss"], abs=1e-6)
+
+
+def test_lm_resume_equals_one_run(char_dataset, tmp_path):
+    """12 steps straight == 6 steps, then resume to 12: batches, dropout and optimizer state all restored."""
+    common = dict(dropout=0.1, eval_interval=6)
+    train.train(lm_cfg(char_dataset, tmp_path / "one", max_iters=12, **common))
+    train.train(lm_cfg(char_dataset, tmp_path / "two", max_iters=6, **common))
+    train.train(lm_cfg(char_dataset, tmp_path / "two", max_iters=12, init_from="resume", **common))
+    one, _ = load_checkpoint(str(tmp_path / "one" / "last.pt"))
+    two, ckpt = load_checkpoint(str(tmp_path / "two" / "last.pt"))
+    assert ckpt["iter_num"] == 12
+    for (k, v), (_, w) in zip(one.state_dict().items(), two.state_dict().items()):
+        assert torch.equal(v, w), k
+
+
+def test_lm_config_errors(char_dataset, tmp_path):
+    with pytest.raises(configurator.ConfigError, match="max_iters"):
+        train.train(lm_cfg(char_dataset, tmp_path / "x", max_iters=0))
+    with pytest.raises(configurator.ConfigError, match="n_loops"):
+        train.train(lm_cfg(char_dataset, tmp_path / "x", n_loops=2))
+    with pytest.raises(configurator.ConfigError, match="emb_norm"):
+        train.train(lm_cfg(char_dataset, tmp_path / "x", emb_norm="batch"))
+
+
+def test_study_configs_differ_only_in_the_variant():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cfgs = {v: configurator.apply_overrides(train.DEFAULTS, [os.path.join(root, "config", f"shakespeare_char_{v}.py")])
+            for v in ("baseline", "layernorm", "rmsnorm")}
+    for v, want in (("layernorm", "layer"), ("rmsnorm", "rms")):
+        diff = {k for k in cfgs[v] if cfgs[v][k] != cfgs["baseline"][k]}
+        assert diff == {"emb_norm", "out_dir"} and cfgs[v]["emb_norm"] == want
+    base = cfgs["baseline"]
+    assert (base["n_layer"], base["n_embd"], base["n_head"], base["block_size"]) == (8, 128, 8, 128)
+    assert (base["batch_size"], base["learning_rate"], base["max_iters"]) == (16, 3e-4, 300)
+    long = configurator.apply_overrides(train.DEFAULTS, [os.path.join(root, "config", "shakespeare_char.py")])
+    assert (long["n_layer"], long["n_embd"], long["n_head"], long["block_size"], long["dropout"]) == (6, 384, 6, 256, 0.2)
+
+
+# -----------------------------------------------------------------------------
+# evaluate.py: LM checkpoints and the study
+
+
+def test_evaluate_lm_checkpoint(char_dataset, tmp_path, capsys):
+    train.train(lm_cfg(char_dataset, tmp_path / "run", max_iters=10))
+    out = str(tmp_path / "r.json")
+    evaluate.main(["--ckpt", str(tmp_path / "run" / "ckpt.pt"), "--prompt", "ROMEO:", "--max_new_tokens", "25",
+                   "--temperature", "0", "--json", out, "--repeats", "1"])
+    with open(out) as f:
+        r = json.load(f)
+    assert r["ppl"] == pytest.approx(math.exp(r["loss"])) and 0 <= r["accuracy"] <= 1 and r["emb_norm"] > 0
+    assert r["sample"].startswith("ROMEO:") and len(r["sample"]) == 6 + 25
+    assert r["latency_ms"] > 0 and r["throughput"] > 0 and r["flops_per_token"] > 0
+    printed = capsys.readouterr().out
+    assert "perplexity" in printed and r["sample"] in printed
+    with pytest.raises(SystemExit, match="language model"):
+        evaluate.main(["--ckpt", str(tmp_path / "run" / "ckpt.pt"), "--text", "hello"])
+    with pytest.raises(SystemExit, match="not in this model's vocabulary"):
+        evaluate.main(["--ckpt", str(tmp_path / "run" / "ckpt.pt"), "--prompt", "~", "--no_timing"])
+
+
+def test_t_quantile_and_mean_ci():
+    assert evaluate.t_quantile_975(4) == 2.776
+    assert evaluate.t_quantile_975(40) == pytest.approx(2.0211, abs=1e-3)
+    assert evaluate.t_quantile_975(120) == pytest.approx(1.9799, abs=1e-3)
+    mean, half = evaluate.mean_ci([1, 2, 3, 4, 5])
+    assert mean == 3 and half == pytest.approx(2.776 * math.sqrt(2.5) / math.sqrt(5))
+    with pytest.raises(ValueError):
+        evaluate.mean_ci([1.0])
+
+
+def test_paired_bootstrap_known_cases():
+    # a constant difference: every resample has mean c
+    assert evaluate.paired_bootstrap([1, 2, 3], [1.5, 2.5, 3.5]) == pytest.approx((0.5, 0.5, 0.5))
+    # differences (0, 1): resampled means are 0, 0.5, 1 with probabilities 1/4, 1/2, 1/4, so the
+    # 2.5th and 97.5th percentiles are the extremes
+    d, lo, hi = evaluate.paired_bootstrap([0, 0], [0, 1], n_boot=20000)
+    assert (d, lo, hi) == (0.5, 0.0, 1.0)
+    # pairing matters: a large shared per-seed spread cancels out
+    base = [10.0, 20.0, 30.0, 40.0, 50.0]
+    d, lo, hi = evaluate.paired_bootstrap(base, [b + 1 + 0.01 * i for i, b in enumerate(base)])
+    assert 1.0 <= lo < d < hi <= 1.04
+    assert evaluate.verdict(lo, hi, -1) == "worse" and evaluate.verdict(lo, hi, +1) == "better"
+    assert evaluate.verdict(-lo, hi, -1) == "no significant difference" and evaluate.verdict(lo, hi, 0) == "higher"
+
+
+def test_study_runs_then_collects(char_mirror, char_digest, tmp_path, monkeypatch, capsys):
+    """Two variants x two seeds on the fake corpus: the first call trains (in-process subprocesses),
+    the second only collects; the table and JSON carry every metric and the paired differences."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    folder = str(tmp_path / "chars")
+    data.prepare_shakespeare_char(mirror=char_mirror, out_dir=folder, verbose=False)
+    configs = [os.path.join(root, "config", f"shakespeare_char_{v}.py") for v in ("baseline", "rmsnorm")]
+    sets = [f"data_dir={folder!r}", "device='cpu'", "max_iters=3", "eval_interval=3", "block_size=16", "n_layer=1",
+            "n_embd=16", "n_head=2", "log_interval=1"]
+    args = ["--study", *configs, "--seeds", "1", "2", "--out_root", str(tmp_path / "study"), "--set", *sets]
+    out = str(tmp_path / "study.json")
+    evaluate.main([*args, "--json", out])
+    first = capsys.readouterr().out
+    assert "4 to train" in first
+    with open(out) as f:
+        result = json.load(f)
+    assert set(result["metrics"]) == {k for k, _, _ in evaluate.STUDY_METRICS}
+    diff = result["differences"]["shakespeare_char_rmsnorm"]["final_val_emb_norm"]
+    assert diff["verdict"] == "higher" and diff["lo"] > 0  # RMSNorm lifts ||X|| from ~0.3 to ~sqrt(16)
+    evaluate.main([*args, "--collect_only"])
+    assert "0 to train" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="not finished"):
+        evaluate.main([*args[:-len(sets)], *sets[:-1], "log_interval=2", "--collect_only"])
