@@ -264,6 +264,14 @@ def write_split(folder, split, seqs, labels, dtype):
     write_bin(os.path.join(folder, f"{split}_labels.bin"), np.asarray(labels, dtype=np.int64))
 
 
+def write_meta(folder, meta):
+    """meta.json, written atomically and last: its presence means the folder is complete."""
+    tmp = os.path.join(folder, "meta.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(meta, f)
+    os.replace(tmp, os.path.join(folder, "meta.json"))
+
+
 def load_meta(folder):
     path = os.path.join(folder, "meta.json")
     if not os.path.isfile(path):
@@ -359,10 +367,7 @@ def prepare_sst2(protocol="glue", vocab="compact", max_len=256, mirror=None, out
             "specials": {"pad": PAD, "unk": UNK, "cls": CLS}, "vocab_mode": vocab, "vocab_size": vocab_size,
             "vocab": "full" if vocab == "full" else kept, "label_names": ["negative", "positive"],
             "counts": counts, "sources": SOURCES["sst2"]}
-    tmp = os.path.join(out_dir, "meta.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(meta, f)
-    os.replace(tmp, os.path.join(out_dir, "meta.json"))  # written last: its presence means "complete"
+    write_meta(out_dir, meta)
     if verbose:
         print(f"SST-2 ({protocol} protocol, {vocab} vocab: {vocab_size:,} ids) -> {out_dir}")
         for k, c in counts.items():
@@ -410,10 +415,7 @@ def prepare_shakespeare_char(mirror=None, out_dir=None, verbose=True, **_ignored
     meta = {"dataset": "shakespeare_char", "task": "lm", "tokenizer": "char", "vocab": chars,
             "vocab_size": len(chars), "counts": {k: len(v) for k, v in splits.items()},
             "sources": SOURCES["shakespeare_char"]}
-    tmp = os.path.join(out_dir, "meta.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(meta, f)
-    os.replace(tmp, os.path.join(out_dir, "meta.json"))  # written last: its presence means "complete"
+    write_meta(out_dir, meta)
     if verbose:
         print(f"Tiny Shakespeare: {len(text):,} characters, vocabulary {len(chars)} -> {out_dir}")
         print(f"  train {len(splits['train']):,} tokens, val {len(splits['val']):,} tokens")

@@ -95,6 +95,17 @@ def test_tied_embeddings_are_one_parameter():
     assert n_untied - model.param_counts()["total"] == 11 * 16  # the head's own matrix, counted once when tied
 
 
+@pytest.mark.parametrize("ffn", ["gelu", "swiglu"])
+def test_flops_per_forward_matches_flop_counter(ffn):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = tiny_gpt(attn_impl="manual", ffn=ffn, n_kv_head=1)
+    idx = torch.randint(0, 11, (3, 7))
+    with FlopCounterMode(display=False) as fc:
+        model(idx)
+    assert fc.get_total_flops() == model.flops_per_forward(7, batch_size=3)
+
+
 def test_study_model_size():
     """Seed 004: 8 layers, width 128, 8 heads, context 128, tied, about 1.6 M parameters."""
     counts = GPT(GPTConfig()).param_counts()
@@ -394,7 +405,7 @@ def test_study_runs_then_collects(char_mirror, char_digest, tmp_path, monkeypatc
     configs = [os.path.join(root, "config", f"shakespeare_char_{v}.py") for v in ("baseline", "rmsnorm")]
     sets = [f"data_dir={folder!r}", "device='cpu'", "max_iters=3", "eval_interval=3", "block_size=16", "n_layer=1",
             "n_embd=16", "n_head=2", "log_interval=1"]
-    args = ["--study", *configs, "--seeds", "1", "2", "--out_root", str(tmp_path / "study"), "--set", *sets]
+    args = ["--study", *configs, "--seeds", "1", "2", "--out_root", str(tmp_path / "study"), "--jobs", "2", "--set", *sets]
     out = str(tmp_path / "study.json")
     evaluate.main([*args, "--json", out])
     first = capsys.readouterr().out
@@ -408,3 +419,9 @@ def test_study_runs_then_collects(char_mirror, char_digest, tmp_path, monkeypatc
     assert "0 to train" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="not finished"):
         evaluate.main([*args[:-len(sets)], *sets[:-1], "log_interval=2", "--collect_only"])
+
+
+def test_run_names_tell_study_checkpoints_apart():
+    assert evaluate.run_names(["out/study/A/seed1/ckpt.pt", "out/study/B/seed1/ckpt.pt"]) == ["A/seed1", "B/seed1"]
+    assert evaluate.run_names(["out/a/ckpt.pt", "out/b/last.pt"]) == ["a", "b"]
+    assert evaluate.run_names(["x/ckpt.pt", "x/ckpt.pt"]) == ["x/ckpt.pt", "x/ckpt.pt"]
