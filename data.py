@@ -264,12 +264,17 @@ def write_split(folder, split, seqs, labels, dtype):
     write_bin(os.path.join(folder, f"{split}_labels.bin"), np.asarray(labels, dtype=np.int64))
 
 
-def write_meta(folder, meta):
-    """meta.json, written atomically and last: its presence means the folder is complete."""
-    tmp = os.path.join(folder, "meta.json.tmp")
+def write_json(path, obj, indent=None):
+    """Write a JSON file atomically (temporary file, then rename): readers never see half a file."""
+    tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
-        json.dump(meta, f)
-    os.replace(tmp, os.path.join(folder, "meta.json"))
+        json.dump(obj, f, indent=indent)
+    os.replace(tmp, path)
+
+
+def write_meta(folder, meta):
+    """meta.json, written last: its presence means the folder is complete."""
+    write_json(os.path.join(folder, "meta.json"), meta)
 
 
 def load_meta(folder):
@@ -402,7 +407,7 @@ def prepare_shakespeare_char(mirror=None, out_dir=None, verbose=True, **_ignored
     """Build data/shakespeare_char: the sorted set of characters is the vocabulary (65 of them), the
     first 90 % of the text is train.bin and the rest val.bin, uint16 ids. Returns the meta dict.
     (Keyword arguments of the classification preparers, such as protocol, do not apply and are ignored.)"""
-    out_dir = out_dir or os.path.join("data", "shakespeare_char")
+    out_dir = out_dir or dataset_dir("shakespeare_char")
     (raw,) = fetch("shakespeare_char", mirror).values()
     text = raw.decode("utf-8")
     chars = sorted(set(text))
@@ -436,7 +441,7 @@ PREPARERS = {"sst2": prepare_sst2, "shakespeare_char": prepare_shakespeare_char}
 LM_DATASETS = {"shakespeare_char"}
 
 
-def dataset_dir(dataset, protocol, vocab):
+def dataset_dir(dataset, protocol=None, vocab=None):
     """Where a dataset is prepared by default: data/<dataset> for a language-modelling corpus,
     data/<dataset>_<protocol>_<vocab> for a classification set."""
     return os.path.join("data", dataset) if dataset in LM_DATASETS else default_out_dir(dataset, protocol, vocab)

@@ -75,6 +75,15 @@ def sync(device):
         torch.mps.synchronize()
 
 
+def timed(fn, device):
+    """Seconds that fn() takes, with the device synchronized before and after (kernels are async)."""
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
 @torch.no_grad()
 def latency_ms(model, split, device, ctx, n=200, repeats=3, warmup=10):
     """Median milliseconds per sample at batch size 1 over the first n examples of the split,
@@ -82,15 +91,11 @@ def latency_ms(model, split, device, ctx, n=200, repeats=3, warmup=10):
     seqs = [torch.from_numpy(split[i][0])[None].to(device) for i in range(min(n, len(split)))]
     for s in seqs[:warmup]:
         model(s)
-    times = []
-    for _ in range(repeats):
-        for s in seqs:
-            sync(device)
-            t0 = time.perf_counter()
-            with ctx:
-                model(s)
-            sync(device)
-            times.append(time.perf_counter() - t0)
+    def forward(s):
+        with ctx:
+            model(s)
+
+    times = [timed(lambda: forward(s), device) for _ in range(repeats) for s in seqs]
     return 1000 * statistics.median(times)
 
 
@@ -100,13 +105,7 @@ def throughput(model, split, device, ctx, batch_size=256, n=1024, repeats=3):
     (grouped by length, padded to the longest in each batch): one warm-up pass, median of repeats."""
     sub = ListSplit([split[i] for i in range(min(n, len(split)))])
     train.predict(model, sub, batch_size, device, ctx)  # warm-up
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        t0 = time.perf_counter()
-        train.predict(model, sub, batch_size, device, ctx)
-        sync(device)
-        times.append(time.perf_counter() - t0)
+    times = [timed(lambda: train.predict(model, sub, batch_size, device, ctx), device) for _ in range(repeats)]
     return len(sub) / statistics.median(times)
 
 
@@ -227,22 +226,15 @@ def generation_speed(model, device, ctx, block_size, n_tokens=50, repeats=3):
     runs it without a key/value cache; throughput: tokens/s of a batch-64 full-window forward)."""
     x1 = torch.zeros(1, block_size, dtype=torch.long, device=device)
     xb = torch.zeros(64, block_size, dtype=torch.long, device=device)
-    with ctx:
-        model(x1), model(xb)  # warm-up
-    lat, thr = [], []
-    for _ in range(repeats):
-        sync(device)
-        t0 = time.perf_counter()
-        for _ in range(n_tokens):
-            with ctx:
-                model(x1)
-        sync(device)
-        lat.append((time.perf_counter() - t0) / n_tokens)
-        t0 = time.perf_counter()
+
+    def forward(x, times=1):
         with ctx:
-            model(xb)
-        sync(device)
-        thr.append(xb.numel() / (time.perf_counter() - t0))
+            for _ in range(times):
+                model(x)
+
+    forward(x1), forward(xb)  # warm-up
+    lat = [timed(lambda: forward(x1, n_tokens), device) / n_tokens for _ in range(repeats)]
+    thr = [xb.numel() / timed(lambda: forward(xb), device) for _ in range(repeats)]
     return 1000 * statistics.median(lat), statistics.median(thr)
 
 
@@ -321,12 +313,17 @@ def verdict(lo, hi, better):
     return "better" if (up == (better > 0)) else "worse"
 
 
+def config_name(path):
+    """A study's name for a config file: its stem (config/shakespeare_char_rmsnorm.py -> shakespeare_char_rmsnorm)."""
+    return os.path.splitext(os.path.basename(path))[0]
+
+
 def study_runs(configs, seeds, out_root, overrides):
-    """The planned runs: {(name, seed): config dict}, name = the config file's stem. Each run writes to
-    out_root/<name>/seed<seed>."""
+    """The planned runs: {(name, seed): (argv, config dict)}, name = config_name(file). Each run writes
+    to out_root/<name>/seed<seed>."""
     runs = {}
     for path in configs:
-        name = os.path.splitext(os.path.basename(path))[0]
+        name = config_name(path)
         for seed in seeds:
             argv = [path, *[f"--{o}" for o in overrides], f"--seed={seed}",
                     f"--out_dir={os.path.join(out_root, name, f'seed{seed}')}"]
@@ -354,17 +351,7 @@ def run_study(configs, seeds, out_root, overrides=(), jobs=1, collect_only=False
         raise ValueError(f"{len(todo)} runs are not finished (first: {runs[todo[0]][1]['out_dir']}); "
                          f"run without --collect_only to train them")
     print(f"study: {len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to train ({jobs} at a time)")
-    n_cpu = os.cpu_count() or 1
-    per_job = max(1, n_cpu // jobs)
-    running = []  # (key, process, log file, slot)
-    pending, free_slots = list(todo), list(range(jobs))
-    try:
-        run_pending(runs, pending, running, free_slots, jobs, per_job, n_cpu)
-    finally:  # an error or Ctrl-C stops the runs still going (each can be resumed or rerun later)
-        for _, proc, log, _ in running:
-            proc.terminate()
-            proc.wait()
-            log.close()
+    run_pending(runs, todo, jobs)
     summaries = {key: finished_summary(cfg) for key, (_, cfg) in runs.items()}
     missing = [k for k, v in summaries.items() if v is None]
     if missing:
@@ -372,30 +359,35 @@ def run_study(configs, seeds, out_root, overrides=(), jobs=1, collect_only=False
     return summaries
 
 
-def run_pending(runs, pending, running, free_slots, jobs, per_job, n_cpu):
-    """Start pending runs while slots are free; poll until every run has finished."""
-    while pending or running:
-        while pending and free_slots:
-            key = pending.pop(0)
-            argv, cfg = runs[key]
-            os.makedirs(cfg["out_dir"], exist_ok=True)
-            log = open(os.path.join(cfg["out_dir"], "train.out"), "w")
-            slot = free_slots.pop(0)
-            cores = set(range(slot * per_job, (slot + 1) * per_job)) & set(range(n_cpu))
+def run_pending(runs, todo, jobs):
+    """Train the runs `todo` as `python train.py` subprocesses, `jobs` at a time, each slot pinned to its
+    own share of the cores; an error or Ctrl-C stops the runs still going (each can be rerun later)."""
+    n_cpu = os.cpu_count() or 1
+    per_job = max(1, n_cpu // jobs)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
+    running = []  # (key, process, log file, slot)
+    pending, free_slots = list(todo), list(range(jobs))
+    try:
+        while pending or running:
+            while pending and free_slots:
+                key, slot = pending.pop(0), free_slots.pop(0)
+                argv, cfg = runs[key]
+                os.makedirs(cfg["out_dir"], exist_ok=True)
+                log = open(os.path.join(cfg["out_dir"], "train.out"), "w")
+                cores = set(range(slot * per_job, (slot + 1) * per_job)) & set(range(n_cpu))
 
-            def pin(cores=cores):  # one job per group of cores (on a 2-core VM, ~2x faster than unpinned)
-                if jobs > 1 and hasattr(os, "sched_setaffinity"):
-                    os.sched_setaffinity(0, cores)
+                def pin(cores=cores):  # one job per group of cores (on a 2-core VM, ~2x faster than unpinned)
+                    if jobs > 1 and hasattr(os, "sched_setaffinity"):
+                        os.sched_setaffinity(0, cores)
 
-            env = {**os.environ, "OMP_NUM_THREADS": str(per_job)}
-            proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py"),
-                                     *argv], stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=pin)
-            running.append((key, proc, log, slot))
-            print(f"  started {key[0]} seed {key[1]} -> {cfg['out_dir']}/train.out", flush=True)
-        time.sleep(1)
-        for item in list(running):
-            key, proc, log, slot = item
-            if proc.poll() is not None:
+                env = {**os.environ, "OMP_NUM_THREADS": str(per_job)}
+                proc = subprocess.Popen([sys.executable, script, *argv], stdout=log, stderr=subprocess.STDOUT,
+                                        env=env, preexec_fn=pin)
+                running.append((key, proc, log, slot))
+                print(f"  started {key[0]} seed {key[1]} -> {cfg['out_dir']}/train.out", flush=True)
+            time.sleep(1)
+            for item in [r for r in running if r[1].poll() is not None]:
+                key, proc, log, slot = item
                 log.close()
                 running.remove(item)
                 free_slots.append(slot)
@@ -403,6 +395,11 @@ def run_pending(runs, pending, running, free_slots, jobs, per_job, n_cpu):
                     raise RuntimeError(f"{key[0]} seed {key[1]} failed (exit {proc.returncode}); see "
                                        f"{runs[key][1]['out_dir']}/train.out")
                 print(f"  finished {key[0]} seed {key[1]}", flush=True)
+    finally:
+        for _, proc, log, _ in running:
+            proc.terminate()
+            proc.wait()
+            log.close()
 
 
 def study_table(summaries, names, seeds, n_boot=10000):
@@ -472,7 +469,7 @@ def print_table(results):
 
 def study_main(args):
     """--study: run or collect the runs, print the table, optionally write it as JSON."""
-    names = [os.path.splitext(os.path.basename(c))[0] for c in args.study]
+    names = [config_name(c) for c in args.study]
     if len(set(names)) != len(names) or len(args.seeds) < 2:
         raise ValueError("--study needs configs with distinct file names and at least two --seeds")
     summaries = run_study(args.study, args.seeds, args.out_root, args.set, args.jobs, args.collect_only)
@@ -484,8 +481,7 @@ def study_main(args):
     print("\n".join(lines))
     if args.json:
         result["runs"] = {f"{n}/seed{s}": summaries[(n, s)] for n, s in summaries}
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        data.write_json(args.json, result, indent=1)
         print(f"wrote {args.json}")
 
 
@@ -565,8 +561,7 @@ def main(argv=None):
         if args.json:
             for r in results:
                 r["conditions"] = conditions
-            with open(args.json, "w") as f:
-                json.dump(results[0] if len(results) == 1 else results, f, indent=2)
+            data.write_json(args.json, results[0] if len(results) == 1 else results, indent=2)
             print(f"wrote {args.json}")
     except (CheckpointError, data.DataError, configurator.ConfigError, ValueError, RuntimeError, OSError) as e:
         sys.exit(f"error: {e}")

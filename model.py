@@ -259,6 +259,14 @@ def check_block_fields(cfg, positive=()):
             raise ValueError(f"{name}: {msg}")
 
 
+def register_rope(module, cfg):
+    """Give a model its RoPE cos/sin tables as buffers: they follow .to(device) but are not saved,
+    being a function of the config."""
+    cos, sin = rope_cache(cfg.block_size, cfg.n_embd // cfg.n_head, cfg.rope_theta)
+    module.register_buffer("rope_cos", cos, persistent=False)
+    module.register_buffer("rope_sin", sin, persistent=False)
+
+
 def init_weights(model, n_applied_layers):
     """GPT-2's initialization: every Linear and Embedding weight ~ N(0, 0.02), biases zero, norm
     gains one; the projections that write into the residual stream (attention wo, FFN w2) scaled by
@@ -350,10 +358,7 @@ class EncoderClassifier(nn.Module):
         self.norm_f = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
         self.head = nn.Linear(cfg.n_embd, cfg.n_classes, bias=True)
         if cfg.pos == "rope":
-            cos, sin = rope_cache(cfg.block_size, cfg.n_embd // cfg.n_head, cfg.rope_theta)
-            # buffers follow .to(device) but are not saved: they are a function of the config
-            self.register_buffer("rope_cos", cos, persistent=False)
-            self.register_buffer("rope_sin", sin, persistent=False)
+            register_rope(self, cfg)
         init_weights(self, cfg.n_layer * cfg.n_loops)
 
     def embed(self, idx, segments=None):
@@ -469,9 +474,7 @@ class GPT(nn.Module):
         if cfg.tie_embeddings:
             self.head.weight = self.tok_emb.weight  # one Parameter, two uses
         if cfg.pos == "rope":
-            cos, sin = rope_cache(cfg.block_size, cfg.n_embd // cfg.n_head, cfg.rope_theta)
-            self.register_buffer("rope_cos", cos, persistent=False)
-            self.register_buffer("rope_sin", sin, persistent=False)
+            register_rope(self, cfg)
         init_weights(self, cfg.n_layer)
         # created last, so that for one seed the three variants draw identical random weights
         # everywhere else (norm gains start at one, which consumes no random numbers)

@@ -208,8 +208,14 @@ def lm_batch(tokens, block_size, batch_size, seed, step, device):
         raise data.DataError(f"a split of {len(tokens)} tokens is too short for windows of {block_size}")
     rng = np.random.default_rng([seed, *np.atleast_1d(step)])
     starts = rng.integers(0, len(tokens) - block_size, size=batch_size)  # last start: len - T - 1
-    x = np.stack([tokens[i:i + block_size] for i in starts]).astype(np.int64)  # (B, T) from the memmap
-    y = np.stack([tokens[i + 1:i + 1 + block_size] for i in starts]).astype(np.int64)
+    return lm_windows(tokens, starts, block_size, device)
+
+
+def lm_windows(tokens, starts, block_size, device):
+    """Inputs x (B, T) = tokens[s : s+T] and targets y (B, T) = tokens[s+1 : s+T+1] for each start s,
+    copied out of the memory-mapped split as int64."""
+    x = np.stack([tokens[s:s + block_size] for s in starts]).astype(np.int64)
+    y = np.stack([tokens[s + 1:s + 1 + block_size] for s in starts]).astype(np.int64)
     return torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
 
 
@@ -231,9 +237,7 @@ def lm_evaluate(model, tokens, block_size, device, ctx, max_windows=0, batch_siz
     starts = lm_eval_starts(len(tokens), block_size, max_windows)
     loss_sum, correct, norm_sum, n = 0.0, 0, 0.0, 0
     for i in range(0, len(starts), batch_size):
-        chunk = starts[i:i + batch_size]
-        x = torch.from_numpy(np.stack([tokens[s:s + block_size] for s in chunk]).astype(np.int64)).to(device)
-        y = torch.from_numpy(np.stack([tokens[s + 1:s + 1 + block_size] for s in chunk]).astype(np.int64)).to(device)
+        x, y = lm_windows(tokens, starts[i:i + batch_size], block_size, device)
         with ctx:
             logits, _ = model(x)
             emb = raw_model(model).embed(x)  # (B, T, C): what the first block reads
@@ -321,13 +325,6 @@ def evaluate_split(model, split, cfg, meta, device, ctx):
     return {"loss": loss, "acc": acc}
 
 
-def write_json(path, obj):
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
-
-
 def train(cfg):
     """Run one training job described by the config dict `cfg` (DEFAULTS with overrides).
     Returns a summary dict (best and final validation figures, test figures of the best checkpoint for
@@ -395,13 +392,12 @@ def train(cfg):
             total_iters = min(total_iters, cfg["max_iters"])
     eval_every = cfg["eval_interval"] or iters_per_epoch
 
+    data_info = {"dir": folder, "dataset": meta["dataset"], "task": "lm" if lm else "classification",
+                 "vocab": meta["vocab"], "tokenizer": meta["tokenizer"]}
     if lm:
-        data_info = {"dir": folder, "dataset": meta["dataset"], "task": "lm", "vocab": meta["vocab"],
-                     "tokenizer": meta["tokenizer"], "block_size": cfg["block_size"]}
+        data_info["block_size"] = cfg["block_size"]
     else:
-        data_info = {"dir": folder, "dataset": meta["dataset"], "task": "classification", "protocol": meta["protocol"],
-                     "vocab": meta["vocab"], "max_len": meta["max_len"], "label_names": meta["label_names"],
-                     "tokenizer": meta["tokenizer"], "preprocessing": meta["preprocessing"]}
+        data_info.update({k: meta[k] for k in ("protocol", "max_len", "label_names", "preprocessing")})
 
     def state(kind):
         """Everything a checkpoint holds beyond the model: last.pt adds what resuming needs."""
@@ -538,7 +534,7 @@ def train(cfg):
               f"acc {summary['test_acc']:.4f}  ({finished_reason}, {summary['train_minutes']:.1f} min)")
     log_jsonl(log_path, {"type": "summary", **summary})
     if finished_reason != "interrupted":
-        write_json(summary_path, {**summary, "config": cfg})
+        data.write_json(summary_path, {**summary, "config": cfg}, indent=1)
     return summary
 
 

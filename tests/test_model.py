@@ -121,43 +121,42 @@ def test_need_weights_returns_one_map_per_applied_layer():
 # norms against torch's own and against the formula
 
 
-def test_layernorm_matches_torch():
-    torch.manual_seed(0)
-    x = (torch.randn(4, 5, 24) * 3 + 1.5).requires_grad_(True)
-    ln = model.LayerNorm(24, eps=1e-5)
-    with torch.no_grad():
-        ln.weight.normal_()
-        ln.bias.normal_()
-    w, b = ln.weight.detach().clone().requires_grad_(True), ln.bias.detach().clone().requires_grad_(True)
-    x2 = x.detach().clone().requires_grad_(True)
-    y, y_ref = ln(x), F.layer_norm(x2, (24,), w, b, eps=1e-5)
+def assert_matches_reference(module, reference, x):
+    """module(x) against reference(x, *params) on detached copies of the input and of every parameter:
+    the outputs agree, and so do the gradients of the input and of each parameter. Returns module(x)."""
+    params = [p.detach().clone().requires_grad_(True) for p in module.parameters()]
+    x, x2 = x.detach().clone().requires_grad_(True), x.detach().clone().requires_grad_(True)
+    y, y_ref = module(x), reference(x2, *params)
     torch.testing.assert_close(y, y_ref, atol=1e-5, rtol=1e-5)
     g = torch.randn_like(y)
     y.backward(g)
     y_ref.backward(g)
-    for got, ref in [(x.grad, x2.grad), (ln.weight.grad, w.grad), (ln.bias.grad, b.grad)]:
-        torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(x.grad, x2.grad, atol=1e-4, rtol=1e-4)
+    for p, ref in zip(module.parameters(), params, strict=True):
+        torch.testing.assert_close(p.grad, ref.grad, atol=1e-4, rtol=1e-4)
+    return y
+
+
+def test_layernorm_matches_torch():
+    torch.manual_seed(0)
+    x = torch.randn(4, 5, 24) * 3 + 1.5
+    ln = model.LayerNorm(24, eps=1e-5)
+    with torch.no_grad():
+        ln.weight.normal_()
+        ln.bias.normal_()
+    assert_matches_reference(ln, lambda x, w, b: F.layer_norm(x, (24,), w, b, eps=1e-5), x)
     assert model.LayerNorm(24, bias=False).bias is None
 
 
 def test_rmsnorm_matches_formula_and_torch():
     torch.manual_seed(0)
-    x = (torch.randn(4, 5, 24) * 3 + 0.5).requires_grad_(True)
+    x = torch.randn(4, 5, 24) * 3 + 0.5
     rms = model.RMSNorm(24, eps=1e-6)
     with torch.no_grad():
         rms.weight.normal_()
-    w = rms.weight.detach().clone().requires_grad_(True)
-    x2 = x.detach().clone().requires_grad_(True)
-    y = rms(x)
-    y_ref = x2 / torch.sqrt((x2 * x2).mean(-1, keepdim=True) + 1e-6) * w
-    torch.testing.assert_close(y, y_ref, atol=1e-5, rtol=1e-5)
+    y = assert_matches_reference(rms, lambda x, w: x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w, x)
     if hasattr(F, "rms_norm"):
-        torch.testing.assert_close(y, F.rms_norm(x.detach(), (24,), w.detach(), eps=1e-6), atol=1e-5, rtol=1e-5)
-    g = torch.randn_like(y)
-    y.backward(g)
-    y_ref.backward(g)
-    torch.testing.assert_close(x.grad, x2.grad, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(rms.weight.grad, w.grad, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(y, F.rms_norm(x, (24,), rms.weight.detach(), eps=1e-6), atol=1e-5, rtol=1e-5)
 
 
 def test_norms_keep_low_precision_dtype():
