@@ -7,6 +7,10 @@ A config file is plain Python whose top-level assignments override the defaults;
 arguments come after it and win. Every key must already exist among the defaults (a typo is an
 error that names the closest valid key), and every value must have the default's type, except that
 an int is accepted where a float is expected. A default of None accepts any value.
+
+Some keys exist only under one value of another setting: each model family has its own settings,
+present when `model` names that family. `apply_overrides` takes them as `depends`,
+{setting: {value: {key: default}}}; a key of another family is an error that says whose it is.
 """
 
 import ast
@@ -23,9 +27,12 @@ def _closest(key, valid):
     return f" (did you mean {near[0]!r}?)" if near else ""
 
 
-def _check(key, value, defaults, source):
-    """Return value coerced to the type of defaults[key], or raise ConfigError."""
+def _check(key, value, defaults, source, elsewhere=None):
+    """Return value coerced to the type of defaults[key], or raise ConfigError. `elsewhere` maps keys
+    that are valid only under another choice to the words that say which."""
     if key not in defaults:
+        if elsewhere and key in elsewhere:
+            raise ConfigError(f"config key {key!r} in {source} is a setting of {elsewhere[key]}")
         raise ConfigError(f"unknown config key {key!r} in {source}{_closest(key, list(defaults))}")
     default = defaults[key]
     if default is None:
@@ -53,9 +60,10 @@ def parse_value(text):
         return text
 
 
-def apply_overrides(defaults, argv):
-    """Return a new config dict: defaults updated from the config files and --key=value items in argv."""
-    config = dict(defaults)
+def read_settings(argv):
+    """The assignments in argv, in order, unchecked: [(key, value, source)] from each config file's
+    top-level names and each --key=value."""
+    settings = []
     for arg in argv:
         if not arg.startswith("--"):
             if not os.path.isfile(arg):
@@ -69,10 +77,33 @@ def apply_overrides(defaults, argv):
             for key, value in namespace.items():
                 if key.startswith("_") or callable(value) or type(value).__name__ == "module":
                     continue  # helpers and imports inside a config file are not settings
-                config[key] = _check(key, value, defaults, arg)
+                settings.append((key, value, arg))
         else:
             key, sep, text = arg[2:].partition("=")  # split on the first '=' only
             if not sep:
                 raise ConfigError(f"argument {arg!r} must be --key=value")
-            config[key] = _check(key, parse_value(text), defaults, f"--{key}")
+            settings.append((key, parse_value(text), f"--{key}"))
+    return settings
+
+
+def apply_overrides(defaults, argv, depends=None):
+    """Return a new config dict: defaults updated from the config files and --key=value items in argv.
+    depends = {setting: {value: {key: default}}} adds the keys of the value each such setting ends
+    up with (its last assignment, else its default)."""
+    settings = read_settings(argv)
+    full, elsewhere = dict(defaults), {}
+    for name, choices in (depends or {}).items():
+        chosen = _check(name, defaults[name], defaults, "the defaults")
+        for key, value, source in settings:
+            if key == name:
+                chosen = _check(key, value, defaults, source)
+        if chosen not in choices:
+            raise ConfigError(f"{name}={chosen!r}: expected one of {sorted(choices)}")
+        full.update(choices[chosen])
+        for other, keys in choices.items():
+            for key in set(keys) - set(choices[chosen]):
+                elsewhere.setdefault(key, f"{name}={other!r}, not of {name}={chosen!r}")
+    config = dict(full)
+    for key, value, source in settings:
+        config[key] = _check(key, value, full, source, elsewhere)
     return config

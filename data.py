@@ -1,6 +1,7 @@
 """
-Datasets: download (or read from a local mirror), verify, preprocess, tokenize, split, and write
-`.bin` token files that train.py and evaluate.py read.
+Datasets and batches: download (or read from a local mirror), verify, preprocess, tokenize, split,
+and write `.bin` token files; read them back; and cut them into the batches that train.py and
+evaluate.py feed to a model.
 
     python data.py sst2 [--protocol glue|standard] [--vocab compact|full] [--max_len 256]
                         [--mirror DIR] [--out_dir DIR] [--seed 1337]
@@ -19,20 +20,28 @@ Token ids. tiktoken's GPT-2 BPE has no [CLS]/[PAD], so our ids put three special
 With --vocab full, GPT-2 id g becomes g + 3 (50,260 rows). With --vocab compact (the default), only
 the GPT-2 ids seen in the training split get rows, in increasing order; unseen ids map to [UNK].
 Every sequence starts with [CLS], whose final hidden state the classifier reads.
+
+Read top to bottom: the .bin format -> sources and downloads -> text cleaning and tokenization ->
+classification splits -> SST-2 -> tinyshakespeare -> the dataset registry (DATASETS: name ->
+preparer and task) and `load_dataset` -> batch streams (one per task; each batch a pure function of
+the seed and its position, so a resumed run sees exactly the batches it would have seen).
 """
 
 import argparse
 import hashlib
-import io
 import json
+import math
 import os
 import re
 import struct
 import sys
 import zipfile
 import zlib
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
+import torch
 
 # -----------------------------------------------------------------------------
 # The .bin array format
@@ -327,13 +336,9 @@ def split_sst2(train, dev, protocol, seed):
     return {k: ([src[0][i] for i in idx], [src[1][i] for i in idx]) for k, (src, idx) in parts.items()}
 
 
-def default_out_dir(dataset, protocol, vocab):
-    return os.path.join("data", f"{dataset}_{protocol}_{vocab}")
-
-
 def prepare_sst2(protocol="glue", vocab="compact", max_len=256, mirror=None, out_dir=None, seed=1337, verbose=True):
     """Build the SST-2 dataset folder and return its meta dict."""
-    out_dir = out_dir or default_out_dir("sst2", protocol, vocab)
+    out_dir = out_dir or dataset_dir("sst2", protocol, vocab)
     files = fetch("sst2", mirror)
     train, dev = parse_sst2_tsv(files["SST-2/train.tsv"]), parse_sst2_tsv(files["SST-2/dev.tsv"])
     splits = split_sst2(train, dev, protocol, seed)
@@ -437,19 +442,199 @@ class TokenSplit:
         return len(self.tokens)
 
 
-PREPARERS = {"sst2": prepare_sst2, "shakespeare_char": prepare_shakespeare_char}
-LM_DATASETS = {"shakespeare_char"}
+# -----------------------------------------------------------------------------
+# The dataset registry: each name has a preparer and a task. The task says how the prepared folder
+# is read (which splits, which files) and which batch stream and evaluator a run uses.
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    prepare: Callable  # (protocol, vocab, max_len, mirror, out_dir, ...) -> meta; writes the folder
+    task: str  # 'classification' | 'lm'
+    per_variant: bool  # True: one folder per protocol and vocabulary, data/<name>_<protocol>_<vocab>
+
+
+DATASETS = {
+    "sst2": DatasetSpec(prepare_sst2, "classification", per_variant=True),
+    "shakespeare_char": DatasetSpec(prepare_shakespeare_char, "lm", per_variant=False),
+}
+TASK_SPLITS = {"classification": (ClassificationSplit, ("train", "val", "test")), "lm": (TokenSplit, ("train", "val"))}
 
 
 def dataset_dir(dataset, protocol=None, vocab=None):
-    """Where a dataset is prepared by default: data/<dataset> for a language-modelling corpus,
-    data/<dataset>_<protocol>_<vocab> for a classification set."""
-    return os.path.join("data", dataset) if dataset in LM_DATASETS else default_out_dir(dataset, protocol, vocab)
+    """Where a dataset is prepared by default: data/<dataset>_<protocol>_<vocab> for a set prepared
+    per protocol and vocabulary (SST-2), data/<dataset> otherwise (the character corpus)."""
+    spec = DATASETS.get(dataset)
+    if spec is not None and not spec.per_variant:
+        return os.path.join("data", dataset)
+    return os.path.join("data", f"{dataset}_{protocol}_{vocab}")
+
+
+class Dataset:
+    """A prepared dataset folder, read back: `meta` (its meta.json), `task`, and `splits`
+    ({name: ClassificationSplit or TokenSplit}, memory-mapped)."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.meta = load_meta(folder)
+        self.task = self.meta.get("task")
+        if self.task not in TASK_SPLITS:
+            raise DataError(f"{folder}/meta.json names task {self.task!r}, expected one of {sorted(TASK_SPLITS)}; "
+                            f"rebuild the folder with `python data.py ...`")
+        reader, names = TASK_SPLITS[self.task]
+        self.splits = {s: reader(folder, s) for s in names}
+
+    def facts(self):
+        """What the data fixes about a model: the vocabulary size, and for a labelled set the number
+        of classes and the longest sequence (block_size). A model family takes what it needs."""
+        out = {"vocab_size": self.meta["vocab_size"]}
+        if "label_names" in self.meta:
+            out["n_classes"] = len(self.meta["label_names"])
+        if "max_len" in self.meta:
+            out["block_size"] = self.meta["max_len"]
+        return out
+
+    def info(self):
+        """The record a checkpoint keeps of its data: the folder and meta.json, less the counts and
+        the source list (the vocabulary stays: a checkpoint must be read with its own)."""
+        return {"dir": self.folder, **{k: v for k, v in self.meta.items() if k not in ("counts", "sources")}}
+
+    def check_matches(self, info, what):
+        """Raise DataError if `info` (a checkpoint's data record) was made with another vocabulary,
+        tokenizer or truncation length than this folder."""
+        words = {"task": "task", "tokenizer": "tokenizer", "vocab": "vocabulary", "max_len": "max_len"}
+        differ = [w for k, w in words.items() if k in info and info[k] != self.meta.get(k)]
+        if differ:
+            raise DataError(f"{self.folder} was prepared with another {', '.join(differ)} than {what}; delete the "
+                            f"folder (it is rebuilt) or set a matching data_dir")
+
+
+def load_dataset(cfg):
+    """The Dataset a run config names (keys dataset, data_dir, protocol, vocab, max_len), prepared
+    first if its folder is missing. Preparation reads the source files from $DATA_MIRROR when set,
+    else downloads them."""
+    name = cfg["dataset"]
+    folder = cfg.get("data_dir") or dataset_dir(name, cfg.get("protocol"), cfg.get("vocab"))
+    if not os.path.isfile(os.path.join(folder, "meta.json")):
+        if name not in DATASETS:
+            raise DataError(f"no prepared data in {folder} and no preparer for dataset {name!r} "
+                            f"(known: {', '.join(sorted(DATASETS))})")
+        print(f"{folder} not found: preparing {name}")
+        DATASETS[name].prepare(protocol=cfg.get("protocol"), vocab=cfg.get("vocab"), max_len=cfg.get("max_len"),
+                               mirror=os.environ.get("DATA_MIRROR"), out_dir=folder)
+    dataset = Dataset(folder)
+    if name in DATASETS and dataset.task != DATASETS[name].task:
+        raise DataError(f"{folder} holds a {dataset.task} dataset, but {name!r} is a {DATASETS[name].task} dataset; "
+                        f"check data_dir")
+    return dataset
+
+
+# -----------------------------------------------------------------------------
+# Batch streams. A stream cuts a training split into optimizer steps: `steps_per_epoch` (None for a
+# stream that draws at random and so has no epochs: all its steps are in epoch 0), and
+# `step(epoch, i, device)` -> the micro-batches of step i of that epoch, each a tuple (model inputs as
+# keyword arguments, examples, tokens), a pure function of (seed, epoch, i).
+
+
+def collate(items, device):
+    """[(ids, label), ...] -> idx (B, T) padded with [PAD] to the longest sequence in the batch,
+    key_mask (B, T) True on real tokens, labels (B,)."""
+    T = max(len(ids) for ids, _ in items)
+    idx = np.full((len(items), T), PAD, dtype=np.int64)
+    for i, (ids, _) in enumerate(items):
+        idx[i, :len(ids)] = ids
+    idx = torch.from_numpy(idx)
+    mask = idx != PAD
+    labels = torch.tensor([lab for _, lab in items], dtype=torch.long)
+    return idx.to(device), mask.to(device), labels.to(device)
+
+
+def epoch_batches(split, batch_size, seed, epoch, bucket=True):
+    """The list of index batches for one epoch, a pure function of (seed, epoch), so a resumed run
+    sees exactly the batches it would have seen. With bucket=True, each window of 50 batches is
+    sorted by length before cutting, so a batch holds similar lengths, then the batches are shuffled."""
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(split))
+    if bucket:
+        window = 50 * batch_size
+        order = np.concatenate([w[np.argsort(split.lengths[w], kind="stable")]
+                                for w in np.array_split(order, max(1, math.ceil(len(order) / window)))])
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))] if bucket else batches
+
+
+class ClassificationStream:
+    """Shuffled epochs over a labelled split: batches from `epoch_batches`, grad_accum of them per
+    optimizer step (the last step of an epoch may have fewer)."""
+
+    def __init__(self, split, batch_size, grad_accum, seed, bucket=True):
+        self.split, self.batch_size, self.grad_accum = split, batch_size, grad_accum
+        self.seed, self.bucket = seed, bucket
+        self.steps_per_epoch = math.ceil(len(split) / (batch_size * grad_accum))
+        self._plan = (None, None)  # (epoch, its steps): one epoch's plan, made once
+
+    def step(self, epoch, i, device):
+        if self._plan[0] != epoch:
+            batches = epoch_batches(self.split, self.batch_size, self.seed, epoch, self.bucket)
+            self._plan = (epoch, [batches[j:j + self.grad_accum] for j in range(0, len(batches), self.grad_accum)])
+        out = []
+        for b in self._plan[1][i]:
+            idx, mask, labels = collate([self.split[j] for j in b], device)
+            out.append(({"idx": idx, "key_mask": mask, "targets": labels}, len(b), int(mask.sum())))
+        return out
+
+
+def lm_windows(tokens, starts, block_size, device):
+    """Inputs x (B, T) = tokens[s : s+T] and targets y (B, T) = tokens[s+1 : s+T+1] for each start s,
+    copied out of the memory-mapped split as int64."""
+    x = np.stack([tokens[s:s + block_size] for s in starts]).astype(np.int64)
+    y = np.stack([tokens[s + 1:s + 1 + block_size] for s in starts]).astype(np.int64)
+    return torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+
+
+def lm_batch(tokens, block_size, batch_size, seed, step, device):
+    """A batch of random windows for language modelling: x = tokens[i : i+T], y = tokens[i+1 : i+T+1]
+    (the next token at every position) for batch_size uniformly drawn starts i. The starts are a
+    pure function of (seed, step), so a resumed run draws exactly the batches it would have drawn."""
+    if len(tokens) < block_size + 2:
+        raise DataError(f"a split of {len(tokens)} tokens is too short for windows of {block_size}")
+    rng = np.random.default_rng([seed, *np.atleast_1d(step)])
+    starts = rng.integers(0, len(tokens) - block_size, size=batch_size)  # last start: len - T - 1
+    return lm_windows(tokens, starts, block_size, device)
+
+
+def lm_eval_starts(n_tokens, block_size, max_windows=0):
+    """Start offsets of the validation windows: consecutive, non-overlapping windows of block_size
+    targets covering the split (111,540 characters -> 871 windows of 128), so every variant and
+    every seed is scored on exactly the same characters. max_windows > 0 keeps that many, evenly spaced."""
+    starts = np.arange(0, n_tokens - block_size, block_size)  # window s predicts tokens s+1 .. s+T
+    if 0 < max_windows < len(starts):
+        starts = starts[np.linspace(0, len(starts) - 1, max_windows).round().astype(np.int64)]
+    return starts
+
+
+class LMStream:
+    """Random windows of a token split: step i's micro-batch m is `lm_batch(..., step=(i, m))`. There
+    are no passes over the data to count, so no epochs: every step is in epoch 0."""
+
+    steps_per_epoch = None
+
+    def __init__(self, split, block_size, batch_size, grad_accum, seed):
+        self.tokens, self.block_size, self.batch_size = split.tokens, block_size, batch_size
+        self.grad_accum, self.seed = grad_accum, seed
+
+    def step(self, epoch, i, device):
+        assert epoch == 0, "an LMStream has no epochs"
+        out = []
+        for m in range(self.grad_accum):
+            x, y = lm_batch(self.tokens, self.block_size, self.batch_size, self.seed, (i, m), device)
+            out.append(({"idx": x, "targets": y}, x.size(0), x.numel()))
+        return out
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="Download and prepare datasets into .bin token files.")
-    p.add_argument("dataset", choices=sorted(PREPARERS))
+    p.add_argument("dataset", choices=sorted(DATASETS))
     p.add_argument("--protocol", default="glue", choices=["glue", "standard"])
     p.add_argument("--vocab", default="compact", choices=["compact", "full"])
     p.add_argument("--max_len", type=int, default=256, help="tokens per sequence incl. [CLS] (default 256)")
@@ -460,7 +645,7 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1337)
     a = p.parse_args(argv)
     try:
-        PREPARERS[a.dataset](protocol=a.protocol, vocab=a.vocab, max_len=a.max_len, mirror=a.mirror,
+        DATASETS[a.dataset].prepare(protocol=a.protocol, vocab=a.vocab, max_len=a.max_len, mirror=a.mirror,
                              out_dir=a.out_dir, seed=a.seed)
     except DataError as e:
         sys.exit(f"error: {e}")

@@ -2,7 +2,8 @@
 The transformer building blocks of this lab, written out by hand, and the models built from them.
 
 Read top to bottom: norms -> rotary embeddings -> attention -> feed-forward -> Block -> shared
-config checks, initialization and FLOPs -> encoder classifier -> causal GPT -> checkpoints.
+config checks, initialization and FLOPs -> what every model shares (`TokenModel`) -> encoder
+classifier -> causal GPT -> the family registry -> checkpoints.
 
 Glossary (code name -> symbol in the study write-ups)
     B, T, C        batch size, sequence length, model width d
@@ -13,12 +14,13 @@ Glossary (code name -> symbol in the study write-ups)
 
 Every model shares one `Block`. Anything that differs between model families (norm type, FFN type,
 position scheme, causal or not, number of key/value heads) is a field of the config, dispatched in
-exactly one place.
+exactly one place. A run picks its family with the config key `model` (see FAMILIES at the end);
+the family's config dataclass fields are the run's model settings, with the family's own defaults.
 """
 
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn as nn
@@ -124,7 +126,7 @@ class Attention(nn.Module):
     Two paths compute the same function: the SDPA fast path (F.scaled_dot_product_attention, which
     picks a fused kernel) and `manual_attention` above, which can also return the weights.
     cfg.attn_impl = 'sdpa' | 'manual' forces one; need_weights=True always takes the manual path.
-    Projections are separate wq/wk/wv/wo (as in Llama) so pretrained weights map one to one."""
+    The projections are separate matrices named as Llama names them (wq, wk, wv, wo)."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -181,8 +183,8 @@ class FeedForward(nn.Module):
     """Position-wise FFN, by cfg.ffn:
     'gelu':   W2 GELU(W1 x + b1) + b2                          (Vaswani et al.; GPT-2)
     'swiglu': W2 (SiLU(W1 x) * W3 x)                           (Shazeer 2020, eq. 6; Llama)
-    SwiGLU has three matrices of width ffn_hidden; the gate W1 and the value W3 are kept apart
-    (as in Llama's w1/w3) so checkpoints map one to one."""
+    SwiGLU has three matrices of width ffn_hidden; the gate W1 and the value W3 are kept apart and
+    named as Llama names them (w1 gate, w3 value, w2 output)."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -293,6 +295,57 @@ def block_flops(cfg, T):
     ffn = 2 * T * C * cfg.ffn_hidden * (3 if cfg.ffn == "swiglu" else 2)
     return proj + attn + ffn
 
+# -----------------------------------------------------------------------------
+# What every model family shares: the input embedding, parameter accounting, FLOPs, weight decay
+
+
+class TokenModel(nn.Module):
+    """The pieces every family needs, written once. A subclass builds `tok_emb` (and, if its config
+    asks for them, `pos_emb`, `seg_emb`, `emb_norm`), a `head`, and sets `depth`, the number of
+    Blocks one forward applies; it defines `head_flops(T)`.
+
+    Class attributes a family declares:
+        tasks   the tasks (data.py's task names) whose batches its forward takes"""
+
+    tasks = ()
+
+    def embed(self, idx, segments=None):
+        """The input to the first block, before dropout: E_tok(t) (+ E_pos(p)) (+ E_seg(s)),
+        normalized by emb_norm if the config asks for it."""
+        T = idx.size(1)
+        if T > self.cfg.block_size:
+            raise ValueError(f"sequence of length {T} is longer than block_size={self.cfg.block_size}")
+        h = self.tok_emb(idx)  # (B, T, C)
+        if self.pos_emb is not None:
+            h = h + self.pos_emb(torch.arange(T, device=idx.device))  # (T, C) broadcast over B
+        if getattr(self, "seg_emb", None) is not None:
+            h = h + self.seg_emb(segments if segments is not None else torch.zeros_like(idx))
+        return self.emb_norm(h) if self.emb_norm is not None else h
+
+    def rope(self):
+        """The (cos, sin) tables for attention, or None when positions are not rotary."""
+        return (self.rope_cos, self.rope_sin) if self.cfg.pos == "rope" else None
+
+    def param_counts(self):
+        """Total, embedding (token/position/segment tables) and non-embedding parameter counts.
+        Shared weights count once: a looped layer however many times it runs, a tied output head
+        (the token table itself) not at all beyond the table."""
+        total = sum(p.numel() for p in self.parameters())  # parameters() yields a shared tensor once
+        emb = sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Embedding))
+        return {"total": total, "embedding": emb, "non_embedding": total - emb}
+
+    def flops_per_forward(self, seq_len, batch_size=1):
+        """Analytic forward FLOPs for a batch of sequences of length seq_len: `block_flops` per applied
+        Block plus the output head. Norms, softmax and embedding look-ups are left out."""
+        return batch_size * (block_flops(self.cfg, seq_len) * self.depth + self.head_flops(seq_len))
+
+    def no_weight_decay(self):
+        """Names of the parameters AdamW must not decay: vectors (norm gains, biases) and embedding
+        tables. Decaying a norm gain fights the norm; decaying an embedding row pulls the rows of rare
+        tokens towards zero. A family with other such parameters (Mamba's A_log) adds them here."""
+        tables = {f"{name}.weight" for name, m in self.named_modules() if isinstance(m, nn.Embedding)}
+        return {name for name, p in self.named_parameters() if p.dim() < 2 or name in tables}
+
 
 # -----------------------------------------------------------------------------
 # Encoder classifier: the recurrent-vs-baseline study
@@ -305,7 +358,7 @@ class EncoderConfig:
     The baseline (Table 4) is n_layer=6, n_loops=1, n_embd=384, n_head=6, ffn_hidden=1536."""
 
     vocab_size: int = 50257 + 3  # GPT-2 BPE + [PAD], [UNK], [CLS] (see data.py); compact vocabs are smaller
-    n_classes: int = 2  # SST-2 and Yelp polarity are binary; the multi-domain set has 3
+    n_classes: int = 2  # SST-2 is binary; the prepared dataset's label_names fix it for a run
     block_size: int = 256  # longest input incl. [CLS]; the study truncates at 256 tokens
     n_layer: int = 3  # physical (weight-bearing) layers
     n_loops: int = 2  # times the layer stack is applied; 1 = standard encoder
@@ -326,6 +379,8 @@ class EncoderConfig:
     pooling: str = "cls"  # 'cls': hidden state at position 0 ([CLS]); 'mean': mean over real tokens
     attn_impl: str = "sdpa"  # 'sdpa' | 'manual'; both compute the same function
     causal: bool = False  # encoders see both directions
+    # fields a run takes from its prepared dataset (vocabulary, label names, max_len), not from config files
+    data_fields = ("vocab_size", "n_classes", "block_size")
 
     def __post_init__(self):
         check_block_fields(self, ("n_loops", "vocab_size", "block_size"))
@@ -338,7 +393,7 @@ class EncoderConfig:
                 raise ValueError(f"{type(self).__name__}: {msg}")
 
 
-class EncoderClassifier(nn.Module):
+class EncoderClassifier(TokenModel):
     """Token embedding (+ learned positions) (+ segment embedding) -> optional embedding norm ->
     the layer stack applied n_loops times -> final norm -> pooled state -> linear head.
 
@@ -346,9 +401,12 @@ class EncoderClassifier(nn.Module):
     whole stack of n_layer Blocks with shared weights. n_loops = 1 is the plain encoder, with no extra
     residual. Parameters do not grow with n_loops; compute grows linearly."""
 
+    tasks = ("classification",)
+
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
         self.cfg = cfg
+        self.depth = cfg.n_layer * cfg.n_loops  # Blocks applied per forward
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos == "learned" else None
         self.seg_emb = nn.Embedding(cfg.n_segments, cfg.n_embd) if cfg.n_segments > 0 else None
@@ -359,21 +417,7 @@ class EncoderClassifier(nn.Module):
         self.head = nn.Linear(cfg.n_embd, cfg.n_classes, bias=True)
         if cfg.pos == "rope":
             register_rope(self, cfg)
-        init_weights(self, cfg.n_layer * cfg.n_loops)
-
-    def embed(self, idx, segments=None):
-        """Summed input embedding h_0 (before dropout): E_tok + E_pos + E_seg, optionally normalized."""
-        T = idx.size(1)
-        if T > self.cfg.block_size:
-            raise ValueError(f"sequence of length {T} is longer than block_size={self.cfg.block_size}")
-        h = self.tok_emb(idx)  # (B, T, C)
-        if self.pos_emb is not None:
-            h = h + self.pos_emb(torch.arange(T, device=idx.device))
-        if self.seg_emb is not None:
-            h = h + self.seg_emb(segments if segments is not None else torch.zeros_like(idx))
-        if self.emb_norm is not None:
-            h = self.emb_norm(h)
-        return h
+        init_weights(self, self.depth)
 
     def forward(self, idx, key_mask=None, targets=None, segments=None, need_weights=False):
         """idx: (B, T) token ids with [CLS] at position 0; key_mask: bool (B, T), True for real tokens
@@ -381,7 +425,7 @@ class EncoderClassifier(nn.Module):
         with need_weights=True returns (logits, loss, [attention weights per applied layer])."""
         cfg = self.cfg
         h = self.drop(self.embed(idx, segments))
-        rope = (self.rope_cos, self.rope_sin) if cfg.pos == "rope" else None
+        rope = self.rope()
         all_weights = []
         for _ in range(cfg.n_loops):
             h_in = h
@@ -402,22 +446,8 @@ class EncoderClassifier(nn.Module):
             return logits, loss, all_weights
         return logits, loss
 
-    # --- accounting -------------------------------------------------------------
-
-    def param_counts(self):
-        """Total, embedding (token/position/segment tables) and non-embedding parameter counts.
-        Shared layers count once, however many loops run."""
-        total = sum(p.numel() for p in self.parameters())
-        emb = sum(m.weight.numel() for m in (self.tok_emb, self.pos_emb, self.seg_emb) if m is not None)
-        return {"total": total, "embedding": emb, "non_embedding": total - emb}
-
-    def flops_per_forward(self, seq_len, batch_size=1):
-        """Analytic forward FLOPs for a batch of sequences of length seq_len: `block_flops` per
-        applied layer (n_layer * n_loops of them) plus the classifier head. Norms, softmax and
-        embedding look-ups are left out."""
-        cfg = self.cfg
-        head = 2 * cfg.n_embd * cfg.n_classes
-        return batch_size * (block_flops(cfg, seq_len) * cfg.n_layer * cfg.n_loops + head)
+    def head_flops(self, seq_len):
+        return 2 * self.cfg.n_embd * self.cfg.n_classes  # one pooled vector per sequence
 
 
 # -----------------------------------------------------------------------------
@@ -432,7 +462,7 @@ class GPTConfig:
     nanoGPT's shakespeare_char model is n_layer=6, n_embd=384, n_head=6, block_size=256, dropout=0.2."""
 
     vocab_size: int = 65  # tinyshakespeare's characters (data.py writes the exact count into meta.json)
-    block_size: int = 128  # context length L
+    block_size: int = 128  # context length L, also the length of every training window
     n_layer: int = 8
     n_embd: int = 128
     n_head: int = 8
@@ -449,12 +479,13 @@ class GPTConfig:
     tie_embeddings: bool = True  # the output head reuses E_tok (Press & Wolf 2017)
     attn_impl: str = "sdpa"  # 'sdpa' | 'manual'
     causal = True  # a class attribute, not a field: a GPT is causal by definition (Block reads it)
+    data_fields = ("vocab_size",)  # the corpus fixes the vocabulary; the context length is a setting
 
     def __post_init__(self):
         check_block_fields(self, ("vocab_size", "block_size"))
 
 
-class GPT(nn.Module):
+class GPT(TokenModel):
     """Token embedding + learned positions -> optional embedding norm (the study's variants) ->
     n_layer causal Blocks -> final norm -> logits over the vocabulary (tied to the token embedding).
 
@@ -462,9 +493,12 @@ class GPT(nn.Module):
     the first block:  A: X = E_tok(t) + E_pos(p);  LN: X = LayerNorm(E_tok(t) + E_pos(p));
     RMS: X = RMSNorm(E_tok(t) + E_pos(p)). `embed` returns exactly this X."""
 
+    tasks = ("lm",)
+
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg
+        self.depth = cfg.n_layer
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos == "learned" else None
         self.drop = nn.Dropout(cfg.dropout)
@@ -476,25 +510,15 @@ class GPT(nn.Module):
         if cfg.pos == "rope":
             register_rope(self, cfg)
         init_weights(self, cfg.n_layer)
-        # created last, so that for one seed the three variants draw identical random weights
-        # everywhere else (norm gains start at one, which consumes no random numbers)
+        # Registered last, so that every other parameter has the same name and the same place in
+        # parameters() in all three variants. (It draws no random numbers: gains start at one.)
         self.emb_norm = None if cfg.emb_norm == "none" else make_norm(cfg.emb_norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
-
-    def embed(self, idx):
-        """X, the input to the first block (before dropout): E_tok(t) + E_pos(p), optionally normalized."""
-        T = idx.size(1)
-        if T > self.cfg.block_size:
-            raise ValueError(f"sequence of length {T} is longer than block_size={self.cfg.block_size}")
-        x = self.tok_emb(idx)  # (B, T, C)
-        if self.pos_emb is not None:
-            x = x + self.pos_emb(torch.arange(T, device=idx.device))  # (T, C) broadcast over B
-        return self.emb_norm(x) if self.emb_norm is not None else x
 
     def forward(self, idx, targets=None):
         """idx: (B, T) token ids; targets: (B, T) the next token at each position, or None.
         Returns (logits (B, T, vocab_size), mean cross-entropy over all positions or None)."""
         x = self.drop(self.embed(idx))
-        rope = (self.rope_cos, self.rope_sin) if self.cfg.pos == "rope" else None
+        rope = self.rope()
         for layer in self.layers:
             x, _ = layer(x, None, rope)
         logits = self.head(self.norm_f(x))
@@ -502,6 +526,9 @@ class GPT(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
+
+    def head_flops(self, seq_len):
+        return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size  # logits at every position
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
@@ -528,26 +555,47 @@ class GPT(nn.Module):
         self.train(was_training)
         return idx
 
-    def param_counts(self):
-        """Total, embedding (token and position tables) and non-embedding parameter counts. A tied
-        head is the token table itself and counts once."""
-        total = sum(p.numel() for p in self.parameters())  # parameters() yields a shared tensor once
-        emb = sum(m.weight.numel() for m in (self.tok_emb, self.pos_emb) if m is not None)
-        return {"total": total, "embedding": emb, "non_embedding": total - emb}
 
-    def flops_per_forward(self, seq_len, batch_size=1):
-        """Analytic forward FLOPs: `block_flops` per layer plus the vocabulary head at every position."""
-        cfg = self.cfg
-        head = 2 * seq_len * cfg.n_embd * cfg.vocab_size
-        return batch_size * (block_flops(cfg, seq_len) * cfg.n_layer + head)
+# -----------------------------------------------------------------------------
+# The model families: the config key `model` picks one
+
+FAMILIES = {"encoder": (EncoderConfig, EncoderClassifier), "gpt": (GPTConfig, GPT)}
+
+
+def family_settings(family):
+    """The settings a config file may give for a family, with the family's defaults: its config
+    dataclass's fields, less those the prepared dataset fixes (`data_fields`)."""
+    cfg_cls, _ = FAMILIES[family]
+    return {f.name: f.default for f in fields(cfg_cls) if f.name not in cfg_cls.data_fields}
+
+
+def build_model(family, settings, facts):
+    """A new model of `family` from a run's settings (any dict holding the family's keys) and the
+    dataset's facts (vocab_size, and n_classes and block_size for a labelled set). Raises ValueError
+    naming what is wrong: an unknown family, a fact the data does not give, or a bad setting."""
+    if family not in FAMILIES:
+        raise ValueError(f"model={family!r}: expected one of {sorted(FAMILIES)}")
+    cfg_cls, model_cls = FAMILIES[family]
+    missing = [k for k in cfg_cls.data_fields if k not in facts]
+    if missing:
+        raise ValueError(f"model {family!r} takes {', '.join(missing)} from its dataset, which does not give it")
+    args = {k: settings[k] for k in family_settings(family)}
+    args.update({k: facts[k] for k in cfg_cls.data_fields})
+    return model_cls(cfg_cls(**args))
+
+
+def family_of(model):
+    """The family name of a model (its config's type decides), for checkpoints."""
+    cfg_type = type(raw_model(model).cfg)
+    return next(name for name, (cfg_cls, _) in FAMILIES.items() if cfg_type is cfg_cls)
 
 
 # -----------------------------------------------------------------------------
 # Checkpoints: one format for train, evaluate and sampling
 
 CKPT_FORMAT = "transformer-lab-checkpoint"
-CKPT_VERSION = 1
-MODEL_CLASSES = {"encoder_classifier": (EncoderConfig, EncoderClassifier), "gpt": (GPTConfig, GPT)}
+CKPT_VERSION = 2  # 2: `kind` is the family name ('encoder' | 'gpt'); run state as written by train.py's RunState
+OLD_KINDS = {1: {"encoder_classifier": "encoder", "gpt": "gpt"}}  # version -> its kind names -> today's
 
 
 class CheckpointError(RuntimeError):
@@ -563,8 +611,7 @@ def save_checkpoint(path, model, **extra):
     """Write {format, version, kind, model_args, model, **extra} atomically: to a temporary file in
     the same folder, then os.replace, so an interrupted write never leaves a half-written checkpoint."""
     m = raw_model(model)
-    kind = next(k for k, (_, cls) in MODEL_CLASSES.items() if isinstance(m, cls))
-    state = {"format": CKPT_FORMAT, "version": CKPT_VERSION, "kind": kind,
+    state = {"format": CKPT_FORMAT, "version": CKPT_VERSION, "kind": family_of(m),
              "model_args": asdict(m.cfg), "model": m.state_dict(), **extra}
     tmp = f"{path}.tmp{os.getpid()}"
     torch.save(state, tmp)
@@ -573,7 +620,8 @@ def save_checkpoint(path, model, **extra):
 
 def load_checkpoint(path, device="cpu"):
     """Load a checkpoint of ours with weights_only=True. Returns (model, checkpoint dict); the model is
-    in eval mode on `device`. Anything else raises CheckpointError with what to do about it."""
+    in eval mode on `device`. Version 1 checkpoints (before model families were a config key) load
+    too, their kind renamed. Anything else raises CheckpointError with what to do about it."""
     if not os.path.isfile(path):
         raise CheckpointError(f"no checkpoint at {path}: train one first (python train.py config/...)")
     try:
@@ -584,11 +632,16 @@ def load_checkpoint(path, device="cpu"):
                               f"cannot read it ({type(e).__name__})") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != CKPT_FORMAT:
         raise CheckpointError(f"{path} is a PyTorch file but not a checkpoint written by this project's train.py")
-    if ckpt.get("version") != CKPT_VERSION:
-        raise CheckpointError(f"{path} has checkpoint version {ckpt.get('version')}; this code reads version {CKPT_VERSION}")
-    if ckpt.get("kind") not in MODEL_CLASSES:
-        raise CheckpointError(f"{path} holds a model of kind {ckpt.get('kind')!r}, unknown to this code")
-    cfg_cls, model_cls = MODEL_CLASSES[ckpt["kind"]]
+    version = ckpt.get("version")
+    if not isinstance(version, int) or (version != CKPT_VERSION and version not in OLD_KINDS):
+        raise CheckpointError(f"{path} has checkpoint version {version}; this code reads versions "
+                              f"{sorted([*OLD_KINDS, CKPT_VERSION])}")
+    kind = ckpt.get("kind") if version == CKPT_VERSION else OLD_KINDS[version].get(ckpt.get("kind"))
+    if kind not in FAMILIES:
+        raise CheckpointError(f"{path} holds a model of kind {ckpt.get('kind')!r}, unknown to this code "
+                              f"(checkpoint version {version}; known families: {sorted(FAMILIES)})")
+    ckpt["kind"] = kind
+    cfg_cls, model_cls = FAMILIES[kind]
     model = model_cls(cfg_cls(**ckpt["model_args"]))
     try:
         model.load_state_dict(ckpt["model"])

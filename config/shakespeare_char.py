@@ -4,10 +4,10 @@
 # 3 minutes on an A100 by nanoGPT's account, but some 30 hours on a 2-core CPU.
 # python train.py config/shakespeare_char.py  then  python evaluate.py --ckpt out/shakespeare_char/ckpt.pt
 dataset = "shakespeare_char"
+model = "gpt"  # the causal LM of model.py (GPTConfig: its settings and defaults)
 out_dir = "out/shakespeare_char"
 block_size = 256
 n_layer = 6
-n_loops = 1
 n_embd = 384
 n_head = 6
 ffn = "gelu"

@@ -3,11 +3,11 @@
 # tied embeddings (1.6 M parameters), AdamW, lr 3e-4, batch 16, 300 iterations.
 # python train.py config/shakespeare_char_baseline.py [--seed=2 --out_dir=...]
 dataset = "shakespeare_char"  # prepared into data/shakespeare_char on first use
+model = "gpt"  # the causal LM of model.py (GPTConfig: its settings and defaults)
 out_dir = "out/shakespeare_char_baseline"
 emb_norm = "none"  # the study's variable; the layernorm/rmsnorm configs change only this and out_dir
 block_size = 128
 n_layer = 8
-n_loops = 1  # a GPT is not looped
 n_embd = 128
 n_head = 8
 ffn = "gelu"  # GPT-2's block: GELU FFN of width 4d, LayerNorm, learned positions

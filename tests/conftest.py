@@ -12,6 +12,8 @@ Fixtures:
     fixture_digests  a context manager that points data.SOURCES at the fake files' sha256
     tiny_dataset     the fake mirror prepared by data.prepare_sst2 ('standard': 64 / 8 / 8 examples)
     tiny_cfg         a factory for a complete train.py config dict with a tiny model on tiny_dataset
+    char_mirror      a mirror with a small fake tinyshakespeare (about 6,000 characters)
+    char_digest      points data.SOURCES at the fake corpus's sha256 for one test
 """
 
 import contextlib
@@ -123,7 +125,7 @@ def tiny_cfg(request, tmp_path):
     import train
 
     def make(**overrides):
-        cfg = dict(train.DEFAULTS)
+        cfg = train.make_config([])  # DEFAULTS and the default family's (the encoder's) settings
         data_dir = overrides.get("data_dir") or request.getfixturevalue("tiny_dataset")
         cfg.update(data_dir=data_dir, out_dir=str(tmp_path / "out"), device="cpu", dtype="float32",
                    n_layer=1, n_loops=2, n_embd=16, n_head=2, ffn_hidden=32, dropout=0.0,
@@ -135,3 +137,28 @@ def tiny_cfg(request, tmp_path):
         return cfg
 
     return make
+
+
+# -----------------------------------------------------------------------------
+# a tiny fake tinyshakespeare
+
+
+@pytest.fixture(scope="session")
+def char_mirror(tmp_path_factory):
+    """A mirror with a small fake tinyshakespeare (about 6,000 characters of play-like lines)."""
+    root = tmp_path_factory.mktemp("char_mirror")
+    os.makedirs(root / "tinyshakespeare")
+    rng = random.Random(0)
+    names, words = ["ROMEO", "JULIET", "NURSE"], ["thou", "art", "my", "love", "and", "the", "night", "is", "fair"]
+    lines = []
+    while sum(len(x) for x in lines) < 6000:
+        lines.append(f"{rng.choice(names)}:\n" + " ".join(rng.choice(words) for _ in range(rng.randint(3, 9))) + ".\n\n")
+    (root / "tinyshakespeare" / "input.txt").write_text("".join(lines))
+    return str(root)
+
+
+@pytest.fixture
+def char_digest(char_mirror, monkeypatch):
+    rel = "tinyshakespeare/input.txt"
+    with open(os.path.join(char_mirror, rel), "rb") as f:
+        monkeypatch.setitem(data.SOURCES["shakespeare_char"]["files"], rel, data.sha256(f.read()))

@@ -1,14 +1,21 @@
 """
-configurator.py against train.py's real DEFAULTS: files and --key=value override, types are kept
-(int -> float is the one coercion), unknown keys are errors that name the closest valid key.
+configurator.py against train.py's real DEFAULTS and model families: files and --key=value override,
+types are kept (int -> float is the one coercion), unknown keys are errors that name the closest valid
+key, and each model family's settings exist only when `model` names it.
 """
 
 import pytest
 
+import model
 import train
 from configurator import ConfigError, apply_overrides, parse_value
 
 D = train.DEFAULTS
+
+
+def make(argv):
+    """train.py's own config: DEFAULTS, the chosen family's settings, then argv."""
+    return train.make_config(argv)
 
 
 def write(tmp_path, text, name="cfg.py"):
@@ -20,28 +27,28 @@ def write(tmp_path, text, name="cfg.py"):
 def test_defaults_pass_through_unchanged():
     cfg = apply_overrides(D, [])
     assert cfg == D and cfg is not D
+    assert make([]) == {**D, **model.family_settings("encoder")}  # the default family's settings join them
 
 
 def test_config_file_then_command_line(tmp_path):
     path = write(tmp_path, "# a comment\nbatch_size = 16  # why\nlearning_rate = 3e-5\nout_dir = 'out/x'\n")
-    cfg = apply_overrides(D, [path, "--batch_size=32"])
+    cfg = make([path, "--batch_size=32"])
     assert cfg["batch_size"] == 32  # the command line comes after the file and wins
     assert cfg["learning_rate"] == 3e-5 and cfg["out_dir"] == "out/x"
-    assert cfg["n_layer"] == D["n_layer"]  # untouched keys keep their defaults
+    assert cfg["n_layer"] == model.EncoderConfig.n_layer  # untouched keys keep their defaults
     assert D["batch_size"] == 64  # the defaults themselves are not modified
 
 
 def test_config_file_helpers_are_not_settings(tmp_path):
     path = write(tmp_path, "import math\n_width = 2 ** 5\ndef helper():\n    return 1\nn_embd = _width * 4\n"
                            "learning_rate = math.sqrt(1e-6)\n")
-    cfg = apply_overrides(D, [path])
+    cfg = make([path])
     assert cfg["n_embd"] == 128 and cfg["learning_rate"] == pytest.approx(1e-3)
     assert "math" not in cfg and "_width" not in cfg and "helper" not in cfg
 
 
 def test_key_value_types():
-    cfg = apply_overrides(D, ["--learning_rate=1", "--n_layer=4", "--compile=True", "--bias=False",
-                              "--ffn=gelu", "--dropout=0"])
+    cfg = make(["--learning_rate=1", "--n_layer=4", "--compile=True", "--bias=False", "--ffn=gelu", "--dropout=0"])
     assert cfg["learning_rate"] == 1.0 and type(cfg["learning_rate"]) is float  # int accepted for a float
     assert type(cfg["dropout"]) is float
     assert cfg["n_layer"] == 4 and type(cfg["n_layer"]) is int
@@ -87,12 +94,12 @@ def test_unknown_key_far_from_everything():
 def test_type_mismatch(arg):
     key = arg[2:].split("=")[0]
     with pytest.raises(ConfigError, match=f"{key} must be of type"):
-        apply_overrides(D, [arg])
+        make([arg])
 
 
 def test_type_mismatch_in_file(tmp_path):
     with pytest.raises(ConfigError, match="n_layer must be of type int"):
-        apply_overrides(D, [write(tmp_path, "n_layer = 2.5\n")])
+        make([write(tmp_path, "n_layer = 2.5\n")])
 
 
 def test_none_is_not_a_valid_int():
@@ -117,11 +124,50 @@ def test_bad_arguments(tmp_path):
         apply_overrides(D, [write(tmp_path, "batch_size = 1 // 0\n", "div.py")])
 
 
-@pytest.mark.parametrize("name", ["sst2_baseline", "sst2_baseline_paper", "sst2_recurrent", "sst2_recurrent_paper"])
-def test_shipped_config_files_load(name):
+@pytest.mark.parametrize("name, family, expected", [
+    ("sst2_baseline", "encoder", dict(n_layer=6, n_loops=1, n_embd=384, n_head=6, ffn_hidden=1536, max_epochs=1)),
+    ("sst2_baseline_paper", "encoder", dict(n_layer=6, n_loops=1, learning_rate=3e-5, batch_size=16,
+                                            protocol="standard")),
+    ("sst2_recurrent", "encoder", dict(n_layer=3, n_loops=2, loop_alpha=0.5, n_embd=256, ffn_hidden=1024,
+                                       max_epochs=2)),
+    ("sst2_recurrent_paper", "encoder", dict(n_layer=3, n_loops=2, learning_rate=3e-5, batch_size=16,
+                                             protocol="standard")),
+    ("shakespeare_char_baseline", "gpt", dict(n_layer=8, n_embd=128, block_size=128, emb_norm="none", max_iters=300)),
+    ("shakespeare_char", "gpt", dict(n_layer=6, n_embd=384, block_size=256, dropout=0.2, max_iters=5000)),
+])
+def test_shipped_config_files_load(name, family, expected):
+    """Each shipped config file loads, picks its family, and sets what its comments say."""
     import os
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    cfg = apply_overrides(D, [os.path.join(repo, "config", f"{name}.py")])
-    assert cfg["out_dir"] == f"out/{name}"
-    assert set(cfg) == set(D)
+    cfg = make([os.path.join(repo, "config", f"{name}.py")])
+    assert cfg["out_dir"] == f"out/{name}" and cfg["model"] == family
+    assert {k: cfg[k] for k in expected} == expected
+    assert set(cfg) == set(D) | set(model.family_settings(family))  # exactly the family's keys, no other's
+
+
+# -----------------------------------------------------------------------------
+# keys that exist only under one model family
+
+
+def test_family_keys_follow_the_model_setting(tmp_path):
+    cfg = make(["--model=gpt", "--block_size=64"])
+    assert cfg["model"] == "gpt" and cfg["block_size"] == 64 and cfg["dropout"] == 0.0  # the GPT's defaults
+    assert "n_loops" not in cfg
+    path = write(tmp_path, "model = 'gpt'\nemb_norm = 'rms'\n")
+    assert make([path, "--n_layer=2"])["n_layer"] == 2  # model chosen in the file, its key on the command line
+    assert make([path, "--model=encoder"])["n_loops"] == 2  # the last assignment of model wins
+
+
+def test_key_of_another_family_says_whose_it_is(tmp_path):
+    with pytest.raises(ConfigError, match=r"'n_loops' in --n_loops is a setting of model='encoder', not of model='gpt"):
+        make(["--model=gpt", "--n_loops=1"])
+    with pytest.raises(ConfigError, match=r"'block_size' in .*cfg.py is a setting of model='gpt'"):
+        make([write(tmp_path, "block_size = 64\n")])
+
+
+def test_unknown_model_family():
+    with pytest.raises(ConfigError, match=r"model='mamba': expected one of \['encoder', 'gpt'\]"):
+        make(["--model=mamba"])
+    with pytest.raises(ConfigError, match="model must be of type str"):
+        make(["--model=3"])

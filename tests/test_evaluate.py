@@ -62,8 +62,8 @@ def tiny_ckpt(tmp_path_factory):
     torch.manual_seed(0)
     model = EncoderClassifier(EncoderConfig(vocab_size=50257 + 3, block_size=16, n_layer=1, n_embd=16, n_head=2,
                                             dropout=0.0))
-    data_info = {"dir": str(folder / "nodata"), "dataset": "sst2", "protocol": "glue", "vocab": "full",
-                 "max_len": 16, "label_names": ["negative", "positive"], "tokenizer": "tiktoken:gpt2",
+    data_info = {"dir": str(folder / "nodata"), "dataset": "sst2", "task": "classification", "protocol": "glue",
+                 "vocab": "full", "max_len": 16, "label_names": ["negative", "positive"], "tokenizer": "tiktoken:gpt2",
                  "preprocessing": "test"}
     paths = []
     for name in ("a", "b"):
@@ -128,7 +128,14 @@ def test_file_evaluation_side_by_side_and_json(tiny_ckpt, tmp_path, capsys):
         assert r["params_total"] == r["params_embedding"] + r["params_non_embedding"]
         assert r["size_mb"] == pytest.approx(r["params_total"] * 4 / 2**20)
         assert r["latency_ms"] > 0 and r["throughput"] > 0
-    assert results[0]["accuracy"] == results[1]["accuracy"]  # same weights, same answers
+    # the figures are those of the model's own predictions, scored here one sentence at a time
+    model, ckpt = evaluate.load(a, "cpu")
+    split, _ = evaluate.read_tsv(tsv, evaluate.text_encoder(ckpt))
+    with torch.no_grad():
+        preds = [model(torch.from_numpy(split[i][0])[None])[0].argmax().item() for i in range(3)]
+    assert results[0]["predictions"] == preds
+    assert results[0]["accuracy"] == pytest.approx(np.mean(np.array(preds) == np.array([1, 0, 1])))
+    assert results[0]["confusion_matrix"] == evaluate.confusion_matrix([1, 0, 1], preds, 2).tolist()
 
 
 def test_file_with_bad_line(tiny_ckpt, tmp_path):
@@ -150,6 +157,7 @@ def test_checkpoint_of_a_training_run_on_its_test_split(tiny_cfg, tmp_path, caps
     evaluate.main(["--ckpt", os.path.join(cfg["out_dir"], "ckpt.pt"), "--no_timing", "--json", str(out_json)])
     r = json.loads(out_json.read_text())
     assert r["n"] == 8  # the tiny dataset's test split
-    assert r["accuracy"] == pytest.approx(summary["test_acc"])
+    assert r["accuracy"] == pytest.approx(summary["test_accuracy"])
+    assert r["f1"] == pytest.approx(summary["test_f1"]) and r["mcc"] == pytest.approx(summary["test_mcc"])
     assert r["loss"] == pytest.approx(summary["test_loss"], rel=1e-5)
     assert "latency_ms" not in r

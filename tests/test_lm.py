@@ -1,12 +1,13 @@
 """
 The char-level GPT: causal masking, the embedding-norm variants, tied weights, generation, the
-tinyshakespeare data, the LM training path, evaluate.py on LM checkpoints, and the study statistics.
+tinyshakespeare data, the LM batch stream and training path, and evaluate.py on LM checkpoints.
+(The study runner's tests are in test_study.py.)
 """
 
 import json
 import math
 import os
-import random
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -179,27 +180,6 @@ def test_shakespeare_char_from_the_real_mirror(tmp_path):
     assert codec.decode(tr.tokens) + codec.decode(va.tokens) == text
 
 
-@pytest.fixture(scope="session")
-def char_mirror(tmp_path_factory):
-    """A mirror with a small fake tinyshakespeare (about 6,000 characters of play-like lines)."""
-    root = tmp_path_factory.mktemp("char_mirror")
-    os.makedirs(root / "tinyshakespeare")
-    rng = random.Random(0)
-    names, words = ["ROMEO", "JULIET", "NURSE"], ["thou", "art", "my", "love", "and", "the", "night", "is", "fair"]
-    lines = []
-    while sum(len(x) for x in lines) < 6000:
-        lines.append(f"{rng.choice(names)}:\n" + " ".join(rng.choice(words) for _ in range(rng.randint(3, 9))) + ".\n\n")
-    (root / "tinyshakespeare" / "input.txt").write_text("".join(lines))
-    return str(root)
-
-
-@pytest.fixture
-def char_digest(char_mirror, monkeypatch):
-    rel = "tinyshakespeare/input.txt"
-    with open(os.path.join(char_mirror, rel), "rb") as f:
-        monkeypatch.setitem(data.SOURCES["shakespeare_char"]["files"], rel, data.sha256(f.read()))
-
-
 @pytest.fixture
 def char_dataset(char_mirror, char_digest, tmp_path):
     out = str(tmp_path / "chars")
@@ -246,31 +226,31 @@ def test_char_codec_refuses_unknown_characters():
 
 
 # -----------------------------------------------------------------------------
-# the LM path in train.py
+# the LM batch stream (data.py) and the LM path in train.py
 
 
 def test_lm_batch_is_a_pure_function_of_seed_and_step():
     tokens = np.arange(1000, dtype=np.uint16)
-    x, y = train.lm_batch(tokens, 16, 8, seed=1, step=5, device="cpu")
-    x2, y2 = train.lm_batch(tokens, 16, 8, seed=1, step=5, device="cpu")
-    x3, _ = train.lm_batch(tokens, 16, 8, seed=2, step=5, device="cpu")
+    x, y = data.lm_batch(tokens, 16, 8, seed=1, step=5, device="cpu")
+    x2, y2 = data.lm_batch(tokens, 16, 8, seed=1, step=5, device="cpu")
+    x3, _ = data.lm_batch(tokens, 16, 8, seed=2, step=5, device="cpu")
     assert torch.equal(x, x2) and torch.equal(y, y2) and not torch.equal(x, x3)
     assert x.shape == (8, 16) and torch.equal(y, x + 1)  # targets are the next token
     assert int(y.max()) <= 999
 
 
 def test_lm_eval_windows_are_fixed_and_cover_the_split():
-    starts = train.lm_eval_starts(111_540, 128)
+    starts = data.lm_eval_starts(111_540, 128)
     assert len(starts) == 871 and starts[0] == 0 and np.all(np.diff(starts) == 128)
     assert starts[-1] + 128 + 1 <= 111_540  # the last window's targets exist
-    sub = train.lm_eval_starts(111_540, 128, max_windows=10)
+    sub = data.lm_eval_starts(111_540, 128, max_windows=10)
     assert len(sub) == 10 and set(sub) <= set(starts) and sub[0] == 0 and sub[-1] == starts[-1]
 
 
 def lm_cfg(folder, out, **kw):
-    cfg = dict(train.DEFAULTS)
+    cfg = train.make_config(["--model=gpt"])  # DEFAULTS and the GPT's settings
     cfg.update(dataset="shakespeare_char", data_dir=folder, out_dir=str(out), device="cpu", dtype="float32",
-               block_size=16, n_layer=2, n_loops=1, n_embd=16, n_head=2, ffn="gelu", norm="layer", pos="learned",
+               block_size=16, n_layer=2, n_embd=16, n_head=2, ffn="gelu", norm="layer", pos="learned",
                dropout=0.0, batch_size=8, max_iters=30, eval_interval=10, log_interval=5, scheduler="constant",
                learning_rate=3e-3, warmup_iters=0, early_stop_patience=0, seed=1)
     cfg.update(kw)
@@ -291,7 +271,10 @@ def test_lm_training_learns_and_logs_the_study_metrics(char_dataset, tmp_path):
     vocab = data.load_meta(char_dataset)["vocab_size"]
     assert summary["final_val_loss"] < math.log(vocab) - 0.5  # well below a uniform guess
     assert summary["final_val_ppl"] == pytest.approx(math.exp(summary["final_val_loss"]))
-    assert 0 < summary["final_val_acc"] < 1 and summary["final_grad_norm"] > 0
+    assert 0 < summary["final_val_accuracy"] < 1 and summary["final_grad_norm"] > 0
+    assert "test_loss" not in summary  # a corpus has no test split
+    assert summary["metrics"]["final_val_emb_norm"]["better"] == "neither"
+    assert summary["metrics"]["final_val_ppl"] == {"label": "final validation perplexity", "better": "lower"}
     assert all("grad_norm" in r for r in log if r["type"] == "train")
     assert evals[-1]["val_emb_norm"] == pytest.approx(summary["final_val_emb_norm"])
     # RMSNorm with gain ~1 puts X near sqrt(C) = 4 per position
@@ -307,9 +290,9 @@ def test_lm_validation_is_the_same_for_every_seed_and_variant(char_dataset, tmp_
     """Two seeds and two variants are scored on the same characters; the figures depend on the model only."""
     a = train.train(lm_cfg(char_dataset, tmp_path / "a", max_iters=4, seed=1))
     b = train.train(lm_cfg(char_dataset, tmp_path / "b", max_iters=4, seed=2, emb_norm="layer"))
-    assert a["final_val_tokens"] == b["final_val_tokens"] > 0
+    assert a["final_val_n"] == b["final_val_n"] > 0
     model, ckpt = load_checkpoint(str(tmp_path / "a" / "last.pt"))
-    again = train.lm_evaluate(model, data.TokenSplit(char_dataset, "val").tokens, 16, "cpu", train.nullcontext())
+    again = evaluate.evaluate_lm(model, data.TokenSplit(char_dataset, "val"), "cpu", nullcontext())
     assert again["loss"] == pytest.approx(a["final_val_loss"], abs=1e-6)
 
 
@@ -329,15 +312,19 @@ def test_lm_resume_equals_one_run(char_dataset, tmp_path):
 def test_lm_config_errors(char_dataset, tmp_path):
     with pytest.raises(configurator.ConfigError, match="max_iters"):
         train.train(lm_cfg(char_dataset, tmp_path / "x", max_iters=0))
-    with pytest.raises(configurator.ConfigError, match="n_loops"):
-        train.train(lm_cfg(char_dataset, tmp_path / "x", n_loops=2))
+    with pytest.raises(configurator.ConfigError, match="n_loops.*model='encoder', not of model='gpt'"):
+        train.make_config(["--model=gpt", "--n_loops=2"])
     with pytest.raises(configurator.ConfigError, match="emb_norm"):
         train.train(lm_cfg(char_dataset, tmp_path / "x", emb_norm="batch"))
+    encoder_on_a_corpus = {**train.make_config([]), **{k: v for k, v in lm_cfg(char_dataset, tmp_path / "x").items()
+                                                       if k in train.DEFAULTS}, "model": "encoder"}
+    with pytest.raises(configurator.ConfigError, match="does not do the lm task.*\\['gpt'\\]"):
+        train.train(encoder_on_a_corpus)
 
 
 def test_study_configs_differ_only_in_the_variant():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    cfgs = {v: configurator.apply_overrides(train.DEFAULTS, [os.path.join(root, "config", f"shakespeare_char_{v}.py")])
+    cfgs = {v: train.make_config([os.path.join(root, "config", f"shakespeare_char_{v}.py")])
             for v in ("baseline", "layernorm", "rmsnorm")}
     for v, want in (("layernorm", "layer"), ("rmsnorm", "rms")):
         diff = {k for k in cfgs[v] if cfgs[v][k] != cfgs["baseline"][k]}
@@ -345,12 +332,12 @@ def test_study_configs_differ_only_in_the_variant():
     base = cfgs["baseline"]
     assert (base["n_layer"], base["n_embd"], base["n_head"], base["block_size"]) == (8, 128, 8, 128)
     assert (base["batch_size"], base["learning_rate"], base["max_iters"]) == (16, 3e-4, 300)
-    long = configurator.apply_overrides(train.DEFAULTS, [os.path.join(root, "config", "shakespeare_char.py")])
+    long = train.make_config([os.path.join(root, "config", "shakespeare_char.py")])
     assert (long["n_layer"], long["n_embd"], long["n_head"], long["block_size"], long["dropout"]) == (6, 384, 6, 256, 0.2)
 
 
 # -----------------------------------------------------------------------------
-# evaluate.py: LM checkpoints and the study
+# evaluate.py: LM checkpoints
 
 
 def test_evaluate_lm_checkpoint(char_dataset, tmp_path, capsys):
@@ -369,56 +356,6 @@ def test_evaluate_lm_checkpoint(char_dataset, tmp_path, capsys):
         evaluate.main(["--ckpt", str(tmp_path / "run" / "ckpt.pt"), "--text", "hello"])
     with pytest.raises(SystemExit, match="not in this model's vocabulary"):
         evaluate.main(["--ckpt", str(tmp_path / "run" / "ckpt.pt"), "--prompt", "~", "--no_timing"])
-
-
-def test_t_quantile_and_mean_ci():
-    assert evaluate.t_quantile_975(4) == 2.776
-    assert evaluate.t_quantile_975(40) == pytest.approx(2.0211, abs=1e-3)
-    assert evaluate.t_quantile_975(120) == pytest.approx(1.9799, abs=1e-3)
-    mean, half = evaluate.mean_ci([1, 2, 3, 4, 5])
-    assert mean == 3 and half == pytest.approx(2.776 * math.sqrt(2.5) / math.sqrt(5))
-    with pytest.raises(ValueError):
-        evaluate.mean_ci([1.0])
-
-
-def test_paired_bootstrap_known_cases():
-    # a constant difference: every resample has mean c
-    assert evaluate.paired_bootstrap([1, 2, 3], [1.5, 2.5, 3.5]) == pytest.approx((0.5, 0.5, 0.5))
-    # differences (0, 1): resampled means are 0, 0.5, 1 with probabilities 1/4, 1/2, 1/4, so the
-    # 2.5th and 97.5th percentiles are the extremes
-    d, lo, hi = evaluate.paired_bootstrap([0, 0], [0, 1], n_boot=20000)
-    assert (d, lo, hi) == (0.5, 0.0, 1.0)
-    # pairing matters: a large shared per-seed spread cancels out
-    base = [10.0, 20.0, 30.0, 40.0, 50.0]
-    d, lo, hi = evaluate.paired_bootstrap(base, [b + 1 + 0.01 * i for i, b in enumerate(base)])
-    assert 1.0 <= lo < d < hi <= 1.04
-    assert evaluate.verdict(lo, hi, -1) == "worse" and evaluate.verdict(lo, hi, +1) == "better"
-    assert evaluate.verdict(-lo, hi, -1) == "no significant difference" and evaluate.verdict(lo, hi, 0) == "higher"
-
-
-def test_study_runs_then_collects(char_mirror, char_digest, tmp_path, monkeypatch, capsys):
-    """Two variants x two seeds on the fake corpus: the first call trains (in-process subprocesses),
-    the second only collects; the table and JSON carry every metric and the paired differences."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    folder = str(tmp_path / "chars")
-    data.prepare_shakespeare_char(mirror=char_mirror, out_dir=folder, verbose=False)
-    configs = [os.path.join(root, "config", f"shakespeare_char_{v}.py") for v in ("baseline", "rmsnorm")]
-    sets = [f"data_dir={folder!r}", "device='cpu'", "max_iters=3", "eval_interval=3", "block_size=16", "n_layer=1",
-            "n_embd=16", "n_head=2", "log_interval=1"]
-    args = ["--study", *configs, "--seeds", "1", "2", "--out_root", str(tmp_path / "study"), "--jobs", "2", "--set", *sets]
-    out = str(tmp_path / "study.json")
-    evaluate.main([*args, "--json", out])
-    first = capsys.readouterr().out
-    assert "4 to train" in first
-    with open(out) as f:
-        result = json.load(f)
-    assert set(result["metrics"]) == {k for k, _, _ in evaluate.STUDY_METRICS}
-    diff = result["differences"]["shakespeare_char_rmsnorm"]["final_val_emb_norm"]
-    assert diff["verdict"] == "higher" and diff["lo"] > 0  # RMSNorm lifts ||X|| from ~0.3 to ~sqrt(16)
-    evaluate.main([*args, "--collect_only"])
-    assert "0 to train" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="not finished"):
-        evaluate.main([*args[:-len(sets)], *sets[:-1], "log_interval=2", "--collect_only"])
 
 
 def test_run_names_tell_study_checkpoints_apart():

@@ -259,14 +259,13 @@ def test_param_counts_match_hand_formula(kw):
 def test_seed_config_param_counts(config_file, expected_non_emb):
     """The two study configs, built from the files through the configurator, against the formula
     and a fixed number (SwiGLU, RMSNorm, no biases; the head keeps its bias)."""
-    import configurator
     import train
 
     repo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    cfg = configurator.apply_overrides(train.DEFAULTS, [os.path.join(repo_root, config_file)])
-    meta = {"vocab_size": 100, "label_names": ["negative", "positive"], "max_len": 256}  # vocab: embedding only
+    cfg = train.make_config([os.path.join(repo_root, config_file)])
+    facts = {"vocab_size": 100, "n_classes": 2, "block_size": 256}  # what a dataset fixes; vocab: embedding only
     with torch.device("meta"):  # count without allocating or initializing the weights
-        m = train.build_model(cfg, meta)
+        m = model.build_model(cfg["model"], cfg, facts)
     mcfg = m.cfg
     assert (mcfg.ffn, mcfg.norm, mcfg.bias, mcfg.n_kv_head) == ("swiglu", "rms", False, mcfg.n_head)
     counts = m.param_counts()
@@ -491,3 +490,66 @@ def test_checkpoint_errors_are_helpful(tmp_path):
     _expect_checkpoint_error(tmp_path / "kind.pt", "kind 'mamba'")
     torch.save({**ckpt, "model_args": {**ckpt["model_args"], "n_layer": 3}}, tmp_path / "mismatch.pt")
     _expect_checkpoint_error(tmp_path / "mismatch.pt", "weights do not match")
+
+
+def test_checkpoint_kind_is_the_config_family(tmp_path):
+    m = EncoderClassifier(tiny_config())
+    model.save_checkpoint(str(tmp_path / "c.pt"), m)
+    ckpt = torch.load(tmp_path / "c.pt", weights_only=True)
+    assert ckpt["kind"] == "encoder" and ckpt["version"] == model.CKPT_VERSION == 2
+    g = model.GPT(model.GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_embd=16, n_head=2))
+    model.save_checkpoint(str(tmp_path / "g.pt"), g)
+    assert torch.load(tmp_path / "g.pt", weights_only=True)["kind"] == "gpt"
+
+
+def test_version_1_checkpoint_still_loads(tmp_path):
+    """Before model families were a config key (version 1) the encoder's kind was 'encoder_classifier';
+    such a file loads with the same weights, its kind renamed."""
+    torch.manual_seed(0)
+    m = EncoderClassifier(tiny_config()).eval()
+    model.save_checkpoint(str(tmp_path / "new.pt"), m)
+    ckpt = torch.load(tmp_path / "new.pt", weights_only=True)
+    torch.save({**ckpt, "version": 1, "kind": "encoder_classifier"}, tmp_path / "v1.pt")
+    loaded, old = model.load_checkpoint(str(tmp_path / "v1.pt"))
+    assert old["version"] == 1 and old["kind"] == "encoder" and isinstance(loaded, EncoderClassifier)
+    idx, mask = padded_batch([8, 3], 8)
+    assert torch.equal(loaded(idx, mask)[0], m(idx, mask)[0])
+    torch.save({**ckpt, "version": 1, "kind": "encoder"}, tmp_path / "v1bad.pt")  # not a version-1 name
+    _expect_checkpoint_error(tmp_path / "v1bad.pt", "kind 'encoder'.*version 1")
+
+
+# -----------------------------------------------------------------------------
+# the family registry
+
+
+def test_family_settings_are_the_config_fields_less_the_data_ones():
+    enc = model.family_settings("encoder")
+    assert set(enc) == {f.name for f in dataclasses.fields(EncoderConfig)} - {"vocab_size", "n_classes", "block_size"}
+    assert enc["n_loops"] == 2 and enc["dropout"] == 0.1  # the encoder's own defaults
+    gpt = model.family_settings("gpt")
+    assert "n_loops" not in gpt and "pooling" not in gpt and "vocab_size" not in gpt
+    assert gpt["block_size"] == 128 and gpt["dropout"] == 0.0 and gpt["tie_embeddings"] is True
+
+
+def test_build_model_takes_settings_and_data_facts():
+    settings = {**model.family_settings("encoder"), "n_layer": 1, "n_embd": 16, "n_head": 2, "unrelated": 5}
+    m = model.build_model("encoder", settings, {"vocab_size": 40, "n_classes": 3, "block_size": 12})
+    assert (m.cfg.vocab_size, m.cfg.n_classes, m.cfg.block_size, m.cfg.n_embd) == (40, 3, 12, 16)
+    with pytest.raises(ValueError, match="n_classes, block_size"):
+        model.build_model("encoder", settings, {"vocab_size": 40})  # a corpus has no labels
+    with pytest.raises(ValueError, match="expected one of"):
+        model.build_model("mamba", settings, {"vocab_size": 40})
+    with pytest.raises(ValueError, match="n_head"):
+        model.build_model("encoder", {**settings, "n_head": 3}, {"vocab_size": 40, "n_classes": 2, "block_size": 12})
+
+
+def test_no_weight_decay_names_vectors_and_embedding_tables():
+    cfg = tiny_config(n_layer=2, norm="layer", bias=True, pos="learned", emb_norm="layer", n_segments=2)
+    m = EncoderClassifier(cfg)
+    skip = m.no_weight_decay()
+    linear_weights = {f"{n}.weight" for n, mod in m.named_modules() if isinstance(mod, torch.nn.Linear)}
+    assert skip == {n for n, _ in m.named_parameters()} - linear_weights
+    assert {"tok_emb.weight", "pos_emb.weight", "seg_emb.weight", "emb_norm.bias", "head.bias"} <= skip
+    g = model.GPT(model.GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_embd=16, n_head=2))
+    assert "tok_emb.weight" in g.no_weight_decay()  # the tied head is the table: not decayed either
+    assert "layers.0.attn.wq.weight" not in g.no_weight_decay()

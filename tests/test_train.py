@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 import torch
 
+import configurator
 import data
+import evaluate
 import model
 import train
 from conftest import REPO_ROOT
@@ -52,9 +54,9 @@ def test_train_end_to_end(tiny_cfg, capsys):
     evals = [r for r in records if r["type"] == "eval"]
     assert [r["iter"] for r in evals] == [3, 6, 8, 9, 12, 15, 16]  # every 3 iterations, and each epoch's end
     assert summary["iters"] == 16 and summary["epochs"] == 2 and summary["stopped"] == "max_epochs"
-    assert 0.0 <= summary["test_acc"] <= 1.0 and np.isfinite(summary["test_loss"])
     assert summary["best_val_loss"] == min(r["val_loss"] for r in evals)
     assert "best checkpoint" in capsys.readouterr().out
+    assert summary["final_val_loss"] == evals[-1]["val_loss"] and summary["final_eval_iter"] == 16
 
     best, ckpt = model.load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
     assert ckpt["config"] == cfg and ckpt["best_val_loss"] == summary["best_val_loss"]
@@ -62,6 +64,17 @@ def test_train_end_to_end(tiny_cfg, capsys):
     assert best.cfg.n_embd == 16 and best.cfg.n_loops == 2  # built from the run's settings
     last = torch.load(os.path.join(cfg["out_dir"], "last.pt"), weights_only=True)
     assert last["iter_num"] == 16 and last["epoch"] == 2 and "optimizer" in last and "rng_cpu" in last
+
+    # the test figures are the best checkpoint's, scored here one example at a time, unbatched
+    test = data.ClassificationSplit(cfg["data_dir"], "test")
+    with torch.no_grad():
+        preds = [best(torch.from_numpy(test[i][0])[None])[0].argmax().item() for i in range(len(test))]
+    assert summary["test_accuracy"] == pytest.approx(np.mean(np.array(preds) == test.labels))
+    assert summary["test_n"] == len(test) == 8
+    assert summary["metrics"]["test_accuracy"] == {"label": "test accuracy (best checkpoint)", "better": "higher"}
+    assert summary["metrics"]["final_val_loss"]["better"] == "lower"
+    stored = json.loads(open(os.path.join(cfg["out_dir"], "summary.json")).read())
+    assert stored["config"] == cfg and stored["test_accuracy"] == summary["test_accuracy"]
 
 
 def test_train_stops_at_max_iters(tiny_cfg):
@@ -73,12 +86,12 @@ def test_training_lowers_the_loss(tiny_cfg):
     """Four epochs on 64 examples must fit the training set better than the untrained model does."""
     cfg = tiny_cfg(max_epochs=4, learning_rate=1e-2, n_embd=32, n_head=2, ffn_hidden=64)
     run(cfg)
-    _, meta, splits = train.load_dataset(cfg)
+    dataset = data.load_dataset(cfg)
     trained, _ = model.load_checkpoint(os.path.join(cfg["out_dir"], "last.pt"))
     torch.manual_seed(0)
-    fresh = train.build_model(cfg, meta)
-    loss_trained, _ = train.evaluate_loss_acc(trained, splits["train"], 64, "cpu", torch.no_grad())
-    loss_fresh, _ = train.evaluate_loss_acc(fresh, splits["train"], 64, "cpu", torch.no_grad())
+    fresh = train.new_model(cfg, dataset)
+    loss_trained = evaluate.evaluate_classification(trained, dataset.splits["train"], "cpu", torch.no_grad())["loss"]
+    loss_fresh = evaluate.evaluate_classification(fresh, dataset.splits["train"], "cpu", torch.no_grad())["loss"]
     assert loss_trained < 0.8 * loss_fresh
 
 
@@ -111,7 +124,7 @@ def test_resume_equals_one_run(tiny_cfg, tmp_path):
     assert_same_state(last_one["model"], last_two["model"])
     assert last_one["bad_evals"] == last_two["bad_evals"] == 3  # evaluations at 2 (best), 4, 6, 8
     assert last_one["optimizer"]["param_groups"][0]["lr"] == last_two["optimizer"]["param_groups"][0]["lr"]
-    assert one["best_val_loss"] == two["best_val_loss"] and one["test_acc"] == two["test_acc"]
+    assert one["best_val_loss"] == two["best_val_loss"] and one["test_accuracy"] == two["test_accuracy"]
     assert evals_one == evals_two  # the resumed run appends to the same log: same evaluations, same lr
     lrs = [lr for _, _, lr in evals_one]
     assert lrs[2] < lrs[1]  # the plateau state mattered after the resume point (iteration 6)
@@ -135,7 +148,7 @@ def test_each_epoch_uses_its_own_batches(tiny_cfg, tmp_path, monkeypatch):
     key = lambda ids: tuple(int(t) for t in ids)  # noqa: E731
     train_seqs = {key(splits["train"][i][0]) for i in range(12)}
     assert not train_seqs & {key(s[i][0]) for s in (splits["val"], splits["test"]) for i in range(len(s))}
-    seen, real_collate = [], train.collate
+    seen, real_collate = [], data.collate
 
     def spy(items, device):
         batch = [key(ids) for ids, _ in items]
@@ -143,10 +156,10 @@ def test_each_epoch_uses_its_own_batches(tiny_cfg, tmp_path, monkeypatch):
             seen.append(batch)
         return real_collate(items, device)
 
-    monkeypatch.setattr(train, "collate", spy)
+    monkeypatch.setattr(data, "collate", spy)
     train.train(cfg)
     expected = [[key(splits["train"][j][0]) for j in b]
-                for epoch in range(3) for b in train.epoch_batches(splits["train"], 4, cfg["seed"], epoch, False)]
+                for epoch in range(3) for b in data.epoch_batches(splits["train"], 4, cfg["seed"], epoch, False)]
     assert len(seen) == len(expected) == 9
     assert seen == expected
 
@@ -193,6 +206,19 @@ def test_resume_refuses_another_vocabulary(tiny_cfg, tmp_path):
         train.train({**cfg, "init_from": "resume", "data_dir": other})
 
 
+def test_resume_refuses_a_version_1_checkpoint_and_other_model_settings(tiny_cfg):
+    """A last.pt from before the run state changed (version 1) is refused with its version named;
+    so is resuming with model settings other than the checkpoint's."""
+    cfg = tiny_cfg(max_iters=2)
+    _, last = run(cfg)
+    path = os.path.join(cfg["out_dir"], "last.pt")
+    with pytest.raises(configurator.ConfigError, match="other model settings \\(n_embd\\)"):
+        train.train({**cfg, "init_from": "resume", "max_iters": 4, "n_embd": 32})
+    torch.save({**last, "version": 1, "kind": "encoder_classifier"}, path)
+    with pytest.raises(model.CheckpointError, match="version 1; resuming needs version 2"):
+        train.train({**cfg, "init_from": "resume", "max_iters": 4})
+
+
 def test_resume_without_checkpoint_is_a_clean_error(tmp_path):
     folder = make_micro_dataset(tmp_path / "micro", n_train=8)
     with pytest.raises(SystemExit, match="no checkpoint"):
@@ -210,7 +236,7 @@ def test_early_stopping(tiny_cfg):
     assert summary["stopped"].startswith("early"), summary["stopped"]
     assert summary["iters"] == 3 and last["bad_evals"] == 2  # best at 1, then two without improvement
     assert len([r for r in read_log(cfg) if r["type"] == "eval"]) == 3
-    assert "test_acc" in summary  # the best checkpoint is still evaluated
+    assert "test_accuracy" in summary  # the best checkpoint is still evaluated
 
 
 def test_no_early_stop_when_off(tiny_cfg):
@@ -241,20 +267,20 @@ def padding(split, batches):
 
 @pytest.mark.parametrize("bucket", [True, False])
 def test_epoch_batches_cover_every_index_once(fake_split, bucket):
-    batches = train.epoch_batches(fake_split, 8, seed=1, epoch=0, bucket=bucket)
+    batches = data.epoch_batches(fake_split, 8, seed=1, epoch=0, bucket=bucket)
     flat = np.concatenate(batches)
     assert np.array_equal(np.sort(flat), np.arange(len(fake_split)))
     assert all(1 <= len(b) <= 8 for b in batches) and len(batches) == -(-1003 // 8)
-    again = train.epoch_batches(fake_split, 8, seed=1, epoch=0, bucket=bucket)
+    again = data.epoch_batches(fake_split, 8, seed=1, epoch=0, bucket=bucket)
     assert all(np.array_equal(a, b) for a, b in zip(batches, again))  # a pure function of (seed, epoch)
     for seed, epoch in [(1, 1), (2, 0)]:
-        other = train.epoch_batches(fake_split, 8, seed=seed, epoch=epoch, bucket=bucket)
+        other = data.epoch_batches(fake_split, 8, seed=seed, epoch=epoch, bucket=bucket)
         assert not np.array_equal(np.concatenate(other), flat)
 
 
 def test_bucketing_reduces_padding(fake_split):
-    bucketed = train.epoch_batches(fake_split, 8, seed=1, epoch=0, bucket=True)
-    shuffled = train.epoch_batches(fake_split, 8, seed=1, epoch=0, bucket=False)
+    bucketed = data.epoch_batches(fake_split, 8, seed=1, epoch=0, bucket=True)
+    shuffled = data.epoch_batches(fake_split, 8, seed=1, epoch=0, bucket=False)
     assert padding(fake_split, bucketed) < 0.25 * padding(fake_split, shuffled)
     # the batches themselves are still shuffled: not sorted by length across the epoch
     maxima = [fake_split.lengths[b].max() for b in bucketed]
@@ -263,7 +289,7 @@ def test_bucketing_reduces_padding(fake_split):
 
 def test_collate_pads_with_pad_and_masks_real_tokens():
     items = [(np.array([2, 5, 6]), 1), (np.array([2, 7]), 0), (np.array([2, 8, 9, 10, 11]), 1)]
-    idx, mask, labels = train.collate(items, "cpu")
+    idx, mask, labels = data.collate(items, "cpu")
     assert idx.dtype == torch.long and idx.shape == (3, 5)
     assert idx.tolist() == [[2, 5, 6, 0, 0], [2, 7, 0, 0, 0], [2, 8, 9, 10, 11]]
     assert mask.dtype == torch.bool and mask.sum(1).tolist() == [3, 2, 5]
@@ -295,6 +321,41 @@ def test_optimizer_groups():
             "norm_f.weight", "head.bias", "layers.0.attn.wq.bias", "layers.1.norm2.bias"} <= no_decay
 
 
+def test_optimizer_skips_frozen_parameters_and_decays_what_the_model_allows():
+    """Freeze every Block (as LoRA freezes the base model) and let the model exempt one extra matrix
+    from decay (as Mamba exempts A_log): AdamW gets only trainable parameters, and decays exactly
+    the trainable ones the model does not name. One step then leaves the frozen weights unchanged."""
+    cfg = {**train.DEFAULTS, "weight_decay": 0.5, "learning_rate": 1e-2}
+    m = model.EncoderClassifier(model.EncoderConfig(vocab_size=30, block_size=16, n_layer=2, n_embd=16, n_head=2))
+    for p in m.layers.parameters():
+        p.requires_grad_(False)
+    exempt = m.no_weight_decay() | {"head.weight"}
+    m.no_weight_decay = lambda: exempt
+    opt = train.make_optimizer(m, cfg, "cpu")
+    names = {id(p): n for n, p in m.named_parameters()}
+    decay = {names[id(p)] for p in opt.param_groups[0]["params"]}
+    no_decay = {names[id(p)] for p in opt.param_groups[1]["params"]}
+    assert not any(n.startswith("layers.") for n in decay | no_decay)
+    assert decay == set() and no_decay == {"tok_emb.weight", "norm_f.weight", "head.weight", "head.bias"}
+    frozen = {n: p.detach().clone() for n, p in m.named_parameters() if not p.requires_grad}
+    head_before = m.head.weight.detach().clone()
+    idx = torch.randint(3, 30, (4, 6))
+    m(idx, targets=torch.tensor([0, 1, 0, 1]))[1].backward()
+    opt.step()
+    assert all(torch.equal(p, frozen[n]) for n, p in m.named_parameters() if n in frozen)
+    assert not torch.equal(m.head.weight, head_before)
+    # with the default rule the head's matrix is decayed: one step with a zero gradient shrinks it
+    m2 = model.EncoderClassifier(model.EncoderConfig(vocab_size=30, block_size=16, n_layer=1, n_embd=16, n_head=2))
+    opt2 = train.make_optimizer(m2, cfg, "cpu")
+    before = m2.head.weight.detach().clone()
+    emb_before = m2.tok_emb.weight.detach().clone()
+    for p in m2.parameters():
+        p.grad = torch.zeros_like(p)
+    opt2.step()
+    torch.testing.assert_close(m2.head.weight, before * (1 - 1e-2 * 0.5))  # decoupled decay: w -= lr * wd * w
+    assert torch.equal(m2.tok_emb.weight, emb_before)  # an embedding table is not decayed
+
+
 def test_scheduled_lr():
     cfg = {**train.DEFAULTS, "learning_rate": 1.0, "min_lr": 0.1, "warmup_iters": 4, "scheduler": "cosine"}
     lrs = [train.scheduled_lr(cfg, it, 14) for it in range(14)]
@@ -320,7 +381,8 @@ def make_micro_dataset(folder, n_train, vocab_size=20, seed=0, opposite_val=Fals
         elif split == "val" and opposite_val:
             seqs, labels = train_seqs, [0] * n_train
         data.write_split(str(folder), split, seqs, labels, np.uint16)
-    meta = {"dataset": "micro", "protocol": "none", "tokenizer": "none", "preprocessing": "none", "max_len": 16,
+    meta = {"dataset": "micro", "task": "classification", "protocol": "none", "tokenizer": "none",
+            "preprocessing": "none", "max_len": 16,
             "vocab_size": vocab_size, "vocab": list(range(vocab_size - 3)), "label_names": ["a", "b"]}
     with open(os.path.join(folder, "meta.json"), "w") as f:
         json.dump(meta, f)

@@ -1,0 +1,222 @@
+"""
+study.py: the statistics against independent computations, the plan (names, grids, what counts as
+finished), whole studies of tiny classification and language-model runs (trained as subprocesses,
+collected, resumed after an interruption), the old `evaluate.py --study` spelling, and the import
+layering that puts study.py on top.
+"""
+
+import ast
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import data
+import study
+import train
+from conftest import REPO_ROOT
+
+# -----------------------------------------------------------------------------
+# statistics
+
+
+def t_quantile_by_integration(df):
+    """t_{0.975, df} computed here from scratch: bisection on the integral of Student's t density from 0
+    to q (Simpson's rule), which must reach 0.475."""
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def mass(q, n=20001):
+        x = np.linspace(0.0, q, n)
+        y = np.exp(log_c - (df + 1) / 2 * np.log1p(x * x / df))
+        return (q / (n - 1) / 3) * (y[0] + y[-1] + 4 * y[1:-1:2].sum() + 2 * y[2:-1:2].sum())
+
+    lo, hi = 0.0, 20.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mass(mid) < 0.475 else (lo, mid)
+    return (lo + hi) / 2
+
+
+@pytest.mark.parametrize("df", [1, 2, 4, 9, 19, 30, 31, 40, 120])
+def test_t_quantile_matches_the_t_distribution(df):
+    """The table (3 decimals, df <= 30) and the expansion beyond it, against the quantile of the density."""
+    assert study.t_quantile_975(df) == pytest.approx(t_quantile_by_integration(df), abs=1e-3)
+
+
+def test_mean_ci():
+    mean, half = study.mean_ci([1, 2, 3, 4, 5])
+    assert mean == 3 and half == pytest.approx(t_quantile_by_integration(4) * math.sqrt(2.5) / math.sqrt(5), abs=1e-3)
+    with pytest.raises(ValueError):
+        study.mean_ci([1.0])
+
+
+def test_paired_bootstrap_known_cases():
+    # a constant difference: every resample has mean c
+    assert study.paired_bootstrap([1, 2, 3], [1.5, 2.5, 3.5]) == pytest.approx((0.5, 0.5, 0.5))
+    # differences (0, 1): resampled means are 0, 0.5, 1 with probabilities 1/4, 1/2, 1/4, so the
+    # 2.5th and 97.5th percentiles are the extremes
+    d, lo, hi = study.paired_bootstrap([0, 0], [0, 1], n_boot=20000)
+    assert (d, lo, hi) == (0.5, 0.0, 1.0)
+    # pairing matters: a large shared per-seed spread cancels out
+    base = [10.0, 20.0, 30.0, 40.0, 50.0]
+    d, lo, hi = study.paired_bootstrap(base, [b + 1 + 0.01 * i for i, b in enumerate(base)])
+    assert 1.0 <= lo < d < hi <= 1.04
+
+
+def test_verdict_follows_the_metric_direction():
+    assert study.verdict(1.0, 2.0, "lower") == "worse" and study.verdict(1.0, 2.0, "higher") == "better"
+    assert study.verdict(-2.0, -1.0, "lower") == "better" and study.verdict(-2.0, -1.0, "higher") == "worse"
+    assert study.verdict(-1.0, 2.0, "higher") == "no significant difference"
+    assert study.verdict(1.0, 2.0, "neither") == "higher" and study.verdict(-2.0, -1.0, "neither") == "lower"
+    with pytest.raises(ValueError, match="better='up'"):
+        study.verdict(1.0, 2.0, "up")
+
+
+# -----------------------------------------------------------------------------
+# the plan
+
+
+def test_plan_names_grid_points_and_overrides(tmp_path):
+    cfg_file = tmp_path / "tiny_enc.py"
+    cfg_file.write_text("n_layer = 1\n")
+    runs = study.plan_runs([str(cfg_file)], [1, 2], str(tmp_path / "s"), sets=["max_iters=3"],
+                           grid=["n_loops=1,3", "pooling=cls,mean"])
+    assert len(runs) == 8
+    key = ("tiny_enc@n_loops=3,pooling=mean", 2)
+    argv, cfg = runs[key]
+    assert (cfg["n_loops"], cfg["pooling"], cfg["max_iters"], cfg["seed"], cfg["n_layer"]) == (3, "mean", 3, 2, 1)
+    assert cfg["out_dir"] == os.path.join(str(tmp_path / "s"), "tiny_enc@n_loops=3,pooling=mean", "seed2")
+    assert list(dict.fromkeys(n for n, _ in runs))[0] == "tiny_enc@n_loops=1,pooling=cls"  # the grid in order
+    with pytest.raises(Exception, match="KEY=V1,V2"):
+        study.plan_runs([str(cfg_file)], [1, 2], "s", grid=["n_loops"])
+
+
+def test_finished_means_same_config_and_not_interrupted(tmp_path):
+    cfg = train.make_config([f"--out_dir={tmp_path}"])
+    assert study.finished_summary(cfg) is None
+    data.write_json(str(tmp_path / "summary.json"), {"stopped": "max_iters", "config": {**cfg, "init_from": "resume"}})
+    assert study.finished_summary(cfg)["stopped"] == "max_iters"  # init_from says how, not what
+    data.write_json(str(tmp_path / "summary.json"), {"stopped": "max_iters", "config": {**cfg, "seed": 2}})
+    assert study.finished_summary(cfg) is None
+    data.write_json(str(tmp_path / "summary.json"), {"stopped": "interrupted", "config": cfg})
+    assert study.finished_summary(cfg) is None
+
+
+# -----------------------------------------------------------------------------
+# whole studies
+
+
+def write_tiny_configs(tmp_path, data_dir):
+    """Two tiny classification configs that differ in the number of loops."""
+    common = (f"data_dir = {data_dir!r}\ndevice = 'cpu'\ndtype = 'float32'\nn_layer = 1\nn_embd = 16\nn_head = 2\n"
+              "ffn_hidden = 32\ndropout = 0.0\nbatch_size = 8\nmax_iters = 6\neval_interval = 2\nlog_interval = 2\n"
+              "scheduler = 'constant'\nlearning_rate = 1e-2\nearly_stop_patience = 0\n")
+    paths = []
+    for name, loops in (("tiny_plain", 1), ("tiny_looped", 2)):
+        path = tmp_path / f"{name}.py"
+        path.write_text(f"# a tiny classifier for the study tests\n{common}n_loops = {loops}\n")
+        paths.append(str(path))
+    return paths
+
+
+def test_classification_study_runs_resumes_and_compares(tiny_dataset, tmp_path, monkeypatch, capsys):
+    """Two tiny classification configs x 2 seeds. One run was stopped part-way (Ctrl-C) before the study
+    started: the study continues it from its last.pt, trains the other three, and prints accuracy with
+    a CI and a verdict. A second call finds all four finished and trains nothing."""
+    configs = write_tiny_configs(tmp_path, tiny_dataset)
+    out_root = str(tmp_path / "study")
+    args = [*configs, "--seeds", "1", "2", "--out_root", out_root, "--jobs", "2"]
+
+    # the interrupted run: the planned config, stopped by a Ctrl-C after its third step
+    planned = study.plan_runs(configs, [1, 2], out_root)[("tiny_plain", 1)][1]
+    real_lr = train.scheduled_lr
+
+    def lr_then_interrupt(cfg, it, total_iters):
+        if it == 2:
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+        return real_lr(cfg, it, total_iters)
+
+    monkeypatch.setattr(train, "scheduled_lr", lr_then_interrupt)
+    assert train.train(planned)["stopped"] == "interrupted"
+    monkeypatch.setattr(train, "scheduled_lr", real_lr)
+    capsys.readouterr()
+
+    study.main([*args, "--json", str(tmp_path / "s.json")])
+    out = capsys.readouterr().out
+    assert "4 runs, 0 finished, 4 to train" in out and "resumed tiny_plain seed 1" in out
+    log = [json.loads(line) for line in open(os.path.join(planned["out_dir"], "log.jsonl"))]
+    assert [r["iter"] for r in log if r["type"] == "start"] == [0, 3]  # continued, not restarted
+    assert [r["iter"] for r in log if r["type"] == "eval"] == [2, 4, 6]
+    row = next(line for line in out.splitlines() if line.startswith("test accuracy (best checkpoint)"))
+    assert row.count("±") == 2
+    verdicts = [line for line in out.splitlines() if "tiny_looped" in line and "test accuracy" in line]
+    assert len(verdicts) == 1 and verdicts[0].rstrip().endswith(("better", "worse", "no significant difference"))
+
+    result = json.loads((tmp_path / "s.json").read_text())
+    acc = result["metrics"]["test_accuracy"]
+    assert acc["better"] == "higher" and acc["tiny_plain"]["values"] == [
+        result["runs"][f"tiny_plain/seed{s}"]["test_accuracy"] for s in (1, 2)]
+    diff = result["differences"]["tiny_looped"]["test_accuracy"]
+    assert diff["mean"] == pytest.approx(np.mean(acc["tiny_looped"]["values"]) - np.mean(acc["tiny_plain"]["values"]))
+
+    study.main(args)
+    assert "4 runs, 4 finished, 0 to train" in capsys.readouterr().out
+
+
+def test_language_model_study(char_mirror, char_digest, tmp_path, capsys):
+    """The embedding-norm configs x 2 seeds on a fake corpus, then collected; the metrics and their
+    directions come from the runs' summaries."""
+    folder = str(tmp_path / "chars")
+    data.prepare_shakespeare_char(mirror=char_mirror, out_dir=folder, verbose=False)
+    configs = [os.path.join(REPO_ROOT, "config", f"shakespeare_char_{v}.py") for v in ("baseline", "rmsnorm")]
+    sets = [f"data_dir={folder!r}", "device='cpu'", "max_iters=3", "eval_interval=3", "block_size=16", "n_layer=1",
+            "n_embd=16", "n_head=2", "log_interval=1"]
+    args = [*configs, "--seeds", "1", "2", "--out_root", str(tmp_path / "study"), "--jobs", "2", "--set", *sets]
+    out = str(tmp_path / "study.json")
+    study.main([*args, "--json", out])
+    assert "4 to train" in capsys.readouterr().out
+    result = json.loads(open(out).read())
+    assert {"final_val_loss", "final_val_ppl", "final_val_accuracy", "final_val_emb_norm",
+            "final_grad_norm"} <= set(result["metrics"])
+    diff = result["differences"]["shakespeare_char_rmsnorm"]["final_val_emb_norm"]
+    assert diff["verdict"] == "higher" and diff["lo"] > 0  # RMSNorm lifts ||X|| from ~0.3 to ~sqrt(16)
+    study.main([*args, "--collect_only", "--metrics", "final_val_ppl"])
+    printed = capsys.readouterr().out
+    assert "0 to train" in printed and "final validation perplexity" in printed and "emb" not in printed
+    with pytest.raises(SystemExit, match="not finished"):
+        study.main([*args[:-len(sets)], *sets[:-1], "log_interval=2", "--collect_only"])
+
+    # the old spelling, `evaluate.py --study`, runs study.py
+    r = subprocess.run([sys.executable, "evaluate.py", "--study", *args, "--collect_only"], cwd=REPO_ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "4 finished, 0 to train" in r.stdout and "final validation perplexity" in r.stdout
+
+
+# -----------------------------------------------------------------------------
+# layering
+
+
+LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "data": 1, "evaluate": 2, "train": 3, "study": 4}
+
+
+def test_imports_run_one_way():
+    """configurator, model, kernels <- data <- evaluate <- train <- study: a module imports only
+    modules of a lower layer (evaluate.py never imports train.py; nothing imports study.py)."""
+    for name, layer in LAYERS.items():
+        path = os.path.join(REPO_ROOT, f"{name}.py")
+        if not os.path.isfile(path):
+            continue  # kernels.py arrives with the Triton kernels
+        tree = ast.parse(open(path).read())
+        imported = {a.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+        imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom) and node.module}
+        ours = imported & set(LAYERS)
+        assert all(LAYERS[m] < layer or (layer == 0 and m != name) for m in ours), (name, ours)
+    assert "train" in {n.names[0].name for n in ast.walk(ast.parse(open(os.path.join(REPO_ROOT, "study.py")).read()))
+                       if isinstance(n, ast.Import)}  # the check above does look at real imports
