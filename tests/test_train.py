@@ -440,3 +440,28 @@ def test_cli_unknown_key(tmp_path):
     assert r.returncode != 0
     assert "unknown config key" in r.stderr or "did you mean" in r.stderr
     assert "not_a_key" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_sigterm_saves_last_pt_and_the_run_resumes(tiny_dataset, tmp_path):
+    """What a study runner's stop sends: SIGTERM. train.py finishes its step, saves last.pt, writes no
+    summary.json (the run is not finished), exits cleanly; --init_from=resume continues from there."""
+    out = tmp_path / "run"
+    args = [f"--data_dir={tiny_dataset}", f"--out_dir={out}", "--device=cpu", "--n_layer=1", "--n_embd=16",
+            "--n_head=2", "--ffn_hidden=32", "--batch_size=4", "--max_iters=100000", "--log_interval=1",
+            "--eval_interval=100000", "--early_stop_patience=0"]
+    proc = subprocess.Popen([sys.executable, "train.py", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    for line in proc.stdout:
+        if line.startswith("iter 3/"):
+            proc.terminate()
+            break
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=60) == 0, rest
+    assert "saving last.pt" in rest and not (out / "summary.json").exists()
+    stopped_at = torch.load(out / "last.pt", weights_only=True)["iter_num"]
+    assert stopped_at >= 3
+    r = _cli([*args[:-4], "--max_iters=" + str(stopped_at + 2), "--init_from=resume"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"resuming from {out / 'last.pt'} at iteration {stopped_at}" in r.stdout
+    assert torch.load(out / "last.pt", weights_only=True)["iter_num"] == stopped_at + 2
+
