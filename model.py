@@ -20,8 +20,10 @@ the family's config dataclass fields are the run's model settings, with the fami
 
 import math
 import os
+import struct
 from dataclasses import asdict, dataclass, fields
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -140,39 +142,73 @@ class Attention(nn.Module):
         self.wv = nn.Linear(cfg.n_embd, self.n_kv_head * self.head_dim, bias=cfg.bias)
         self.wo = nn.Linear(self.n_head * self.head_dim, cfg.n_embd, bias=cfg.bias)
 
-    def forward(self, x, key_mask=None, rope=None, need_weights=False):
-        """x: (B, T, C); key_mask: bool (B, T), True for real tokens, False for padding;
-        rope: (cos, sin) or None. Returns (y, weights) with weights None unless asked for."""
+    def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0):
+        """x: (B, T, C), the tokens at positions start .. start+T-1; key_mask: bool (B, S), True for real
+        keys, False for padding, over all S keys attended to; rope: (cos, sin) or None; cache: a KVCache
+        holding the keys and values of positions 0 .. start-1, which this call extends (incremental
+        decoding), so S = start + T. Returns (y, weights) with weights None unless asked for."""
         B, T, C = x.shape
         q = self.wq(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
         k = self.wk(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, T, hs)
         v = self.wv(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, T, hs)
         if rope is not None:
-            cos, sin = rope[0][:T], rope[1][:T]
+            cos, sin = rope[0][start:start + T], rope[1][start:start + T]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(start, k, v)  # (B, nkv, S, hs): every key so far
+        S = k.size(2)
         if self.n_kv_head != self.n_head:
             # grouped-query attention: each key/value head serves n_head / n_kv_head query heads
             rep = self.n_head // self.n_kv_head
-            k = k.repeat_interleave(rep, dim=1)  # (B, nh, T, hs)
+            k = k.repeat_interleave(rep, dim=1)  # (B, nh, S, hs)
             v = v.repeat_interleave(rep, dim=1)
 
-        mask = None  # bool, True = may attend; broadcast to (B, nh, Tq, Tk)
+        mask = None  # bool, True = may attend; broadcast to (B, nh, T, S)
         if key_mask is not None:
-            mask = key_mask[:, None, None, :]  # (B, 1, 1, T)
-        if self.causal:
-            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            mask = key_mask[:, None, None, :]  # (B, 1, 1, S)
+        manual = need_weights or self.attn_impl == "manual"
+        # SDPA's is_causal serves the plain case (no padding, no cache); otherwise the causal mask is
+        # explicit: query i sits at position S - T + i and may see keys up to there. A single new
+        # query (T = 1, decoding) may see every key, so it needs none.
+        fused_causal = self.causal and mask is None and S == T and not manual
+        if self.causal and T > 1 and not fused_causal:
+            causal = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
             mask = causal if mask is None else (mask & causal)
+            if key_mask is not None:
+                # a padding query before its sequence starts (left padding) sees no key at all, and a
+                # softmax over nothing is NaN, which would leak through the values into later layers:
+                # let such a row see every key instead (its output is padding, never read)
+                mask = mask | ~mask.any(-1, keepdim=True)
 
         weights = None
         dropout_p = self.dropout if self.training else 0.0
-        if need_weights or self.attn_impl == "manual":
+        if manual:
             y, weights = manual_attention(q, k, v, mask, dropout_p, self.training)
-        elif self.causal and key_mask is None:
+        elif fused_causal:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, nh*hs): heads side by side
         return self.wo(y), (weights if need_weights else None)
+
+
+class KVCache:
+    """The keys and values one attention layer has computed, for incremental decoding: a step feeds
+    only the new tokens and attends to everything before them from here (Pope et al. 2022, sec. 3).
+    Buffers are (B, nkv, max_len, hs), filled from position 0 up."""
+
+    def __init__(self, batch_size, n_kv_head, max_len, head_dim, device, dtype):
+        self.k = torch.zeros(batch_size, n_kv_head, max_len, head_dim, device=device, dtype=dtype)
+        self.v = torch.zeros_like(self.k)
+
+    def update(self, start, k, v):
+        """Store k, v (B, nkv, T, hs) at positions start .. start+T-1; return all keys and values so far."""
+        end = start + k.size(2)
+        if end > self.k.size(2):
+            raise ValueError(f"the cache holds {self.k.size(2)} positions; position {end - 1} does not fit")
+        self.k[:, :, start:end] = k
+        self.v[:, :, start:end] = v
+        return self.k[:, :, :end], self.v[:, :, :end]
 
 
 # -----------------------------------------------------------------------------
@@ -220,8 +256,8 @@ class Block(nn.Module):
         self.ffn = FeedForward(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, key_mask=None, rope=None, need_weights=False):
-        a, weights = self.attn(self.norm1(x), key_mask, rope, need_weights)
+    def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0):
+        a, weights = self.attn(self.norm1(x), key_mask, rope, need_weights, cache, start)
         x = x + self.drop(a)
         x = x + self.drop(self.ffn(self.norm2(x)))
         return x, weights
@@ -309,15 +345,15 @@ class TokenModel(nn.Module):
 
     tasks = ()
 
-    def embed(self, idx, segments=None):
+    def embed(self, idx, segments=None, start=0):
         """The input to the first block, before dropout: E_tok(t) (+ E_pos(p)) (+ E_seg(s)),
-        normalized by emb_norm if the config asks for it."""
+        normalized by emb_norm if the config asks for it. idx holds positions start .. start+T-1."""
         T = idx.size(1)
-        if T > self.cfg.block_size:
-            raise ValueError(f"sequence of length {T} is longer than block_size={self.cfg.block_size}")
+        if start + T > self.cfg.block_size:
+            raise ValueError(f"sequence of length {start + T} is longer than block_size={self.cfg.block_size}")
         h = self.tok_emb(idx)  # (B, T, C)
         if self.pos_emb is not None:
-            h = h + self.pos_emb(torch.arange(T, device=idx.device))  # (T, C) broadcast over B
+            h = h + self.pos_emb(torch.arange(start, start + T, device=idx.device))  # (T, C) broadcast over B
         if getattr(self, "seg_emb", None) is not None:
             h = h + self.seg_emb(segments if segments is not None else torch.zeros_like(idx))
         return self.emb_norm(h) if self.emb_norm is not None else h
@@ -451,6 +487,41 @@ class EncoderClassifier(TokenModel):
 
 
 # -----------------------------------------------------------------------------
+# Sampling the next token (every language model's generate uses this)
+
+
+def sample_next(logits, temperature=1.0, top_k=None, top_p=None, epsilon=None, generator=None):
+    """The next token (B, 1) from the last position's logits (B, V).
+    temperature 0: the most likely token (greedy, deterministic). Otherwise the logits are divided by
+    the temperature, then cut, each cut renormalizing what is left:
+      top_k    keep the k most likely tokens (Fan et al. 2018);
+      epsilon  drop tokens whose probability is below epsilon (Hewitt et al. 2022, epsilon sampling);
+      top_p    keep the fewest most likely tokens whose probabilities reach p (Holtzman et al. 2020);
+    and a token is drawn with `generator` (a torch.Generator, for reproducible samples). The most
+    likely token always survives the cuts, so something is left to draw."""
+    logits = logits.float()
+    if temperature < 0:
+        raise ValueError(f"temperature={temperature} must be >= 0")
+    if temperature == 0:
+        return logits.argmax(-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k).values[:, -1:]  # (B, 1): the k-th largest
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = F.softmax(logits, -1)
+    if epsilon is not None and epsilon > 0:
+        keep = probs >= epsilon
+        keep.scatter_(-1, probs.argmax(-1, keepdim=True), True)
+        probs = probs * keep
+    if top_p is not None and 0 < top_p < 1:
+        sorted_p, order = probs.sort(-1, descending=True)
+        # a token stays if the mass before it is still short of top_p (so the first always stays)
+        cut = (sorted_p.cumsum(-1) - sorted_p) >= top_p * sorted_p.sum(-1, keepdim=True)
+        probs = probs.scatter(-1, order, sorted_p.masked_fill(cut, 0.0))
+    return torch.multinomial(probs, 1, generator=generator)  # multinomial renormalizes
+
+
+# -----------------------------------------------------------------------------
 # Decoder-only language model: the char-level GPT of the embedding-normalization study
 
 
@@ -542,24 +613,169 @@ class GPT(TokenModel):
         self.eval()
         for _ in range(max_new_tokens):
             logits, _ = self(idx[:, -self.cfg.block_size:])
-            logits = logits[:, -1].float()  # (B, V): the prediction for the next position
-            if temperature == 0:
-                nxt = logits.argmax(-1, keepdim=True)
-            else:
-                logits = logits / temperature
-                if top_k is not None and top_k < logits.size(-1):
-                    kth = torch.topk(logits, top_k).values[:, -1:]  # (B, 1): the k-th largest
-                    logits = logits.masked_fill(logits < kth, float("-inf"))
-                nxt = torch.multinomial(F.softmax(logits, -1), 1, generator=generator)
+            nxt = sample_next(logits[:, -1], temperature, top_k=top_k, generator=generator)  # (B, 1)
             idx = torch.cat((idx, nxt), dim=1)
         self.train(was_training)
         return idx
 
 
 # -----------------------------------------------------------------------------
+# Llama 2 (Touvron et al. 2023), small: the mini-Llama of llama2.c and the NLP course's assignment
+
+
+def llama_ffn_hidden(n_embd, multiple_of):
+    """Llama's SwiGLU width: two thirds of 4d (so three matrices cost what GPT's two of width 4d
+    do), rounded up to a multiple of multiple_of: round_up(int(2/3 * 4d), multiple_of)."""
+    hidden = int(2 * (4 * n_embd) / 3)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+@dataclass
+class LlamaConfig:
+    """A Llama-2 decoder: RMSNorm (pre-norm), rotary positions, grouped-query attention, SwiGLU FFN,
+    no biases, output head tied to the token embedding or not. Defaults are llama2.c's stories15M
+    (6 layers, width 288, 6 heads, context 256, 32,000 tokens); stories260K is n_layer=5, n_embd=64,
+    n_head=8, n_kv_head=4, ffn_hidden=172, block_size=512 on 512 tokens."""
+
+    vocab_size: int = 32000  # the Llama-2 SentencePiece vocabulary; the tokenizer fixes it
+    block_size: int = 256  # context length (llama2.c: max_seq_len)
+    n_layer: int = 6
+    n_embd: int = 288
+    n_head: int = 6
+    n_kv_head: int = 0  # 0 means n_head; fewer = grouped-query attention (GQA)
+    ffn_hidden: int = 0  # 0 means llama_ffn_hidden(n_embd, multiple_of)
+    multiple_of: int = 32  # llama2.c's rounding of the FFN width
+    norm: str = "rms"  # 'rms' (Llama) | 'layer' (the course's option)
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    dropout: float = 0.0
+    tie_embeddings: bool = True  # llama2.c's tinyllamas share the output head with the embedding
+    attn_impl: str = "sdpa"  # 'sdpa' | 'manual'
+    n_classes: int = 0  # > 0: a classification head on the last token's state instead of the LM head
+    # what Block and the shared checks read, fixed for every Llama (class attributes, not fields)
+    ffn, pos, emb_norm, bias, causal = "swiglu", "rope", "none", False, True
+    data_fields = ("vocab_size", "n_classes")
+
+    def __post_init__(self):
+        if self.ffn_hidden == 0 and self.multiple_of >= 1:
+            self.ffn_hidden = llama_ffn_hidden(self.n_embd, self.multiple_of)
+        check_block_fields(self, ("vocab_size", "block_size", "multiple_of"))
+        if self.n_classes < 0 or self.n_classes == 1:
+            raise ValueError(f"LlamaConfig: n_classes={self.n_classes}: 0 (a language model) or at least 2")
+
+
+class Llama(TokenModel):
+    """Token embedding -> n_layer causal Blocks (RoPE inside attention) -> final RMSNorm -> logits over
+    the vocabulary, or, with n_classes > 0, a linear classifier on the final state of each sequence's
+    last real token (the course's LlamaEmbeddingClassifier). Parameter names map to llama2.c's by
+    LLAMA2C_NAMES below; `generate` decodes with a key/value cache."""
+
+    tasks = ("lm", "classification")
+
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.depth = cfg.n_layer
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.pos_emb = self.emb_norm = None  # positions are rotary, inside attention
+        self.drop = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm_f = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
+        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.head.weight = self.tok_emb.weight
+        self.cls_head = nn.Linear(cfg.n_embd, cfg.n_classes) if cfg.n_classes else None
+        register_rope(self, cfg)
+        init_weights(self, cfg.n_layer)
+
+    def forward(self, idx, key_mask=None, targets=None, cache=None, start=0):
+        """idx: (B, T) token ids at positions start .. start+T-1; key_mask: bool (B, start+T), True on
+        real tokens (padding is on the right for classification, on the left for batched prompts);
+        cache: one KVCache per layer (see generate). A language model returns (logits (B, T, V), mean
+        next-token cross-entropy or None) for targets (B, T); a classifier (n_classes > 0) returns
+        (logits (B, n_classes), cross-entropy or None) for targets (B,)."""
+        h = self.drop(self.embed(idx, start=start))
+        rope = self.rope()
+        for i, layer in enumerate(self.layers):
+            h, _ = layer(h, key_mask, rope, cache=None if cache is None else cache[i], start=start)
+        h = self.norm_f(h)
+        if self.cls_head is not None:
+            # the last real token has read the whole sequence (causal attention)
+            last = key_mask.sum(1) - 1 if key_mask is not None else torch.full_like(idx[:, 0], idx.size(1) - 1)
+            logits = self.cls_head(self.drop(h[torch.arange(h.size(0), device=h.device), last]))  # (B, n_classes)
+            loss = F.cross_entropy(logits.float(), targets) if targets is not None else None
+            return logits, loss
+        logits = self.head(h)  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss
+
+    def head_flops(self, seq_len):
+        if self.cls_head is not None:
+            return 2 * self.cfg.n_embd * self.cfg.n_classes
+        return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size
+
+    def new_cache(self, batch_size, max_len=None):
+        """One empty KVCache per layer, for max_len positions (default: the whole context)."""
+        cfg = self.cfg
+        p = self.tok_emb.weight
+        return [KVCache(batch_size, cfg.n_kv_head, max_len or cfg.block_size, cfg.n_embd // cfg.n_head, p.device,
+                        p.dtype) for _ in range(cfg.n_layer)]
+
+    @torch.no_grad()
+    def generate(self, prompts, max_new_tokens, temperature=1.0, top_k=None, top_p=None, epsilon=None,
+                 eos_id=None, generator=None, use_cache=True):
+        """Continue each prompt (a list of token-id lists, lengths may differ) by up to max_new_tokens
+        tokens, stopping a sequence at eos_id (kept) and every sequence at the context length.
+        Prompts are padded on the left and the padding masked out, so each row sees only its own
+        tokens; RoPE depends only on relative position, so the shift changes nothing. With use_cache,
+        the prompt is run once and each step feeds one token (KVCache); without, every step runs
+        the whole sequence again (the reference the cache is tested against). Sampling: sample_next.
+        Returns the new tokens of each sequence, a list of lists."""
+        if isinstance(prompts, torch.Tensor):
+            prompts = prompts.tolist()
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token (llama2.c starts from BOS = 1)")
+        B, P = len(prompts), max(len(p) for p in prompts)
+        steps = max(0, min(max_new_tokens, self.cfg.block_size - P))
+        dev = self.tok_emb.weight.device
+        idx = torch.zeros(B, P + steps, dtype=torch.long, device=dev)
+        mask = torch.zeros(B, P + steps, dtype=torch.bool, device=dev)
+        for b, p in enumerate(prompts):
+            idx[b, P - len(p):P] = torch.tensor(p, dtype=torch.long)
+            mask[b, P - len(p):] = True
+        padded = bool((~mask[:, :P]).any())
+        was_training = self.training
+        self.eval()
+        cache = self.new_cache(B, P + steps) if use_cache else None
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
+        out = [[] for _ in range(B)]
+        pos = 0  # positions fed to the model so far (with the cache)
+        for t in range(P, P + steps):
+            key_mask = mask[:, :t] if padded else None
+            if use_cache:
+                logits, _ = self(idx[:, pos:t], key_mask, cache=cache, start=pos)
+                pos = t
+            else:
+                logits, _ = self(idx[:, :t], key_mask)
+            nxt = sample_next(logits[:, -1], temperature, top_k, top_p, epsilon, generator)[:, 0]  # (B,)
+            idx[:, t] = nxt
+            for b in range(B):
+                if not done[b]:
+                    out[b].append(int(nxt[b]))
+            if eos_id is not None:
+                done |= nxt == eos_id
+                if bool(done.all()):
+                    break
+        self.train(was_training)
+        return out
+
+
+# -----------------------------------------------------------------------------
 # The model families: the config key `model` picks one
 
-FAMILIES = {"encoder": (EncoderConfig, EncoderClassifier), "gpt": (GPTConfig, GPT)}
+FAMILIES = {"encoder": (EncoderConfig, EncoderClassifier), "gpt": (GPTConfig, GPT), "llama": (LlamaConfig, Llama)}
 
 
 def family_settings(family):
@@ -648,3 +864,157 @@ def load_checkpoint(path, device="cpu"):
     except RuntimeError as e:
         raise CheckpointError(f"{path}: weights do not match the stored model config ({e})") from None
     return model.to(device).eval(), ckpt
+
+
+# -----------------------------------------------------------------------------
+# llama2.c's formats, both ways: a Llama from Karpathy's llama2.c checkpoints (.pt from its train.py,
+# .bin from its export.py, which its run.c reads) and ours back to them.
+#
+# .pt : torch.save({"model": state dict in llama2.c's names, "model_args": {dim, n_layers, n_heads,
+#       n_kv_heads, vocab_size, hidden_dim, multiple_of, norm_eps, max_seq_len, dropout}, ...})
+# .bin version 0 (legacy; what run.c reads): 7 int32 (dim, hidden_dim, n_layers, n_heads, n_kv_heads,
+#       vocab_size, max_seq_len; a negative vocab_size means the output head is not shared), then
+#       float32 arrays: token table, attention norms, wq, wk, wv, wo, FFN norms, w1, w2, w3, final
+#       norm, the RoPE cos and sin tables (seq_len x head_size/2 each), the output head if not shared.
+# .bin version 1: a 256-byte header (uint32 magic "ak42", int32 version 1, the 7 int32 with a positive
+#       vocab_size, uint8 shared-head flag, zeros), then the arrays in another order: attention norms,
+#       FFN norms, final norm, token table, wq, wk, wv, wo, w1, w2, w3, the head if not shared.
+
+LLAMA2C_MAGIC = 0x616B3432
+LLAMA2C_NAMES = {  # our parameter name -> llama2.c's ({i}: the layer)
+    "tok_emb.weight": "tok_embeddings.weight", "norm_f.weight": "norm.weight", "head.weight": "output.weight",
+    "layers.{i}.norm1.weight": "layers.{i}.attention_norm.weight",
+    "layers.{i}.norm2.weight": "layers.{i}.ffn_norm.weight",
+    **{f"layers.{{i}}.attn.{w}.weight": f"layers.{{i}}.attention.{w}.weight" for w in ("wq", "wk", "wv", "wo")},
+    **{f"layers.{{i}}.ffn.{w}.weight": f"layers.{{i}}.feed_forward.{w}.weight" for w in ("w1", "w2", "w3")},
+}
+
+
+def llama2c_bin_order(n_layer, version):
+    """Our parameter names in the order a .bin of `version` stores them ('rope' marks the RoPE tables
+    of version 0; the output head, when not shared, comes last in both)."""
+    per = lambda name: [name.format(i=i) for i in range(n_layer)]  # noqa: E731
+    linear = [w for name in ("attn.wq", "attn.wk", "attn.wv", "attn.wo") for w in per(f"layers.{{i}}.{name}.weight")]
+    ffn = [w for name in ("w1", "w2", "w3") for w in per(f"layers.{{i}}.ffn.{name}.weight")]
+    if version == 0:
+        return ["tok_emb.weight", *per("layers.{i}.norm1.weight"), *linear, *per("layers.{i}.norm2.weight"), *ffn,
+                "norm_f.weight", "rope"]
+    return [*per("layers.{i}.norm1.weight"), *per("layers.{i}.norm2.weight"), "norm_f.weight", "tok_emb.weight",
+            *linear, *ffn]
+
+
+def read_llama2c(path):
+    """A Llama (eval mode, float32, CPU) from a llama2.c checkpoint: .pt, or .bin of version 0 or 1.
+    Anything else raises CheckpointError saying what was expected."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f"no llama2.c checkpoint at {path}")
+    if path.endswith(".pt"):
+        return _read_llama2c_pt(path)
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(256)
+    if len(head) < 28:
+        raise CheckpointError(f"{path} is too short ({size} bytes) to be a llama2.c .bin checkpoint")
+    if struct.unpack("<I", head[:4])[0] == LLAMA2C_MAGIC:
+        version = struct.unpack("<i", head[4:8])[0]
+        if version != 1:
+            raise CheckpointError(f"{path} is a llama2.c .bin of version {version}; this code reads versions 0 and 1 "
+                                  f"(version 2 is llama2.c's int8-quantized format)")
+        dims, shared, offset = struct.unpack("<7i", head[8:36]), bool(head[36]), 256
+    else:
+        version, dims, offset = 0, struct.unpack("<7i", head[:28]), 28
+        shared = dims[5] > 0
+    dim, hidden, n_layer, n_head, n_kv_head, vocab_size, seq_len = dims
+    vocab_size = abs(vocab_size)
+    sane = (min(dim, hidden, n_layer, n_head, n_kv_head, vocab_size, seq_len) > 0 and dim % n_head == 0
+            and n_head % n_kv_head == 0 and (dim // n_head) % 2 == 0 and max(dims) < 2**24)
+    if not sane:
+        raise CheckpointError(f"{path} does not start with a llama2.c header (read {dims}); expected a .bin from "
+                              f"llama2.c's export.py, version 0 or 1")
+    cfg = LlamaConfig(vocab_size=vocab_size, block_size=seq_len, n_layer=n_layer, n_embd=dim, n_head=n_head,
+                      n_kv_head=n_kv_head, ffn_hidden=hidden, tie_embeddings=shared)
+    with torch.device("meta"):
+        shapes = {k: v.shape for k, v in Llama(cfg).state_dict().items()}
+    shapes["rope"] = (2, seq_len, dim // n_head // 2)
+    order = llama2c_bin_order(n_layer, version) + ([] if shared else ["head.weight"])
+    counts = [math.prod(shapes[name]) for name in order]
+    expected = offset + 4 * sum(counts)
+    if size != expected:
+        raise CheckpointError(f"{path} holds {size} bytes, but a llama2.c version-{version} file with this header "
+                              f"(dim {dim}, {n_layer} layers, vocab {vocab_size}, context {seq_len}) holds "
+                              f"{expected}: truncated, or not such a file")
+    flat = np.fromfile(path, dtype="<f4", offset=offset)
+    state, at = {}, 0
+    for name, n in zip(order, counts):
+        if name != "rope":
+            state[name] = torch.from_numpy(flat[at:at + n].copy()).view(shapes[name])
+        at += n
+    if shared:
+        state["head.weight"] = state["tok_emb.weight"]
+    model = Llama(cfg)
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def _read_llama2c_pt(path):
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise CheckpointError(f"{path} cannot be read with torch.load(weights_only=True) ({type(e).__name__})") from None
+    if not isinstance(ckpt, dict) or not {"model", "model_args"} <= set(ckpt):
+        raise CheckpointError(f"{path} is not a llama2.c .pt checkpoint: expected a dict with 'model' and 'model_args'")
+    sd = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
+    a = ckpt["model_args"]
+    try:
+        n_layer = a["n_layers"]
+        cfg = LlamaConfig(vocab_size=a["vocab_size"], block_size=a["max_seq_len"], n_layer=n_layer, n_embd=a["dim"],
+                          n_head=a["n_heads"], n_kv_head=a.get("n_kv_heads") or 0, norm_eps=a.get("norm_eps", 1e-5),
+                          ffn_hidden=sd["layers.0.feed_forward.w1.weight"].shape[0],
+                          tie_embeddings=torch.equal(sd["tok_embeddings.weight"], sd.get("output.weight", sd["tok_embeddings.weight"])))
+        names = {ours.format(i=i): theirs.format(i=i) for ours, theirs in LLAMA2C_NAMES.items() for i in range(n_layer)}
+        state = {ours: sd[theirs] for ours, theirs in names.items() if not (ours == "head.weight" and cfg.tie_embeddings)}
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: model_args or weights are not llama2.c's ({type(e).__name__}: {e})") from None
+    if cfg.tie_embeddings:
+        state["head.weight"] = state["tok_emb.weight"]
+    model = Llama(cfg)
+    try:
+        model.load_state_dict({k: v.float() for k, v in state.items()})
+    except RuntimeError as e:
+        raise CheckpointError(f"{path}: weights do not match its model_args ({e})") from None
+    return model.eval()
+
+
+def write_llama2c(model, path, version=0):
+    """Write a Llama language model in llama2.c's format: version 0 or 1 .bin (run.c reads version 0),
+    or 'pt' (a .pt for llama2.c's Python code). Written atomically. run.c assumes RMSNorm and
+    theta = 10000, so other models are refused."""
+    m = raw_model(model)
+    cfg = m.cfg
+    if not isinstance(m, Llama) or cfg.n_classes or cfg.norm != "rms" or cfg.rope_theta != 10000.0:
+        raise ValueError("llama2.c's formats hold a Llama language model with RMSNorm and RoPE theta 10000")
+    sd = {k: v.detach().float().cpu() for k, v in m.state_dict().items()}
+    tmp = f"{path}.tmp{os.getpid()}"
+    if version == "pt":
+        names = {ours.format(i=i): theirs.format(i=i) for ours, theirs in LLAMA2C_NAMES.items()
+                 for i in range(cfg.n_layer)}
+        args = {"dim": cfg.n_embd, "n_layers": cfg.n_layer, "n_heads": cfg.n_head, "n_kv_heads": cfg.n_kv_head,
+                "vocab_size": cfg.vocab_size, "hidden_dim": cfg.ffn_hidden, "multiple_of": cfg.multiple_of,
+                "norm_eps": cfg.norm_eps, "max_seq_len": cfg.block_size, "dropout": cfg.dropout}
+        torch.save({"model": {theirs: sd[ours] for ours, theirs in names.items()}, "model_args": args}, tmp)
+    elif version in (0, 1):
+        shared = cfg.tie_embeddings
+        dims = (cfg.n_embd, cfg.ffn_hidden, cfg.n_layer, cfg.n_head, cfg.n_kv_head,
+                cfg.vocab_size if (shared or version == 1) else -cfg.vocab_size, cfg.block_size)
+        sd["rope"] = torch.stack(rope_cache(cfg.block_size, cfg.n_embd // cfg.n_head, cfg.rope_theta))
+        order = llama2c_bin_order(cfg.n_layer, version) + ([] if shared else ["head.weight"])
+        with open(tmp, "wb") as f:
+            if version == 1:
+                f.write(struct.pack("<Ii7iB", LLAMA2C_MAGIC, 1, *dims, int(shared)).ljust(256, b"\0"))
+            else:
+                f.write(struct.pack("<7i", *dims))
+            for name in order:
+                f.write(sd[name].numpy().astype("<f4").tobytes())
+    else:
+        raise ValueError(f"version={version!r}: expected 0, 1 or 'pt'")
+    os.replace(tmp, path)

@@ -1,0 +1,240 @@
+"""
+The mini Llama-2: RoPE and grouped-query attention against plain references, the FFN width rule,
+the key/value cache against recomputation, batched prompts, the sampling cuts, the classification
+head, and llama2.c's formats both ways (round trips to bit-identical logits, bad files refused).
+"""
+
+import os
+import struct
+
+import pytest
+import torch
+
+import model
+from model import KVCache, Llama, LlamaConfig, read_llama2c, sample_next, write_llama2c
+
+STORIES260K = os.path.join(os.environ["DATA_MIRROR"], "tinyllamas", "stories260K", "stories260K.bin")
+
+
+def tiny_llama(**kw):
+    base = dict(vocab_size=40, block_size=24, n_layer=2, n_embd=32, n_head=4, n_kv_head=2, multiple_of=8)
+    base.update(kw)
+    torch.manual_seed(kw.pop("seed", 0))
+    m = Llama(LlamaConfig(**base)).eval()
+    with torch.no_grad():  # larger weights than the 0.02 init, so greedy decoding does not just repeat
+        for p in m.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.3)
+    return m
+
+
+# -----------------------------------------------------------------------------
+# the pieces against plain references
+
+
+def test_rope_is_the_complex_rotation():
+    """apply_rope rotates each adjacent pair (x_2j, x_2j+1) as the complex number x_2j + i x_2j+1
+    multiplied by e^(i p theta_j), theta_j = 10000^(-2j/d) (RoFormer; llama2.c's pairing)."""
+    B, H, T, D = 2, 3, 7, 8
+    x = torch.randn(B, H, T, D, dtype=torch.float64)
+    cos, sin = model.rope_cache(T, D)
+    got = model.apply_rope(x.float(), cos, sin).double()
+    theta = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,)
+    angle = torch.arange(T, dtype=torch.float64)[:, None] * theta  # (T, D/2)
+    z = torch.complex(x[..., 0::2], x[..., 1::2]) * torch.polar(torch.ones_like(angle), angle)
+    want = torch.stack((z.real, z.imag), dim=-1).flatten(-2)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("attn_impl", ["sdpa", "manual"])
+def test_grouped_query_attention_equals_mha_with_shared_heads(attn_impl):
+    """GQA with 2 key/value heads for 6 query heads is multi-head attention whose k/v projections
+    repeat each shared head three times: build that MHA by hand and compare, forward and backward."""
+    cfg = LlamaConfig(vocab_size=10, block_size=16, n_layer=1, n_embd=48, n_head=6, n_kv_head=2,
+                      attn_impl=attn_impl)
+    torch.manual_seed(0)
+    gqa = model.Attention(cfg)
+    mha = model.Attention(LlamaConfig(**{**cfg.__dict__, "n_kv_head": 6}))
+    hs = 8
+    with torch.no_grad():
+        mha.wq.weight.copy_(gqa.wq.weight)
+        mha.wo.weight.copy_(gqa.wo.weight)
+        for name in ("wk", "wv"):  # head h of the MHA uses key/value head h // 3 of the GQA
+            w = getattr(gqa, name).weight.view(2, hs, 48)
+            getattr(mha, name).weight.copy_(w.repeat_interleave(3, dim=0).reshape(48, 48))
+    x = torch.randn(2, 9, 48, requires_grad=True)
+    rope = model.rope_cache(16, hs)
+    y_gqa, _ = gqa(x, rope=rope)
+    y_mha, _ = mha(x, rope=rope)
+    torch.testing.assert_close(y_gqa, y_mha, atol=1e-5, rtol=1e-5)
+    g = torch.randn_like(y_gqa)
+    (gx_gqa,) = torch.autograd.grad(y_gqa, x, g)
+    (gx_mha,) = torch.autograd.grad(y_mha, x, g)
+    torch.testing.assert_close(gx_gqa, gx_mha, atol=1e-5, rtol=1e-5)
+
+
+def test_ffn_width_rule():
+    """round_up(int(2/3 * 4d), multiple_of): llama2.c's stories15M (d=288) has 768, stories260K
+    (d=64, multiple_of=4) 172; Llama-2 7B (d=4096, multiple_of=256) 11008."""
+    assert model.llama_ffn_hidden(288, 32) == 768
+    assert model.llama_ffn_hidden(64, 4) == 172
+    assert model.llama_ffn_hidden(4096, 256) == 11008
+    assert LlamaConfig(n_embd=64, n_head=8, multiple_of=4).ffn_hidden == 172 and LlamaConfig().ffn_hidden == 768
+    with pytest.raises(ValueError, match="n_classes"):
+        LlamaConfig(n_classes=1)
+
+
+# -----------------------------------------------------------------------------
+# the cache and generation
+
+
+def test_cache_prefill_and_steps_equal_the_full_forward():
+    """Logits from a prefill of 5 tokens then 4 single-token steps through the cache equal the logits
+    of one forward over all 9 tokens, position by position."""
+    m = tiny_llama()
+    idx = torch.randint(0, 40, (3, 9))
+    full, _ = m(idx)
+    cache = m.new_cache(3)
+    parts = [m(idx[:, :5], cache=cache, start=0)[0]]
+    for t in range(5, 9):
+        parts.append(m(idx[:, t:t + 1], cache=cache, start=t)[0])
+    torch.testing.assert_close(torch.cat(parts, 1), full, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="does not fit"):
+        KVCache(1, 2, 4, 8, "cpu", torch.float32).update(3, torch.zeros(1, 2, 2, 8), torch.zeros(1, 2, 2, 8))
+
+
+@pytest.mark.parametrize("kw", [dict(temperature=0), dict(temperature=0.9, top_k=5), dict(temperature=1.0, top_p=0.8),
+                                dict(temperature=1.0, epsilon=0.02)], ids=["greedy", "top_k", "top_p", "epsilon"])
+def test_generation_with_cache_equals_without(kw):
+    m = tiny_llama()
+    prompts = [[1, 5, 9, 2, 7]] * 2
+    with_cache = m.generate(prompts, 15, generator=torch.Generator().manual_seed(3), **kw)
+    without = m.generate(prompts, 15, generator=torch.Generator().manual_seed(3), use_cache=False, **kw)
+    assert with_cache == without and len(with_cache[0]) == 15
+    if kw["temperature"] == 0:
+        assert len(set(with_cache[0])) > 2  # not a degenerate repetition: the comparison has teeth
+
+
+def test_batched_prompts_of_different_lengths_equal_one_at_a_time():
+    """Left padding, masked, changes nothing: each row decodes as it would alone (greedy)."""
+    m = tiny_llama()
+    prompts = [[1, 3, 4, 5, 6, 7, 8], [1], [1, 30, 31]]
+    together = m.generate(prompts, 10, temperature=0)
+    alone = [m.generate([p], 10, temperature=0)[0] for p in prompts]
+    assert together == alone
+    logits, _ = m(torch.tensor([[0, 0, 1, 5]]), torch.tensor([[False, False, True, True]]))
+    assert torch.isfinite(logits).all()  # a padding query that sees no key stays finite
+
+
+def test_generation_stops_at_eos_and_at_the_context():
+    m = tiny_llama()
+    free = m.generate([[1, 2]], 12, temperature=0)[0]
+    eos = free[4]
+    stopped = m.generate([[1, 2]], 12, temperature=0, eos_id=eos)[0]
+    assert stopped == free[:free.index(eos) + 1]  # up to and including the first EOS
+    assert len(m.generate([[1] * 20], 50, temperature=0)[0]) == 24 - 20  # the context is 24
+    with pytest.raises(ValueError, match="at least one token"):
+        m.generate([[]], 3)
+
+
+def test_epsilon_sampling_never_draws_a_filtered_token():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.04, 0.01])
+    logits = probs.log().expand(20000, 5)
+    drawn = sample_next(logits, 1.0, epsilon=0.05, generator=torch.Generator().manual_seed(0))[:, 0]
+    assert set(drawn.tolist()) == {0, 1, 2}  # 0.04 and 0.01 are below epsilon
+    freq = torch.bincount(drawn, minlength=5).float() / len(drawn)
+    torch.testing.assert_close(freq[:3], probs[:3] / probs[:3].sum(), atol=0.015, rtol=0)  # renormalized
+    # everything below epsilon: the most likely token is kept
+    assert set(sample_next(logits[:50], 1.0, epsilon=0.9)[:, 0].tolist()) == {0}
+
+
+def test_top_p_and_top_k_keep_what_they_should():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.04, 0.01])
+    logits = probs.log().expand(20000, 5)
+    gen = torch.Generator().manual_seed(1)
+    assert set(sample_next(logits, 1.0, top_p=0.75, generator=gen)[:, 0].tolist()) == {0, 1}  # 0.5 < 0.75 <= 0.8
+    assert set(sample_next(logits, 1.0, top_p=0.8, generator=gen)[:, 0].tolist()) == {0, 1}
+    assert set(sample_next(logits, 1.0, top_p=0.81, generator=gen)[:, 0].tolist()) == {0, 1, 2}
+    assert set(sample_next(logits, 1.0, top_k=2, generator=gen)[:, 0].tolist()) == {0, 1}
+    assert sample_next(logits[:3], 0.0).tolist() == [[0]] * 3
+
+
+# -----------------------------------------------------------------------------
+# classification head
+
+
+def test_classifier_reads_the_last_real_token_and_ignores_right_padding():
+    m = tiny_llama(n_classes=3)
+    idx = torch.randint(3, 40, (1, 6))
+    alone, _ = m(idx)
+    padded = torch.cat([idx, torch.zeros(1, 3, dtype=torch.long)], 1)
+    mask = torch.tensor([[True] * 6 + [False] * 3])
+    with_pad, loss = m(padded, mask, targets=torch.tensor([2]))
+    torch.testing.assert_close(with_pad, alone, atol=1e-5, rtol=1e-5)
+    assert with_pad.shape == (1, 3) and loss > 0
+    assert "cls_head.weight" in dict(m.named_parameters())
+
+
+# -----------------------------------------------------------------------------
+# llama2.c formats
+
+
+@pytest.mark.parametrize("version", [0, 1, "pt"])
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_llama2c_round_trip_is_bit_identical(tmp_path, version, tied):
+    m = tiny_llama(tie_embeddings=tied)
+    path = str(tmp_path / f"m.{'pt' if version == 'pt' else 'bin'}")
+    write_llama2c(m, path, version)
+    back = read_llama2c(path)
+    assert back.cfg.tie_embeddings == tied and back.cfg.ffn_hidden == m.cfg.ffn_hidden
+    idx = torch.randint(0, 40, (2, 11))
+    assert torch.equal(back(idx)[0], m(idx)[0])
+    assert not [f for f in tmp_path.iterdir() if ".tmp" in f.name]
+
+
+def test_llama2c_bin_layout_by_hand(tmp_path):
+    """Version 0 as run.c reads it: the 7-int header (vocab negative when the head is not shared), the
+    token table right after it, and the file's exact size; version 1's 256-byte header."""
+    m = tiny_llama(tie_embeddings=False)
+    write_llama2c(m, str(tmp_path / "v0.bin"), 0)
+    raw = (tmp_path / "v0.bin").read_bytes()
+    assert struct.unpack("<7i", raw[:28]) == (32, m.cfg.ffn_hidden, 2, 4, 2, -40, 24)
+    first_row = torch.tensor(struct.unpack("<32f", raw[28:28 + 128]))
+    assert torch.equal(first_row, m.tok_emb.weight[0])
+    n_params = sum(p.numel() for p in m.parameters())
+    assert len(raw) == 28 + 4 * (n_params + 2 * 24 * 4)  # + the RoPE cos and sin tables (24 x 8/2 each)
+    write_llama2c(m, str(tmp_path / "v1.bin"), 1)
+    raw1 = (tmp_path / "v1.bin").read_bytes()
+    assert raw1[:4] == b"24ka" and struct.unpack("<i", raw1[4:8]) == (1,) and raw1[36] == 0
+    assert len(raw1) == 256 + 4 * n_params
+
+
+def test_llama2c_bad_files_are_refused_clearly(tmp_path):
+    m = tiny_llama()
+    write_llama2c(m, str(tmp_path / "good.bin"), 0)
+    good = (tmp_path / "good.bin").read_bytes()
+    cases = {"missing.bin": None, "short.bin": good[:20], "truncated.bin": good[:-4],
+             "noise.bin": bytes(range(256)) * 4,
+             "v2.bin": struct.pack("<Ii", model.LLAMA2C_MAGIC, 2) + good[28:]}
+    messages = {"missing.bin": "no llama2.c checkpoint", "short.bin": "too short", "truncated.bin": "truncated",
+                "noise.bin": "does not start with a llama2.c header", "v2.bin": "version 2.*int8"}
+    for name, payload in cases.items():
+        if payload is not None:
+            (tmp_path / name).write_bytes(payload)
+        with pytest.raises(model.CheckpointError, match=messages[name]):
+            read_llama2c(str(tmp_path / name))
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
+    with pytest.raises(model.CheckpointError, match="'model' and 'model_args'"):
+        read_llama2c(str(tmp_path / "other.pt"))
+    with pytest.raises(ValueError, match="RMSNorm"):
+        write_llama2c(tiny_llama(norm="layer"), str(tmp_path / "x.bin"))
+
+
+def test_stories260k_loads_with_its_documented_shape():
+    if not os.path.isfile(STORIES260K):
+        pytest.skip(f"no stories260K at {STORIES260K}")
+    m = read_llama2c(STORIES260K)
+    c = m.cfg
+    assert (c.n_embd, c.n_layer, c.n_head, c.n_kv_head, c.vocab_size, c.block_size, c.ffn_hidden) == \
+        (64, 5, 8, 4, 512, 512, 172)
+    assert c.tie_embeddings and 255_000 < m.param_counts()["total"] < 265_000  # "260K"
