@@ -58,6 +58,7 @@ batch_size = 64
 grad_accum = 1  # micro-batches per optimizer step
 learning_rate = 1e-3
 weight_decay = 0.01  # not applied to what the model names in no_weight_decay() (norms, biases, embeddings)
+adamw_impl = "torch"  # 'torch' (torch.optim.AdamW, fused on CUDA) | 'manual' (AdamW below, written out)
 beta1 = 0.9
 beta2 = 0.98
 grad_clip = 1.0  # max global grad norm; 0 = off
@@ -138,6 +139,37 @@ def new_model(cfg, dataset):
         raise configurator.ConfigError(str(e)) from None
 
 
+class AdamW(torch.optim.Optimizer):
+    """AdamW written out (Loshchilov & Hutter 2019, Algorithm 2), the same update torch.optim.AdamW
+    makes, for reading and for checking it:
+        theta <- theta - lr * wd * theta                  decoupled weight decay, before the Adam step
+        m <- b1 m + (1 - b1) g,   v <- b2 v + (1 - b2) g^2   moment estimates
+        m_hat = m / (1 - b1^t),   v_hat = v / (1 - b2^t)     bias correction (t = this parameter's step)
+        theta <- theta - lr * m_hat / (sqrt(v_hat) + eps)
+    (The paper scales decay and step by a schedule multiplier eta_t; here the schedule sets lr itself.)"""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+                state["step"] += 1
+                m, v, t = state["exp_avg"], state["exp_avg_sq"], state["step"]
+                p.mul_(1 - lr * wd)
+                m.mul_(b1).add_(p.grad, alpha=1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                m_hat, v_hat = m / (1 - b1**t), v / (1 - b2**t)
+                p.addcdiv_(m_hat, v_hat.sqrt().add_(eps), value=-lr)
+
+
 def make_optimizer(model, cfg, device_type):
     """AdamW over the trainable parameters only (a frozen one, requires_grad=False, is left out), with
     weight decay on all of them but those the model names in no_weight_decay()."""
@@ -145,8 +177,11 @@ def make_optimizer(model, cfg, device_type):
     trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
     groups = [{"params": [p for name, p in trainable if name not in skip], "weight_decay": cfg["weight_decay"]},
               {"params": [p for name, p in trainable if name in skip], "weight_decay": 0.0}]
+    args = dict(lr=cfg["learning_rate"], betas=(cfg["beta1"], cfg["beta2"]))
+    if cfg["adamw_impl"] == "manual":
+        return AdamW(groups, **args)
     extra = {"fused": True} if device_type == "cuda" else {}
-    return torch.optim.AdamW(groups, lr=cfg["learning_rate"], betas=(cfg["beta1"], cfg["beta2"]), **extra)
+    return torch.optim.AdamW(groups, **args, **extra)
 
 
 def scheduled_lr(cfg, it, total_iters):
@@ -243,7 +278,8 @@ def log_jsonl(path, record):
 
 
 def check_settings(cfg):
-    for key, allowed in (("scheduler", ("plateau", "cosine", "constant")), ("init_from", ("scratch", "resume"))):
+    for key, allowed in (("scheduler", ("plateau", "cosine", "constant")), ("init_from", ("scratch", "resume")),
+                         ("adamw_impl", ("torch", "manual"))):
         if cfg[key] not in allowed:
             raise configurator.ConfigError(f"{key}={cfg[key]!r}: expected one of {allowed}")
     for key in ("batch_size", "grad_accum", "log_interval", "max_epochs"):
