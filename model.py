@@ -21,6 +21,7 @@ the family's config dataclass fields are the run's model settings, with the fami
 import math
 import os
 import struct
+import dataclasses
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -368,7 +369,8 @@ class TokenModel(nn.Module):
         (the token table itself) not at all beyond the table."""
         total = sum(p.numel() for p in self.parameters())  # parameters() yields a shared tensor once
         emb = sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Embedding))
-        return {"total": total, "embedding": emb, "non_embedding": total - emb}
+        trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
+        return {"total": total, "embedding": emb, "non_embedding": total - emb, "trainable": trainable}
 
     def flops_per_forward(self, seq_len, batch_size=1):
         """Analytic forward FLOPs for a batch of sequences of length seq_len: `block_flops` per applied
@@ -620,6 +622,63 @@ class GPT(TokenModel):
 
 
 # -----------------------------------------------------------------------------
+# LoRA: low-rank adapters on frozen projections (Hu et al. 2021)
+
+LORA_TARGETS = {"wq": "attn", "wk": "attn", "wv": "attn", "wo": "attn", "w1": "ffn", "w2": "ffn", "w3": "ffn"}
+
+
+class LoRALinear(nn.Module):
+    """A frozen linear map W0 plus a trainable low-rank update (Hu et al. 2021, eq. 3):
+        h = W0 x + (alpha / r) B A x,   A: (r, in), B: (out, r)
+    B starts at zero, so training starts from W0 exactly; A starts as nn.Linear's own weights do
+    (Kaiming-uniform), so B's first gradients are not zero. `weight` keeps nn.Linear's name, so the
+    frozen matrix has the same key as without adapters."""
+
+    def __init__(self, linear, rank, alpha):
+        super().__init__()
+        if linear.bias is not None:
+            raise ValueError("LoRALinear wraps bias-free projections (Llama has no biases)")
+        self.weight = nn.Parameter(linear.weight.detach().clone(), requires_grad=False)  # W0: (out, in)
+        self.lora_A = nn.Parameter(torch.empty(rank, linear.in_features))
+        self.lora_B = nn.Parameter(torch.zeros(linear.out_features, rank))
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
+        self.scale = alpha / rank
+
+    def forward(self, x):
+        return F.linear(x, self.weight) + F.linear(F.linear(x, self.lora_A), self.lora_B) * self.scale
+
+    def merged_weight(self):
+        """W0 + (alpha / r) B A: one matrix that computes the same map, for inference or export."""
+        return self.weight + self.scale * (self.lora_B @ self.lora_A)
+
+
+def add_lora(model, rank, alpha, targets):
+    """Put LoRA adapters on the named projections of every Block, and freeze everything but the
+    adapters and a classification head (the course's LoRA fine-tuning)."""
+    for layer in model.layers:
+        for name in targets:
+            parent = getattr(layer, LORA_TARGETS[name])
+            setattr(parent, name, LoRALinear(getattr(parent, name), rank, alpha))
+    for name, p in model.named_parameters():
+        p.requires_grad_("lora_" in name or name.startswith("cls_head."))
+
+
+def merge_lora(model):
+    """The same model without adapters: each W0 replaced by W0 + (alpha/r) B A, nothing frozen.
+    Its outputs equal the adapted model's up to rounding."""
+    cfg = dataclasses.replace(model.cfg, lora_rank=0)
+    merged = type(model)(cfg).to(model.tok_emb.weight.device)
+    sd = {}
+    for name, m in model.named_modules():
+        if isinstance(m, LoRALinear):
+            sd[f"{name}.weight"] = m.merged_weight()
+    state = {k: v for k, v in model.state_dict().items() if "lora_" not in k}
+    state.update(sd)
+    merged.load_state_dict(state)
+    return merged.train(model.training)
+
+
+# -----------------------------------------------------------------------------
 # Llama 2 (Touvron et al. 2023), small: the mini-Llama of llama2.c and the NLP course's assignment
 
 
@@ -652,6 +711,9 @@ class LlamaConfig:
     tie_embeddings: bool = True  # llama2.c's tinyllamas share the output head with the embedding
     attn_impl: str = "sdpa"  # 'sdpa' | 'manual'
     n_classes: int = 0  # > 0: a classification head on the last token's state instead of the LM head
+    lora_rank: int = 0  # > 0: LoRA adapters of this rank on lora_targets; everything else but cls_head is frozen
+    lora_alpha: float = 1.0  # the adapters' update is scaled by lora_alpha / lora_rank (the course: r=4, alpha=1)
+    lora_targets: str = "wq,wv"  # comma-separated projections to adapt: wq, wk, wv, wo (attention), w1, w2, w3 (FFN)
     # what Block and the shared checks read, fixed for every Llama (class attributes, not fields)
     ffn, pos, emb_norm, bias, causal = "swiglu", "rope", "none", False, True
     data_fields = ("vocab_size", "n_classes")
@@ -662,6 +724,10 @@ class LlamaConfig:
         check_block_fields(self, ("vocab_size", "block_size", "multiple_of"))
         if self.n_classes < 0 or self.n_classes == 1:
             raise ValueError(f"LlamaConfig: n_classes={self.n_classes}: 0 (a language model) or at least 2")
+        unknown = set(self.lora_targets.split(",")) - set(LORA_TARGETS)
+        if self.lora_rank < 0 or (self.lora_rank and unknown) or self.lora_alpha <= 0:
+            raise ValueError(f"LlamaConfig: lora_rank={self.lora_rank} (>= 0), lora_alpha={self.lora_alpha} (> 0), "
+                             f"lora_targets={self.lora_targets!r} (a comma-separated subset of {list(LORA_TARGETS)})")
 
 
 class Llama(TokenModel):
@@ -687,6 +753,8 @@ class Llama(TokenModel):
         self.cls_head = nn.Linear(cfg.n_embd, cfg.n_classes) if cfg.n_classes else None
         register_rope(self, cfg)
         init_weights(self, cfg.n_layer)
+        if cfg.lora_rank:
+            add_lora(self, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets.split(","))
 
     def forward(self, idx, key_mask=None, targets=None, cache=None, start=0):
         """idx: (B, T) token ids at positions start .. start+T-1; key_mask: bool (B, start+T), True on
@@ -990,6 +1058,8 @@ def write_llama2c(model, path, version=0):
     or 'pt' (a .pt for llama2.c's Python code). Written atomically. run.c assumes RMSNorm and
     theta = 10000, so other models are refused."""
     m = raw_model(model)
+    if isinstance(m, Llama) and m.cfg.lora_rank:
+        m = merge_lora(m)  # llama2.c knows no adapters: fold them into the weights
     cfg = m.cfg
     if not isinstance(m, Llama) or cfg.n_classes or cfg.norm != "rms" or cfg.rope_theta != 10000.0:
         raise ValueError("llama2.c's formats hold a Llama language model with RMSNorm and RoPE theta 10000")

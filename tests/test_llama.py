@@ -176,6 +176,52 @@ def test_classifier_reads_the_last_real_token_and_ignores_right_padding():
 
 
 # -----------------------------------------------------------------------------
+# LoRA
+
+
+def test_lora_starts_at_the_base_model_and_trains_only_adapters_and_head(tmp_path):
+    base = tiny_llama(n_classes=3)
+    torch.manual_seed(5)
+    lora = Llama(LlamaConfig(**{**base.cfg.__dict__, "lora_rank": 4, "lora_alpha": 8.0}))
+    missing, unexpected = lora.load_state_dict(base.state_dict(), strict=False)
+    assert not unexpected and all("lora_" in k for k in missing)  # W0 keeps nn.Linear's key
+    idx = torch.randint(3, 40, (4, 7))
+    torch.testing.assert_close(lora.eval()(idx)[0], base(idx)[0])  # B = 0: the update starts at nothing
+    trainable = {n for n, p in lora.named_parameters() if p.requires_grad}
+    assert trainable == {f"layers.{i}.attn.{w}.lora_{ab}" for i in range(2) for w in ("wq", "wv") for ab in "AB"} | \
+        {"cls_head.weight", "cls_head.bias"}
+    counts = lora.param_counts()
+    # per layer: wq's A (4 x 32) and B (32 x 4), wv's A (4 x 32) and B (16 x 4: two key/value heads of 8)
+    assert counts["trainable"] == 2 * (4 * 32 + 32 * 4 + 4 * 32 + 16 * 4) + 3 * 32 + 3 < counts["total"] // 10
+
+    frozen = {n: p.detach().clone() for n, p in lora.named_parameters() if not p.requires_grad}
+    opt = torch.optim.AdamW([p for p in lora.parameters() if p.requires_grad], lr=0.05, weight_decay=0.1)
+    lora.train()
+    for _ in range(5):
+        opt.zero_grad()
+        lora(idx, targets=torch.tensor([0, 1, 2, 0]))[1].backward()
+        opt.step()
+    assert all(torch.equal(p, frozen[n]) for n, p in lora.named_parameters() if n in frozen)
+    assert lora.layers[0].attn.wq.lora_B.abs().max() > 0
+
+
+def test_lora_merge_gives_the_same_outputs():
+    lora = tiny_llama(lora_rank=2, lora_alpha=4.0, lora_targets="wq,wk,wv,wo,w1,w2,w3")
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.2)  # as if trained
+    merged = model.merge_lora(lora)
+    assert merged.cfg.lora_rank == 0 and not any("lora_" in n for n, _ in merged.named_parameters())
+    assert all(p.requires_grad for p in merged.parameters())
+    idx = torch.randint(0, 40, (3, 10))
+    torch.testing.assert_close(merged(idx)[0], lora(idx)[0], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(merged.layers[0].attn.wq.weight, lora.layers[0].attn.wq.weight)  # it did fold
+    with pytest.raises(ValueError, match="lora_targets"):
+        LlamaConfig(lora_rank=2, lora_targets="wq,wz")
+
+
+# -----------------------------------------------------------------------------
 # llama2.c formats
 
 
@@ -190,6 +236,15 @@ def test_llama2c_round_trip_is_bit_identical(tmp_path, version, tied):
     idx = torch.randint(0, 40, (2, 11))
     assert torch.equal(back(idx)[0], m(idx)[0])
     assert not [f for f in tmp_path.iterdir() if ".tmp" in f.name]
+
+
+def test_llama2c_export_folds_lora_adapters(tmp_path):
+    lora = tiny_llama(lora_rank=2)
+    with torch.no_grad():
+        lora.layers[1].attn.wv.lora_B.normal_(0, 0.3)
+    write_llama2c(lora, str(tmp_path / "m.bin"), 0)
+    idx = torch.randint(0, 40, (2, 9))
+    torch.testing.assert_close(read_llama2c(str(tmp_path / "m.bin"))(idx)[0], lora(idx)[0], atol=1e-5, rtol=1e-5)
 
 
 def test_llama2c_bin_layout_by_hand(tmp_path):

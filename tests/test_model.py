@@ -236,7 +236,7 @@ def expected_param_counts(cfg):
     emb_norm = 0 if cfg.emb_norm == "none" else norm_params(cfg.emb_norm)
     head = C * cfg.n_classes + cfg.n_classes  # the head always has a bias
     non_emb = emb_norm + cfg.n_layer * layer + norm_params(cfg.norm) + head
-    return {"total": emb + non_emb, "embedding": emb, "non_embedding": non_emb}
+    return {"total": emb + non_emb, "embedding": emb, "non_embedding": non_emb, "trainable": emb + non_emb}
 
 
 @pytest.mark.parametrize("kw", [
