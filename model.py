@@ -419,6 +419,7 @@ class EncoderConfig:
     causal: bool = False  # encoders see both directions
     # fields a run takes from its prepared dataset (vocabulary, label names, max_len), not from config files
     data_fields = ("vocab_size", "n_classes", "block_size")
+    tunable = ("dropout", "attn_impl")  # what a run starting from a trained checkpoint may set anew
 
     def __post_init__(self):
         check_block_fields(self, ("n_loops", "vocab_size", "block_size"))
@@ -553,6 +554,7 @@ class GPTConfig:
     attn_impl: str = "sdpa"  # 'sdpa' | 'manual'
     causal = True  # a class attribute, not a field: a GPT is causal by definition (Block reads it)
     data_fields = ("vocab_size",)  # the corpus fixes the vocabulary; the context length is a setting
+    tunable = ("dropout", "attn_impl")
 
     def __post_init__(self):
         check_block_fields(self, ("vocab_size", "block_size"))
@@ -717,6 +719,7 @@ class LlamaConfig:
     # what Block and the shared checks read, fixed for every Llama (class attributes, not fields)
     ffn, pos, emb_norm, bias, causal = "swiglu", "rope", "none", False, True
     data_fields = ("vocab_size", "n_classes")
+    tunable = ("dropout", "attn_impl", "lora_rank", "lora_alpha", "lora_targets")
 
     def __post_init__(self):
         if self.ffn_hidden == 0 and self.multiple_of >= 1:
@@ -866,6 +869,52 @@ def build_model(family, settings, facts):
     args = {k: settings[k] for k in family_settings(family)}
     args.update({k: facts[k] for k in cfg_cls.data_fields})
     return model_cls(cfg_cls(**args))
+
+
+def load_pretrained(path):
+    """A trained model to start from: a checkpoint of ours (any family) or a llama2.c one (.bin, or a
+    .pt holding model_args). Raises CheckpointError if it is neither."""
+    if path.endswith(".bin"):
+        return read_llama2c(path)
+    try:
+        head = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:
+        head = None
+    if isinstance(head, dict) and "model_args" in head and head.get("format") != CKPT_FORMAT:
+        return read_llama2c(path)
+    return load_checkpoint(path)[0]
+
+
+def from_pretrained(pretrained, family, settings, facts):
+    """A model of `family` that starts from `pretrained`: its architecture and weights, with the run's
+    own `tunable` settings (dropout, LoRA, ...) and the dataset's facts (a classification head sized
+    by n_classes is new, and starts from scratch). An architecture setting the run gives explicitly
+    (not the family default) must agree with the checkpoint's; the vocabularies must be the same.
+    Returns (model, names of the tensors that start fresh)."""
+    cfg_cls, model_cls = FAMILIES[family]
+    if type(pretrained.cfg) is not cfg_cls:
+        raise ValueError(f"the checkpoint holds a {family_of(pretrained)!r} model, not a {family!r} one")
+    if getattr(pretrained.cfg, "lora_rank", 0):
+        pretrained = merge_lora(pretrained)
+    own = asdict(pretrained.cfg)
+    defaults = family_settings(family)
+    clash = [f"{k}={settings[k]!r} (checkpoint: {own[k]!r})" for k in defaults
+             if k not in cfg_cls.tunable and settings.get(k, defaults[k]) not in (defaults[k], own[k])]
+    if clash:
+        raise ValueError(f"the run sets architecture that the checkpoint fixes: {', '.join(clash)}")
+    if facts.get("vocab_size", own["vocab_size"]) != own["vocab_size"]:
+        raise ValueError(f"the dataset's vocabulary has {facts['vocab_size']} tokens, the checkpoint's "
+                         f"{own['vocab_size']}: prepare the data with the checkpoint's tokenizer")
+    args = {**own, **{k: settings[k] for k in cfg_cls.tunable}, **{k: facts[k] for k in cfg_cls.data_fields if k in facts}}
+    model = model_cls(cfg_cls(**args))
+    new, old = model.state_dict(), pretrained.state_dict()
+    state = {k: v for k, v in old.items() if k in new and new[k].shape == v.shape}
+    missing, _ = model.load_state_dict(state, strict=False)
+    # new by design: a classification head (or one for another number of classes) and LoRA adapters
+    lost = [k for k in missing if not (k.startswith("cls_head.") or "lora_" in k or k in old)]
+    if lost:
+        raise ValueError(f"the checkpoint lacks weights the model needs: {lost[:5]}")
+    return model, sorted(missing)
 
 
 def family_of(model):

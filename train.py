@@ -31,14 +31,15 @@ import torch
 import configurator
 import data
 import evaluate
-from model import (CKPT_VERSION, FAMILIES, CheckpointError, build_model, family_settings, load_checkpoint,
-                   save_checkpoint)
+from model import (CKPT_VERSION, FAMILIES, CheckpointError, build_model, family_settings, from_pretrained,
+                   load_checkpoint, load_pretrained, save_checkpoint)
 
 # -----------------------------------------------------------------------------
 # default config values (every one may be overridden; the key names are part of the interface)
 # I/O
 out_dir = "out/sst2"  # ckpt.pt (best validation loss), last.pt (latest state, for resume), log.jsonl, summary.json
-init_from = "scratch"  # 'scratch' or 'resume' (from out_dir/last.pt)
+init_from = "scratch"  # 'scratch', 'resume' (from out_dir/last.pt), or a checkpoint file to fine-tune:
+# ours (ckpt.pt) or llama2.c's (.bin, .pt); its architecture and weights, the run's tunable settings
 log_interval = 50  # iterations between progress lines
 eval_interval = 0  # iterations between evaluations; 0 = once per epoch
 # data
@@ -127,16 +128,22 @@ TASKS = {
 
 
 def new_model(cfg, dataset):
-    """A fresh model of the configured family, sized by the dataset (vocabulary, classes, length)."""
+    """A model of the configured family, sized by the dataset (vocabulary, classes, length): fresh, or
+    (init_from a checkpoint file) starting from that checkpoint's architecture and weights."""
     family = cfg["model"]
     if dataset.task not in FAMILIES[family][1].tasks:
         fit = [name for name, (_, cls) in FAMILIES.items() if dataset.task in cls.tasks]
         raise configurator.ConfigError(f"model={family!r} does not do the {dataset.task} task of dataset "
                                        f"{cfg['dataset']!r}; set model to one of {fit}")
     try:
-        return build_model(family, cfg, dataset.facts())
+        if cfg["init_from"] == "scratch":
+            return build_model(family, cfg, dataset.facts())
+        model, fresh = from_pretrained(load_pretrained(cfg["init_from"]), family, cfg, dataset.facts())
     except ValueError as e:
-        raise configurator.ConfigError(str(e)) from None
+        where = "" if cfg["init_from"] == "scratch" else f"init_from {cfg['init_from']}: "
+        raise configurator.ConfigError(f"{where}{e}") from None
+    print(f"starting from {cfg['init_from']}" + (f"; new: {', '.join(fresh)}" if fresh else ""))
+    return model
 
 
 class AdamW(torch.optim.Optimizer):
@@ -278,10 +285,12 @@ def log_jsonl(path, record):
 
 
 def check_settings(cfg):
-    for key, allowed in (("scheduler", ("plateau", "cosine", "constant")), ("init_from", ("scratch", "resume")),
-                         ("adamw_impl", ("torch", "manual"))):
+    for key, allowed in (("scheduler", ("plateau", "cosine", "constant")), ("adamw_impl", ("torch", "manual"))):
         if cfg[key] not in allowed:
             raise configurator.ConfigError(f"{key}={cfg[key]!r}: expected one of {allowed}")
+    if cfg["init_from"] not in ("scratch", "resume") and not os.path.isfile(cfg["init_from"]):
+        raise configurator.ConfigError(f"init_from={cfg['init_from']!r}: expected 'scratch', 'resume' or a "
+                                       f"checkpoint file to start from (no such file)")
     for key in ("batch_size", "grad_accum", "log_interval", "max_epochs"):
         if cfg[key] < 1:
             raise configurator.ConfigError(f"{key}={cfg[key]} must be at least 1")
@@ -290,7 +299,7 @@ def check_settings(cfg):
 def start(cfg, dataset, dev, paths):
     """A new model and state, or (init_from='resume') both from last.pt with the checkpoint itself,
     which also holds the optimizer, schedulers and RNG to restore. Returns (model, state, ckpt or None)."""
-    if cfg["init_from"] == "scratch":
+    if cfg["init_from"] != "resume":
         for path in (paths["log"], paths["summary"]):
             if os.path.exists(path):
                 os.remove(path)  # a new run starts a new log (its checkpoints replace the old ones too)
@@ -354,7 +363,8 @@ def train(cfg):
              (("last", "last.pt"), ("best", "ckpt.pt"), ("log", "log.jsonl"), ("summary", "summary.json"))}
     model, state, resume = start(cfg, dataset, dev, paths)
     counts = model.param_counts()
-    print(f"model: {counts['total']:,} parameters ({counts['non_embedding']:,} non-embedding); "
+    frozen = f", {counts['trainable']:,} trainable" if counts["trainable"] < counts["total"] else ""
+    print(f"model: {counts['total']:,} parameters ({counts['non_embedding']:,} non-embedding{frozen}); "
           f"device {dev}, dtype {dtype_name}")
 
     optimizer = make_optimizer(model, cfg, device_type)

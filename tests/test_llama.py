@@ -16,10 +16,10 @@ from model import KVCache, Llama, LlamaConfig, read_llama2c, sample_next, write_
 STORIES260K = os.path.join(os.environ["DATA_MIRROR"], "tinyllamas", "stories260K", "stories260K.bin")
 
 
-def tiny_llama(**kw):
+def tiny_llama(seed=0, **kw):
     base = dict(vocab_size=40, block_size=24, n_layer=2, n_embd=32, n_head=4, n_kv_head=2, multiple_of=8)
     base.update(kw)
-    torch.manual_seed(kw.pop("seed", 0))
+    torch.manual_seed(seed)
     m = Llama(LlamaConfig(**base)).eval()
     with torch.no_grad():  # larger weights than the 0.02 init, so greedy decoding does not just repeat
         for p in m.parameters():
@@ -293,3 +293,44 @@ def test_stories260k_loads_with_its_documented_shape():
     assert (c.n_embd, c.n_layer, c.n_head, c.n_kv_head, c.vocab_size, c.block_size, c.ffn_hidden) == \
         (64, 5, 8, 4, 512, 512, 172)
     assert c.tie_embeddings and 255_000 < m.param_counts()["total"] < 265_000  # "260K"
+
+
+# -----------------------------------------------------------------------------
+# fine-tuning from a pretrained checkpoint through train.py
+
+
+def test_finetune_a_llama2c_checkpoint_with_lora_through_train(tmp_path):
+    """init_from a llama2.c .bin on a classification set of the same vocabulary: the architecture and
+    weights come from the file, the head is new, LoRA trains adapters and head only, and the frozen
+    weights in the run's checkpoint are exactly the file's."""
+    import train
+    from test_train import make_micro_dataset
+
+    folder = make_micro_dataset(tmp_path / "micro", n_train=16, vocab_size=40)
+    pre = tiny_llama(seed=1)
+    write_llama2c(pre, str(tmp_path / "pre.bin"), 0)
+    base = dict(data_dir=folder, out_dir=str(tmp_path / "run"), device="cpu", dtype="float32", batch_size=8,
+                max_iters=4, eval_interval=2, scheduler="constant", learning_rate=1e-2, early_stop_patience=0)
+    cfg = {**train.make_config(["--model=llama"]), **base, "init_from": str(tmp_path / "pre.bin"), "lora_rank": 2,
+           "lora_alpha": 2.0, "dropout": 0.0}
+    summary = train.train(cfg)
+    assert summary["iters"] == 4 and "test_accuracy" in summary
+    tuned, ckpt = model.load_checkpoint(str(tmp_path / "run" / "last.pt"))
+    assert tuned.cfg.n_embd == 32 and tuned.cfg.n_classes == 2 and tuned.cfg.lora_rank == 2
+    for name, p in pre.state_dict().items():
+        assert torch.equal(tuned.state_dict()[name], p), name  # frozen: W0, embedding, norms
+    assert tuned.layers[0].attn.wq.lora_B.abs().max() > 0 and tuned.cls_head.weight.abs().max() > 0
+
+    # full fine-tuning moves the base weights; a clashing architecture or vocabulary is refused
+    full = train.train({**cfg, "lora_rank": 0, "out_dir": str(tmp_path / "full")})
+    assert full["iters"] == 4
+    moved, _ = model.load_checkpoint(str(tmp_path / "full" / "last.pt"))
+    assert not torch.equal(moved.layers[0].attn.wq.weight, pre.layers[0].attn.wq.weight)
+    import configurator
+    with pytest.raises(configurator.ConfigError, match="n_embd=64 \\(checkpoint: 32\\)"):
+        train.train({**cfg, "n_embd": 64})
+    other = make_micro_dataset(tmp_path / "other", n_train=8, vocab_size=30)
+    with pytest.raises(configurator.ConfigError, match="30 tokens, the checkpoint's 40"):
+        train.train({**cfg, "data_dir": other})
+    with pytest.raises(configurator.ConfigError, match="no such file"):
+        train.train({**cfg, "init_from": str(tmp_path / "nothing.bin")})
