@@ -124,9 +124,14 @@ def plan_runs(configs, seeds, out_root, sets=(), grid=()):
 
 
 def same_run(a, b):
-    """Whether two run configs describe the same run (init_from says only how it was started)."""
-    strip = lambda c: {k: v for k, v in json.loads(json.dumps(c)).items() if k != "init_from"}  # noqa: E731
-    return strip(a) == strip(b)
+    """Whether two run configs describe the same run. init_from 'scratch' and 'resume' say only how a
+    run was started (a resumed run is the run it continues); a checkpoint file to start from counts."""
+    def norm(c):
+        c = json.loads(json.dumps(c))  # as stored: tuples -> lists
+        if c.get("init_from") == "resume":
+            c["init_from"] = "scratch"
+        return c
+    return norm(a) == norm(b)
 
 
 def finished_summary(cfg):

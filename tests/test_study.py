@@ -101,6 +101,8 @@ def test_finished_means_same_config_and_not_interrupted(tmp_path):
     assert study.finished_summary(cfg) is None
     data.write_json(str(tmp_path / "summary.json"), {"stopped": "max_iters", "config": {**cfg, "init_from": "resume"}})
     assert study.finished_summary(cfg)["stopped"] == "max_iters"  # init_from says how, not what
+    data.write_json(str(tmp_path / "summary.json"), {"stopped": "max_iters", "config": {**cfg, "init_from": "a.bin"}})
+    assert study.finished_summary(cfg) is None  # starting from a checkpoint is another run
     data.write_json(str(tmp_path / "summary.json"), {"stopped": "max_iters", "config": {**cfg, "seed": 2}})
     assert study.finished_summary(cfg) is None
     data.write_json(str(tmp_path / "summary.json"), {"stopped": "interrupted", "config": cfg})
