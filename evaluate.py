@@ -192,6 +192,27 @@ def evaluate_lm(model, split, device, ctx, max_windows=0, batch_size=64):
     return {"loss": loss, "accuracy": correct / n, "ppl": math.exp(loss), "emb_norm": norm_sum / n, "n": n}
 
 
+@torch.no_grad()
+def label_log_likelihoods(model, prompts, label_ids, device, batch_size=32):
+    """Zero-shot scores: for each prompt (token ids) and each label (the token ids of its word), the
+    log-likelihood of the label's tokens right after the prompt, log P(l_1..l_m | prompt) =
+    sum_j log P(l_j | prompt, l_<j), from one forward of prompt + label. Returns (N, n_labels)."""
+    model.eval()
+    pairs = [(p, lab) for p in prompts for lab in label_ids]
+    out = torch.empty(len(pairs))
+    for i in range(0, len(pairs), batch_size):
+        chunk = pairs[i:i + batch_size]
+        T = max(len(p) + len(lab) for p, lab in chunk)
+        idx = torch.zeros(len(chunk), T, dtype=torch.long)
+        for b, (p, lab) in enumerate(chunk):
+            idx[b, :len(p) + len(lab)] = torch.tensor(p + lab)
+        logp = F.log_softmax(model(idx.to(device))[0].float(), -1).cpu()  # (B, T, V); right padding is never read
+        for b, (p, lab) in enumerate(chunk):
+            # the label's j-th token is predicted at position len(p) - 1 + j
+            out[i + b] = sum(logp[b, len(p) - 1 + j, t] for j, t in enumerate(lab))
+    return out.view(len(prompts), len(label_ids))
+
+
 # -----------------------------------------------------------------------------
 # speed
 

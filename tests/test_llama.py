@@ -334,3 +334,21 @@ def test_finetune_a_llama2c_checkpoint_with_lora_through_train(tmp_path):
         train.train({**cfg, "data_dir": other})
     with pytest.raises(configurator.ConfigError, match="no such file"):
         train.train({**cfg, "init_from": str(tmp_path / "nothing.bin")})
+
+
+def test_label_log_likelihoods_by_hand():
+    """Zero-shot scoring of two-token and one-token labels after prompts of different lengths, against
+    a step-by-step computation of the same conditional probabilities."""
+    import evaluate
+
+    m = tiny_llama()
+    prompts, labels = [[1, 5, 6, 7], [1, 9]], [[11, 12], [13]]
+    scores = evaluate.label_log_likelihoods(m, prompts, labels, "cpu", batch_size=3)
+    assert scores.shape == (2, 2)
+    for i, p in enumerate(prompts):
+        for j, lab in enumerate(labels):
+            seq, want = list(p), 0.0
+            for t in lab:
+                want += torch.log_softmax(m(torch.tensor([seq]))[0][0, -1], -1)[t].item()
+                seq.append(t)
+            assert scores[i, j].item() == pytest.approx(want, abs=1e-4)
