@@ -352,3 +352,33 @@ def test_label_log_likelihoods_by_hand():
                 want += torch.log_softmax(m(torch.tensor([seq]))[0][0, -1], -1)[t].item()
                 seq.append(t)
             assert scores[i, j].item() == pytest.approx(want, abs=1e-4)
+
+
+# -----------------------------------------------------------------------------
+# the golden test: llama2.c's documented output of stories260K
+
+
+# what llama2.c's test_all.py expects of `run stories260K.bin -z tok512.bin -t 0.0 -n 200`: 200 tokens after BOS
+# (run.c samples one token at each of positions 0..199)
+GOLDEN_260K = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she "
+               "saw a big, red ball. She wanted to play with it, but it was too high.\nLily's mom said, \"Lily, let's go "
+               "to the park.\" Lily was sad and didn't know what to do. She said, \"I want to play with your ball, but I "
+               "can't find it.\"\nLily was sad and didn't know what to do. She said, \"I'm sorry, Lily. I didn't know "
+               "what to do.\"\nLily didn't want to help her mom, so she")
+
+
+def test_stories260k_greedy_golden():
+    """Greedy decoding from BOS reproduces llama2.c's output for 200 positions, with the cache and
+    without it (the documented first sentence, and the rest of its test's expected text)."""
+    import data
+
+    tok_path = os.path.join(os.path.dirname(STORIES260K), "tok512.bin")
+    if not (os.path.isfile(STORIES260K) and os.path.isfile(tok_path)):
+        pytest.skip("no stories260K in the mirror")
+    m = read_llama2c(STORIES260K)
+    tok = data.LlamaTokenizer.from_file(tok_path)
+    out = m.generate([[tok.bos_id]], 200, temperature=0)[0]
+    text = tok.decode([tok.bos_id] + out)
+    assert text.startswith("Once upon a time, there was a little girl named Lily. She loved to play outside in the park.")
+    assert text == GOLDEN_260K
+    assert m.generate([[tok.bos_id]], 60, temperature=0, use_cache=False)[0] == out[:60]
