@@ -109,6 +109,19 @@ SOURCES = {
             "SST-2/dev.tsv": "54a9c12c77e402fc14d6a66a506f24d999f596b0176eb777c972cccc2f9cc4b0",
         },
     },
+    # llama2.c's tokenizers and its smallest model (karpathy/llama2.c and the HF tinyllamas repository)
+    "tok512": {"urls": {"tinyllamas/stories260K/tok512.bin":
+                        "https://huggingface.co/karpathy/tinyllamas/resolve/main/stories260K/tok512.bin"},
+               "files": {"tinyllamas/stories260K/tok512.bin":
+                         "037cb335abb25d1fa9e8ecae30ed2a3a8ace9302862ebcdc05d51a6bbb10c312"}},
+    "llama2_tokenizer": {"urls": {"llama2_tokenizer/tokenizer.bin":
+                                  "https://github.com/karpathy/llama2.c/raw/master/tokenizer.bin"},
+                         "files": {"llama2_tokenizer/tokenizer.bin":
+                                   "50a52ef822ee9e83de5ce9d0be0a025a773d019437f58b5ff9dcafb063ece361"}},
+    "stories260K": {"urls": {"tinyllamas/stories260K/stories260K.bin":
+                             "https://huggingface.co/karpathy/tinyllamas/resolve/main/stories260K/stories260K.bin"},
+                    "files": {"tinyllamas/stories260K/stories260K.bin":
+                              "b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d00299f2696"}},
     "shakespeare_char": {  # char-rnn's Tiny Shakespeare, a plain text file (no archive)
         "url": "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
         "cache_name": "tinyshakespeare.txt",  # 'input.txt' would say nothing in data/_downloads
@@ -135,28 +148,42 @@ def download(url, dest, timeout=60):
     os.replace(part, dest)
 
 
+def download_once(url, local):
+    """Download url to local unless it is there already; a failure says how to work offline."""
+    if os.path.isfile(local):
+        return
+    os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
+    try:
+        download(url, local)
+    except Exception as e:
+        raise DataError(f"could not download {url} ({e}); without a network, use a local "
+                        f"mirror: --mirror DIR or DATA_MIRROR=DIR") from None
+
+
 def fetch(name, mirror=None, cache_dir="data/_downloads"):
     """Return {relative path: bytes} for the files of source `name`, each verified against its sha256.
-    With a mirror folder the files are read from mirror/<relative path>; otherwise the canonical
-    archive is downloaded once into cache_dir and the files read from it."""
+    With a mirror folder the files are read from mirror/<relative path>. Otherwise they are downloaded
+    once into cache_dir: the source's one `url` (an archive holding the files, or the file itself), or
+    its `urls`, one per file."""
     src = SOURCES[name]
-    out = {}
+    out, where = {}, {}
     if mirror:
-        for rel, digest in src["files"].items():
-            path = os.path.join(mirror, rel)
-            if not os.path.isfile(path):
+        for rel in src["files"]:
+            where[rel] = os.path.join(mirror, rel)
+            if not os.path.isfile(where[rel]):
                 raise DataError(f"mirror {mirror} has no {rel}; point --mirror/DATA_MIRROR at a copy of shared/data")
-            with open(path, "rb") as f:
+            with open(where[rel], "rb") as f:
+                out[rel] = f.read()
+    elif "urls" in src:  # several plain files, each at its own address
+        for rel, url in src["urls"].items():
+            where[rel] = os.path.join(cache_dir, name, os.path.basename(rel))
+            download_once(url, where[rel])
+            with open(where[rel], "rb") as f:
                 out[rel] = f.read()
     else:
-        os.makedirs(cache_dir, exist_ok=True)
         local = os.path.join(cache_dir, src.get("cache_name", os.path.basename(src["url"])))
-        if not os.path.isfile(local):
-            try:
-                download(src["url"], local)
-            except Exception as e:
-                raise DataError(f"could not download {src['url']} ({e}); without a network, use a local "
-                                f"mirror: --mirror DIR or DATA_MIRROR=DIR") from None
+        download_once(src["url"], local)
+        where = dict.fromkeys(src["files"], local)
         if not local.endswith(".zip"):  # a single plain file: the download is the file
             (rel,) = src["files"]
             with open(local, "rb") as f:
@@ -170,10 +197,20 @@ def fetch(name, mirror=None, cache_dir="data/_downloads"):
                 raise DataError(f"{local} is not the expected archive ({e}); delete it and run again") from None
     for rel, digest in src["files"].items():
         if sha256(out[rel]) != digest:
-            where = os.path.join(mirror, rel) if mirror else local
             raise DataError(f"{name}: {rel} has sha256 {sha256(out[rel])}, expected {digest} "
-                            f"(corrupt or a different version); replace {where}")
+                            f"(corrupt or a different version); replace {where[rel]}")
     return out
+
+
+def source_file(name, rel, mirror=None, cache_dir="data/_downloads"):
+    """The path of one verified file of source `name`: in the mirror, or downloaded into cache_dir
+    (for what reads a path, such as a tokenizer)."""
+    fetch(name, mirror, cache_dir)  # downloads if needed and checks every file's sha256
+    if mirror:
+        return os.path.join(mirror, rel)
+    src = SOURCES[name]
+    return os.path.join(cache_dir, name, os.path.basename(rel)) if "urls" in src else \
+        os.path.join(cache_dir, src.get("cache_name", os.path.basename(src["url"])))
 
 
 # -----------------------------------------------------------------------------
@@ -364,6 +401,23 @@ class LlamaTokenizer:
                 out += self.decode_piece(prev, i)
             prev = i
         return out.decode("utf-8", errors="replace")
+
+
+LLAMA_TOKENIZERS = {  # name -> (source, file): the tokenizers of llama2.c's models
+    "tok512": ("tok512", "tinyllamas/stories260K/tok512.bin"),  # stories260K's 512 pieces
+    "llama2": ("llama2_tokenizer", "llama2_tokenizer/tokenizer.bin"),  # Llama 2's 32,000 (stories15M/42M/110M)
+}
+
+
+def load_llama_tokenizer(name, mirror=None):
+    """A LlamaTokenizer by name (LLAMA_TOKENIZERS: from the mirror, $DATA_MIRROR, or downloaded once
+    and checked) or from the path of a tokenizer.bin."""
+    if name in LLAMA_TOKENIZERS:
+        source, rel = LLAMA_TOKENIZERS[name]
+        return LlamaTokenizer.from_file(source_file(source, rel, mirror or os.environ.get("DATA_MIRROR")))
+    if not os.path.isfile(name):
+        raise DataError(f"tokenizer {name!r}: expected one of {sorted(LLAMA_TOKENIZERS)} or a tokenizer.bin file")
+    return LlamaTokenizer.from_file(name)
 
 
 # -----------------------------------------------------------------------------

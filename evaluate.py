@@ -9,6 +9,7 @@ language model. train.py uses the same evaluators during training; this file nev
     python evaluate.py --ckpt out/sst2_recurrent/ckpt.pt --text "a gorgeous, witty film"
     python evaluate.py --ckpt out/sst2_recurrent/ckpt.pt --file my_reviews.tsv   # sentence<TAB>label
     python evaluate.py --ckpt out/shakespeare_char_baseline/ckpt.pt --prompt "ROMEO:" --max_new_tokens 500
+    python evaluate.py --ckpt stories260K.bin --prompt "Once upon a time" --temperature 0   # a llama2.c model
 
 (`evaluate.py --study ...` is the old spelling of `study.py ...`, the multi-seed study runner; it
 still works and runs study.py.)
@@ -34,7 +35,7 @@ import torch.nn.functional as F
 
 import configurator
 import data
-from model import CheckpointError, load_checkpoint, raw_model
+from model import CheckpointError, load_checkpoint, raw_model, read_llama2c
 
 # -----------------------------------------------------------------------------
 # devices and precision (train.py uses these too)
@@ -282,8 +283,16 @@ class ListSplit:
 
 def load(path, device):
     """(model, checkpoint) or a clear error. Checks that train.py wrote it: it must hold the run's
-    config and its data record, which say how to read the data the model was trained on."""
-    model, ckpt = load_checkpoint(path, device)
+    config and its data record, which say how to read the data the model was trained on. A llama2.c
+    checkpoint (.bin, or .pt with model_args) loads too, as a model to generate from."""
+    try:
+        model, ckpt = load_checkpoint(path, device)
+    except CheckpointError as ours:
+        try:
+            model = read_llama2c(path)
+        except CheckpointError as theirs:
+            raise (theirs if path.endswith(".bin") else ours) from None
+        return model.to(device), {"data": {"task": "generate"}, "config": {}}
     if "data" not in ckpt or "config" not in ckpt:
         raise CheckpointError(f"{path} has no data/config record; it was not written by train.py")
     return model, ckpt
@@ -359,7 +368,7 @@ def classification_report(model, ckpt, path, args, device, ctx):
 def sample_text(model, ckpt, prompt, args, device):
     """A sample from a language model: the prompt, continued by max_new_tokens generated characters."""
     codec = data.CharCodec(ckpt["data"]["vocab"])
-    idx = torch.from_numpy(codec.encode(prompt))[None].to(device)
+    idx = torch.from_numpy(codec.encode("\n" if prompt is None else prompt))[None].to(device)
     gen = torch.Generator(device=device).manual_seed(args.seed)
     out = model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, generator=gen)
     return codec.decode(out[0].tolist())
@@ -385,7 +394,37 @@ def lm_report(model, ckpt, path, args, device, ctx):
     return res
 
 
-REPORTS = {"classification": classification_report, "lm": lm_report}
+TOKENIZER_OF_VOCAB = {512: "tok512", 32000: "llama2"}  # llama2.c's files do not name their tokenizer
+
+
+def generation_report(model, ckpt, path, args, device, ctx):
+    """A Llama checkpoint from llama2.c: generate from --prompt (BOS alone by default, as run.c does)
+    with the KV cache, and time it: tokens/s at batch 1, the median of --repeats generations."""
+    name = args.tokenizer or TOKENIZER_OF_VOCAB.get(model.cfg.vocab_size)
+    if name is None:
+        raise ValueError(f"{path} has a vocabulary of {model.cfg.vocab_size}: name its tokenizer with --tokenizer")
+    tok = data.load_llama_tokenizer(name)
+    if tok.vocab_size != model.cfg.vocab_size:
+        raise ValueError(f"tokenizer {name} has {tok.vocab_size} pieces, the model {model.cfg.vocab_size}")
+    ids = tok.encode(args.prompt or "", bos=True)
+
+    def run():  # the same sample every time: the generator starts from the seed
+        gen = torch.Generator(device=device).manual_seed(args.seed)
+        with ctx:
+            return model.generate([ids], args.max_new_tokens, args.temperature, args.top_k, args.top_p,
+                                  args.epsilon, eos_id=tok.eos_id, generator=gen)[0]
+
+    out = run()  # also the warm-up
+    res = {"ckpt": path, "task": "generate", "new_tokens": len(out), **size_figures(model, path)}
+    if not args.no_timing:
+        res["tokens_per_s"] = len(out) / statistics.median(timed(run, device) for _ in range(args.repeats))
+    res["sample"] = tok.decode(ids + out)
+    res["sample_args"] = {"prompt": args.prompt, "temperature": args.temperature, "top_k": args.top_k,
+                          "top_p": args.top_p, "epsilon": args.epsilon, "seed": args.seed, "tokenizer": name}
+    return res
+
+
+REPORTS = {"classification": classification_report, "lm": lm_report, "generate": generation_report}
 
 ROWS = [  # (key, label, format)
     ("accuracy", "accuracy", "{:.4f}"), ("precision", "precision", "{:.4f}"), ("recall", "recall", "{:.4f}"),
@@ -397,6 +436,7 @@ ROWS = [  # (key, label, format)
     ("flops_per_sample", "FLOPs/sample (fwd)", "{:.3e}"), ("flops_per_token", "FLOPs/token (fwd)", "{:.3e}"),
     ("latency_ms", "latency bs=1 (ms; LM: per token)", "{:.3f}"),
     ("throughput", "throughput (samples|tokens/s)", "{:,.0f}"),
+    ("new_tokens", "generated tokens", "{:,}"), ("tokens_per_s", "generation, batch 1 (tokens/s)", "{:,.0f}"),
 ]
 
 
@@ -463,10 +503,15 @@ def main(argv=None):
     p.add_argument("--text", help="classify this sentence and print the label probabilities")
     p.add_argument("--truncate", action="store_true", help="with --text: cut an over-long sentence instead of refusing")
     p.add_argument("--file", help="evaluate on a labelled file: sentence<TAB>label per line, header allowed")
-    p.add_argument("--prompt", default="\n", help="language models: the text a sample starts from (default a newline)")
-    p.add_argument("--max_new_tokens", type=int, default=300, help="language models: characters to generate")
+    p.add_argument("--prompt", default=None, help="language models: the text a sample starts from (default: a "
+                   "newline for a character model, BOS alone for a Llama)")
+    p.add_argument("--max_new_tokens", type=int, default=300, help="language models: tokens to generate")
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (deterministic)")
     p.add_argument("--top_k", type=int, default=None, help="sample from the k most likely tokens only")
+    p.add_argument("--top_p", type=float, default=None, help="Llama: sample from the nucleus of mass p only")
+    p.add_argument("--epsilon", type=float, default=None, help="Llama: drop tokens of probability below epsilon")
+    p.add_argument("--tokenizer", default=None, help="Llama: 'tok512', 'llama2' or a tokenizer.bin (default: by "
+                   "vocabulary size, 512 or 32,000)")
     p.add_argument("--seed", type=int, default=1337, help="seed of the sample")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -489,7 +534,7 @@ def main(argv=None):
                       "split": args.file or args.split, "repeats": args.repeats, "batch_size": args.batch_size}
         if device.startswith("cuda"):
             conditions["gpu"] = torch.cuda.get_device_name()
-        where = "the validation windows" if all(r["task"] == "lm" for r in results) else conditions["split"]
+        where = {"lm": "the validation windows", "generate": "a prompt"}.get(results[0]["task"], conditions["split"])
         print(f"evaluated on {where}: device {device} ({threads} threads), {args.dtype}, "
               f"torch {torch.__version__}; timing: median of {args.repeats} repeats")
         print_table(results)
