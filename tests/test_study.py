@@ -68,6 +68,19 @@ def test_paired_bootstrap_known_cases():
     assert 1.0 <= lo < d < hi <= 1.04
 
 
+def test_paired_t_interval_and_why_the_verdict_uses_it():
+    """Three seeds whose differences share a sign: the bootstrap interval excludes 0 (it cannot leave
+    the range of the three), the paired t-interval (t_{0.975,2} = 4.303) does not."""
+    base, variant = [0.80, 0.81, 0.82], [0.801, 0.83, 0.821]  # differences +0.001, +0.02, +0.001
+    d, lo, hi = study.paired_t(base, variant)
+    diffs = np.array(variant) - np.array(base)
+    assert d == pytest.approx(diffs.mean())
+    assert hi - d == pytest.approx(4.303 * diffs.std(ddof=1) / math.sqrt(3))
+    assert lo < 0 < hi and study.verdict(lo, hi, "higher") == "no significant difference"
+    _, b_lo, _ = study.paired_bootstrap(base, variant)
+    assert b_lo > 0
+
+
 def test_verdict_follows_the_metric_direction():
     assert study.verdict(1.0, 2.0, "lower") == "worse" and study.verdict(1.0, 2.0, "higher") == "better"
     assert study.verdict(-2.0, -1.0, "lower") == "better" and study.verdict(-2.0, -1.0, "higher") == "worse"
