@@ -158,8 +158,11 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.update(start, k, v)  # (B, nkv, S, hs): every key so far
         S = k.size(2)
-        if self.n_kv_head != self.n_head:
-            # grouped-query attention: each key/value head serves n_head / n_kv_head query heads
+        manual = need_weights or self.attn_impl == "manual"
+        gqa = self.n_kv_head != self.n_head
+        if gqa and manual:
+            # grouped-query attention: each key/value head serves n_head / n_kv_head query heads (SDPA
+            # does the same without copying the keys and values: enable_gqa below)
             rep = self.n_head // self.n_kv_head
             k = k.repeat_interleave(rep, dim=1)  # (B, nh, S, hs)
             v = v.repeat_interleave(rep, dim=1)
@@ -167,7 +170,6 @@ class Attention(nn.Module):
         mask = None  # bool, True = may attend; broadcast to (B, nh, T, S)
         if key_mask is not None:
             mask = key_mask[:, None, None, :]  # (B, 1, 1, S)
-        manual = need_weights or self.attn_impl == "manual"
         # SDPA's is_causal serves the plain case (no padding, no cache); otherwise the causal mask is
         # explicit: query i sits at position S - T + i and may see keys up to there. A single new
         # query (T = 1, decoding) may see every key, so it needs none.
@@ -186,9 +188,9 @@ class Attention(nn.Module):
         if manual:
             y, weights = manual_attention(q, k, v, mask, dropout_p, self.training)
         elif fused_causal:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, enable_gqa=gqa)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=gqa)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, nh*hs): heads side by side
         return self.wo(y), (weights if need_weights else None)
 
@@ -821,26 +823,23 @@ class Llama(TokenModel):
         self.eval()
         cache = self.new_cache(B, P + steps) if use_cache else None
         done = torch.zeros(B, dtype=torch.bool, device=dev)
-        out = [[] for _ in range(B)]
-        pos = 0  # positions fed to the model so far (with the cache)
+        end = P  # positions filled
         for t in range(P, P + steps):
             key_mask = mask[:, :t] if padded else None
-            if use_cache:
-                logits, _ = self(idx[:, pos:t], key_mask, cache=cache, start=pos)
-                pos = t
+            if use_cache:  # feed what the cache has not seen: the whole prompt, then one token a step
+                first = 0 if t == P else t - 1
+                logits, _ = self(idx[:, first:t], key_mask, cache=cache, start=first)
             else:
                 logits, _ = self(idx[:, :t], key_mask)
-            nxt = sample_next(logits[:, -1], temperature, top_k, top_p, epsilon, generator)[:, 0]  # (B,)
-            idx[:, t] = nxt
-            for b in range(B):
-                if not done[b]:
-                    out[b].append(int(nxt[b]))
+            idx[:, t] = sample_next(logits[:, -1], temperature, top_k, top_p, epsilon, generator)[:, 0]
+            end = t + 1
             if eos_id is not None:
-                done |= nxt == eos_id
+                done |= idx[:, t] == eos_id
                 if bool(done.all()):
                     break
         self.train(was_training)
-        return out
+        new = idx[:, P:end].tolist()
+        return [row[:row.index(eos_id) + 1] if eos_id in row else row for row in new]
 
 
 # -----------------------------------------------------------------------------
