@@ -6,6 +6,7 @@ evaluate.py feed to a model.
     python data.py sst2 [--protocol glue|standard] [--vocab compact|full] [--max_len 256]
                         [--mirror DIR] [--out_dir DIR] [--seed 1337]
     python data.py shakespeare_char [--mirror DIR] [--out_dir DIR]
+    python data.py sst5 [--tokenizer llama2|tok512] [--max_len 256]     # also cfimdb: the mini-Llama's sets
 
 The .bin format (one array per file, memory-mappable):
     header, 32 bytes little-endian: magic b"TLABBIN\\0" | version u32 | dtype code u32 | count u64 |
@@ -101,6 +102,23 @@ def read_bin(path, verify=True):
 # -----------------------------------------------------------------------------
 # Sources: canonical URLs, the files they hold, and their sha256 (see shared/data/SOURCES.md)
 
+_MINLLAMA = "https://raw.githubusercontent.com/neubig/minllama-assignment/main/data"  # one file per URL
+_MINLLAMA_FILES = {  # name -> sha256. cfimdb-test.txt is left out: its labels are placeholders (all 0)
+    "sst-train.txt": "7aeac81f2a387f2ce7fab98ed8f40ef85cc9c8ad11bcbb63b122e95665cb1f35",
+    "sst-dev.txt": "11963c76cd073e68006da0390620aadf5a4b8f775e2f900e92a50b3002e39b9b",
+    "sst-test.txt": "bdcc8352d37bdc82113e4a4dd887b824144201539d5a1e49be566232d306a4ba",
+    "sst-label-mapping.json": "831e6914e25d9b9eb56ff9095b3f035bdaf1b9568d385a70ef481c82af0382b3",
+    "cfimdb-train.txt": "278e200499d1d68a1a9d80e3947a2203cc97130632d8a53f2b9c11de9cb6c699",
+    "cfimdb-dev.txt": "b38f0c095c4624e85927116728140e96d0221969b34146f65eae5b5bb24752b8",
+    "cfimdb-label-mapping.json": "afeac43f5a5fe8758469078418519df4c8503c2e30e2fcf6c61464fce3d44a36",
+}
+
+
+def _minllama_source(prefix):
+    files = {f"minllama_sst_cfimdb/{k}": v for k, v in _MINLLAMA_FILES.items() if k.startswith(prefix)}
+    return {"urls": {rel: f"{_MINLLAMA}/{os.path.basename(rel)}" for rel in files}, "files": files}
+
+
 SOURCES = {
     "sst2": {
         "url": "https://dl.fbaipublicfiles.com/glue/data/SST-2.zip",
@@ -122,6 +140,9 @@ SOURCES = {
                              "https://huggingface.co/karpathy/tinyllamas/resolve/main/stories260K/stories260K.bin"},
                     "files": {"tinyllamas/stories260K/stories260K.bin":
                               "b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d00299f2696"}},
+    # SST-5 and CFIMDB in the NLP course's format (see the minllama section below)
+    "sst5": _minllama_source("sst-"),
+    "cfimdb": _minllama_source("cfimdb-"),
     "shakespeare_char": {  # char-rnn's Tiny Shakespeare, a plain text file (no archive)
         "url": "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
         "cache_name": "tinyshakespeare.txt",  # 'input.txt' would say nothing in data/_downloads
@@ -409,6 +430,17 @@ LLAMA_TOKENIZERS = {  # name -> (source, file): the tokenizers of llama2.c's mod
 }
 
 
+PRETRAINED = {  # name -> (source, file): checkpoints a run may start from by name (init_from)
+    "stories260K": ("stories260K", "tinyllamas/stories260K/stories260K.bin"),
+}
+
+
+def pretrained_file(name, mirror=None):
+    """The path of a named pretrained checkpoint (PRETRAINED), from the mirror or downloaded and checked."""
+    source, rel = PRETRAINED[name]
+    return source_file(source, rel, mirror or os.environ.get("DATA_MIRROR"))
+
+
 def load_llama_tokenizer(name, mirror=None):
     """A LlamaTokenizer by name (LLAMA_TOKENIZERS: from the mirror, $DATA_MIRROR, or downloaded once
     and checked) or from the path of a tokenizer.bin."""
@@ -514,7 +546,8 @@ def split_sst2(train, dev, protocol, seed):
     return {k: ([src[0][i] for i in idx], [src[1][i] for i in idx]) for k, (src, idx) in parts.items()}
 
 
-def prepare_sst2(protocol="glue", vocab="compact", max_len=256, mirror=None, out_dir=None, seed=1337, verbose=True):
+def prepare_sst2(protocol="glue", vocab="compact", max_len=256, mirror=None, out_dir=None, seed=1337, verbose=True,
+                 **_ignored):
     """Build the SST-2 dataset folder and return its meta dict."""
     out_dir = out_dir or dataset_dir("sst2", protocol, vocab)
     files = fetch("sst2", mirror)
@@ -621,31 +654,140 @@ class TokenSplit:
 
 
 # -----------------------------------------------------------------------------
+# SST-5 and CFIMDB, the NLP course's sentiment sets, tokenized for a Llama (the mini-Llama study)
+
+
+def parse_minllama(raw, name):
+    """`<label> ||| <text>` lines -> (texts, labels). The text is kept as shipped (cased, tokenized
+    with spaces around punctuation): the Llama tokenizer takes any text, and a pretrained model
+    saw cased text."""
+    texts, labels = [], []
+    for n, line in enumerate(raw.decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        label, sep, text = line.partition(" ||| ")
+        if not sep or not label.strip().isdigit():
+            raise DataError(f"{name} line {n}: expected `<label> ||| <text>`, got {line[:60]!r}")
+        texts.append(text.strip())
+        labels.append(int(label))
+    return texts, labels
+
+
+class LlamaTextEncoder:
+    """Text -> [BOS] + the Llama tokenizer's ids, cut to max_len; the counterpart of TextEncoder for
+    a dataset tokenized for a Llama (meta["tokenizer"] = 'llama2c:<name>')."""
+
+    def __init__(self, meta, tokenizer=None):
+        self.tok = tokenizer or load_llama_tokenizer(meta["tokenizer"].removeprefix("llama2c:"))
+        self.max_len = meta["max_len"]
+
+    def __call__(self, text, truncate=True):
+        ids = self.tok.encode(text.strip(), bos=True)
+        if len(ids) < 2:
+            raise ValueError(f"text {text!r} is empty; give at least one word")
+        self.was_truncated = len(ids) > self.max_len
+        if self.was_truncated and not truncate:
+            raise ValueError(f"text has {len(ids)} tokens but this model reads at most {self.max_len}; shorten "
+                             f"it, or let it be cut to the first {self.max_len}")
+        return np.asarray(ids[:self.max_len], dtype=np.int64)
+
+
+def text_encoder(meta):
+    """The text -> token ids function a classification dataset (or a checkpoint's record of it) was
+    made with: GPT-2 BPE with our vocabulary, or a Llama tokenizer."""
+    if str(meta.get("tokenizer", "")).startswith("llama2c:"):
+        return LlamaTextEncoder(meta)
+    return TextEncoder(meta)
+
+
+def prepare_minllama(dataset, tokenizer="llama2", max_len=256, mirror=None, out_dir=None, seed=1337, verbose=True,
+                     **_ignored):
+    """Build data/<sst5|cfimdb>_<tokenizer>: each text as [BOS] + Llama token ids, cut to max_len.
+    SST-5: the course's train / dev / test as train / val / test (8,544 / 1,101 / 2,210).
+    CFIMDB: the course's test file has no labels, so its dev set (245) is our test split, and a
+    seeded 245 of its train set (1,707) our validation split: model selection never sees the test."""
+    out_dir = out_dir or dataset_dir(dataset, tokenizer=tokenizer)
+    files = {os.path.basename(k): v for k, v in fetch(dataset, mirror).items()}
+    prefix = "sst" if dataset == "sst5" else "cfimdb"
+    label_names = json.loads(files[f"{prefix}-label-mapping.json"])
+    parts = {k: parse_minllama(files[f"{prefix}-{k}.txt"], f"{prefix}-{k}.txt")
+             for k in ("train", "dev", "test") if f"{prefix}-{k}.txt" in files}
+    if dataset == "sst5":
+        splits = {"train": parts["train"], "val": parts["dev"], "test": parts["test"]}
+    else:
+        texts, labels = parts["train"]
+        perm = np.random.default_rng(seed).permutation(len(texts))
+        n_val = len(parts["dev"][0])
+        pick = lambda idx: ([texts[i] for i in idx], [labels[i] for i in idx])  # noqa: E731
+        splits = {"train": pick(sorted(perm[n_val:])), "val": pick(sorted(perm[:n_val])), "test": parts["dev"]}
+    tok = load_llama_tokenizer(tokenizer, mirror)
+    os.makedirs(out_dir, exist_ok=True)
+    counts = {}
+    for k, (texts, labels) in splits.items():
+        seqs = [tok.encode(t, bos=True) for t in texts]
+        truncated = sum(len(q) > max_len for q in seqs)
+        seqs = [np.asarray(q[:max_len]) for q in seqs]
+        if min(labels) < 0 or max(labels) >= len(label_names):
+            raise DataError(f"{dataset} {k}: labels must be 0..{len(label_names) - 1}")
+        write_split(out_dir, k, seqs, labels, np.uint16)
+        counts[k] = {"n": len(seqs), "labels": np.bincount(labels, minlength=len(label_names)).tolist(),
+                     "tokens": int(sum(len(q) for q in seqs)), "max_len": int(max(len(q) for q in seqs)),
+                     "truncated": int(truncated)}
+    meta = {"dataset": dataset, "task": "classification", "tokenizer": f"llama2c:{tokenizer}", "vocab": tokenizer,
+            "vocab_size": tok.vocab_size, "max_len": max_len, "seed": seed, "preprocessing": "none (text as shipped)",
+            "specials": {"pad": PAD, "bos": tok.bos_id}, "label_names": label_names, "counts": counts,
+            "sources": SOURCES[dataset]}
+    write_meta(out_dir, meta)
+    if verbose:
+        print(f"{dataset} ({tokenizer} tokenizer, {tok.vocab_size:,} ids, max_len {max_len}) -> {out_dir}")
+        for k, c in counts.items():
+            print(f"  {k:5s} {c['n']:6,d} texts  labels {c['labels']}  {c['tokens']:,} tokens  max {c['max_len']}  "
+                  f"truncated {c['truncated']:,}")
+    return meta
+
+
+# -----------------------------------------------------------------------------
 # The dataset registry: each name has a preparer and a task. The task says how the prepared folder
 # is read (which splits, which files) and which batch stream and evaluator a run uses.
 
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    prepare: Callable  # (protocol, vocab, max_len, mirror, out_dir, ...) -> meta; writes the folder
+    prepare: Callable  # (protocol, vocab, tokenizer, max_len, mirror, out_dir) -> meta; writes the folder
     task: str  # 'classification' | 'lm'
-    per_variant: bool  # True: one folder per protocol and vocabulary, data/<name>_<protocol>_<vocab>
+    variant: tuple = ()  # the settings that name its folder: data/<name>[_<setting>...]
+    tokenizers: tuple = ("",)  # the values `tokenizer` may take ('' = the dataset's own; the first is the default)
 
 
 DATASETS = {
-    "sst2": DatasetSpec(prepare_sst2, "classification", per_variant=True),
-    "shakespeare_char": DatasetSpec(prepare_shakespeare_char, "lm", per_variant=False),
+    "sst2": DatasetSpec(prepare_sst2, "classification", ("protocol", "vocab")),  # GPT-2 BPE
+    "shakespeare_char": DatasetSpec(prepare_shakespeare_char, "lm"),  # characters
+    "sst5": DatasetSpec(lambda **kw: prepare_minllama("sst5", **kw), "classification", ("tokenizer",),
+                        ("llama2", "tok512")),
+    "cfimdb": DatasetSpec(lambda **kw: prepare_minllama("cfimdb", **kw), "classification", ("tokenizer",),
+                          ("llama2", "tok512")),
 }
 TASK_SPLITS = {"classification": (ClassificationSplit, ("train", "val", "test")), "lm": (TokenSplit, ("train", "val"))}
 
 
-def dataset_dir(dataset, protocol=None, vocab=None):
-    """Where a dataset is prepared by default: data/<dataset>_<protocol>_<vocab> for a set prepared
-    per protocol and vocabulary (SST-2), data/<dataset> otherwise (the character corpus)."""
+def dataset_dir(dataset, protocol=None, vocab=None, tokenizer=None):
+    """Where a dataset is prepared by default: data/<dataset> followed by the settings that make a
+    variant of it: data/sst2_<protocol>_<vocab>, data/sst5_<tokenizer>, data/shakespeare_char."""
     spec = DATASETS.get(dataset)
-    if spec is not None and not spec.per_variant:
-        return os.path.join("data", dataset)
-    return os.path.join("data", f"{dataset}_{protocol}_{vocab}")
+    settings = {"protocol": protocol, "vocab": vocab, "tokenizer": tokenizer}
+    variant = spec.variant if spec is not None else ("protocol", "vocab")
+    return os.path.join("data", "_".join([dataset, *(str(settings[k]) for k in variant)]))
+
+
+def resolve_tokenizer(dataset, tokenizer):
+    """The tokenizer setting a dataset is prepared with ('' picks its default), or DataError."""
+    spec = DATASETS.get(dataset)
+    if spec is None:
+        return tokenizer
+    if tokenizer not in (*spec.tokenizers, ""):
+        raise DataError(f"tokenizer={tokenizer!r} does not apply to {dataset} (it takes "
+                        f"{' or '.join(repr(t) for t in spec.tokenizers)})")
+    return tokenizer or spec.tokenizers[0]
 
 
 class Dataset:
@@ -692,14 +834,15 @@ def load_dataset(cfg):
     first if its folder is missing. Preparation reads the source files from $DATA_MIRROR when set,
     else downloads them."""
     name = cfg["dataset"]
-    folder = cfg.get("data_dir") or dataset_dir(name, cfg.get("protocol"), cfg.get("vocab"))
+    tokenizer = resolve_tokenizer(name, cfg.get("tokenizer", ""))
+    folder = cfg.get("data_dir") or dataset_dir(name, cfg.get("protocol"), cfg.get("vocab"), tokenizer)
     if not os.path.isfile(os.path.join(folder, "meta.json")):
         if name not in DATASETS:
             raise DataError(f"no prepared data in {folder} and no preparer for dataset {name!r} "
                             f"(known: {', '.join(sorted(DATASETS))})")
         print(f"{folder} not found: preparing {name}")
-        DATASETS[name].prepare(protocol=cfg.get("protocol"), vocab=cfg.get("vocab"), max_len=cfg.get("max_len"),
-                               mirror=os.environ.get("DATA_MIRROR"), out_dir=folder)
+        DATASETS[name].prepare(protocol=cfg.get("protocol"), vocab=cfg.get("vocab"), tokenizer=tokenizer,
+                               max_len=cfg.get("max_len"), mirror=os.environ.get("DATA_MIRROR"), out_dir=folder)
     dataset = Dataset(folder)
     if name in DATASETS and dataset.task != DATASETS[name].task:
         raise DataError(f"{folder} holds a {dataset.task} dataset, but {name!r} is a {DATASETS[name].task} dataset; "
@@ -815,6 +958,7 @@ def main(argv=None):
     p.add_argument("dataset", choices=sorted(DATASETS))
     p.add_argument("--protocol", default="glue", choices=["glue", "standard"])
     p.add_argument("--vocab", default="compact", choices=["compact", "full"])
+    p.add_argument("--tokenizer", default="", help="sst5, cfimdb: the Llama tokenizer, 'llama2' (default) or 'tok512'")
     p.add_argument("--max_len", type=int, default=256, help="tokens per sequence incl. [CLS] (default 256)")
     p.add_argument("--mirror", default=os.environ.get("DATA_MIRROR"),
                    help="read source files from this folder instead of downloading (default: $DATA_MIRROR)")
@@ -823,8 +967,9 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1337)
     a = p.parse_args(argv)
     try:
-        DATASETS[a.dataset].prepare(protocol=a.protocol, vocab=a.vocab, max_len=a.max_len, mirror=a.mirror,
-                             out_dir=a.out_dir, seed=a.seed)
+        tokenizer = resolve_tokenizer(a.dataset, a.tokenizer)
+        DATASETS[a.dataset].prepare(protocol=a.protocol, vocab=a.vocab, tokenizer=tokenizer, max_len=a.max_len,
+                                    mirror=a.mirror, out_dir=a.out_dir, seed=a.seed)
     except DataError as e:
         sys.exit(f"error: {e}")
 

@@ -329,8 +329,8 @@ def read_tsv(path, encoder):
 
 
 def text_encoder(ckpt):
-    """The checkpoint's own preprocessing and vocabulary, as a text -> token ids function."""
-    return data.TextEncoder({"vocab": ckpt["data"]["vocab"], "max_len": ckpt["data"]["max_len"]})
+    """The checkpoint's own preprocessing, tokenizer and vocabulary, as a text -> token ids function."""
+    return data.text_encoder(ckpt["data"])
 
 
 # -----------------------------------------------------------------------------

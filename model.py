@@ -904,7 +904,8 @@ def from_pretrained(pretrained, family, settings, facts):
     if facts.get("vocab_size", own["vocab_size"]) != own["vocab_size"]:
         raise ValueError(f"the dataset's vocabulary has {facts['vocab_size']} tokens, the checkpoint's "
                          f"{own['vocab_size']}: prepare the data with the checkpoint's tokenizer")
-    args = {**own, **{k: settings[k] for k in cfg_cls.tunable}, **{k: facts[k] for k in cfg_cls.data_fields if k in facts}}
+    args = {**own, **{k: settings[k] for k in cfg_cls.tunable},
+            **{k: facts[k] for k in cfg_cls.data_fields if k in facts}}
     model = model_cls(cfg_cls(**args))
     new, old = model.state_dict(), pretrained.state_dict()
     state = {k: v for k, v in old.items() if k in new and new[k].shape == v.shape}
@@ -1076,19 +1077,20 @@ def _read_llama2c_pt(path):
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise CheckpointError(f"{path} cannot be read with torch.load(weights_only=True) ({type(e).__name__})") from None
+        raise CheckpointError(f"{path} cannot be read with torch.load(weights_only=True) "
+                              f"({type(e).__name__})") from None
     if not isinstance(ckpt, dict) or not {"model", "model_args"} <= set(ckpt):
         raise CheckpointError(f"{path} is not a llama2.c .pt checkpoint: expected a dict with 'model' and 'model_args'")
     sd = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
     a = ckpt["model_args"]
     try:
-        n_layer = a["n_layers"]
+        n_layer, emb = a["n_layers"], sd["tok_embeddings.weight"]
+        tied = torch.equal(emb, sd.get("output.weight", emb))  # llama2.c ties them by sharing one tensor
         cfg = LlamaConfig(vocab_size=a["vocab_size"], block_size=a["max_seq_len"], n_layer=n_layer, n_embd=a["dim"],
                           n_head=a["n_heads"], n_kv_head=a.get("n_kv_heads") or 0, norm_eps=a.get("norm_eps", 1e-5),
-                          ffn_hidden=sd["layers.0.feed_forward.w1.weight"].shape[0],
-                          tie_embeddings=torch.equal(sd["tok_embeddings.weight"], sd.get("output.weight", sd["tok_embeddings.weight"])))
+                          ffn_hidden=sd["layers.0.feed_forward.w1.weight"].shape[0], tie_embeddings=tied)
         names = {ours.format(i=i): theirs.format(i=i) for ours, theirs in LLAMA2C_NAMES.items() for i in range(n_layer)}
-        state = {ours: sd[theirs] for ours, theirs in names.items() if not (ours == "head.weight" and cfg.tie_embeddings)}
+        state = {ours: sd[theirs] for ours, theirs in names.items() if not (ours == "head.weight" and tied)}
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: model_args or weights are not llama2.c's ({type(e).__name__}: {e})") from None
     if cfg.tie_embeddings:

@@ -38,14 +38,15 @@ from model import (CKPT_VERSION, FAMILIES, CheckpointError, build_model, family_
 # default config values (every one may be overridden; the key names are part of the interface)
 # I/O
 out_dir = "out/sst2"  # ckpt.pt (best validation loss), last.pt (latest state, for resume), log.jsonl, summary.json
-init_from = "scratch"  # 'scratch', 'resume' (from out_dir/last.pt), or a checkpoint file to fine-tune:
-# ours (ckpt.pt) or llama2.c's (.bin, .pt); its architecture and weights, the run's tunable settings
+init_from = "scratch"  # 'scratch', 'resume' (from out_dir/last.pt), or a checkpoint to fine-tune: a file, ours
+# (ckpt.pt) or llama2.c's (.bin, .pt), or a name in data.PRETRAINED ('stories260K'); its architecture and weights
 log_interval = 50  # iterations between progress lines
 eval_interval = 0  # iterations between evaluations; 0 = once per epoch
 # data
 dataset = "sst2"  # a name in data.DATASETS: 'sst2' (classification) or 'shakespeare_char' (language modelling)
 protocol = "glue"  # 'glue' (test = GLUE dev) or 'standard' (the seed's 80/10/10 split)
 vocab = "compact"  # 'compact' (ids seen in training) or 'full' (all 50,257 GPT-2 ids)
+tokenizer = ""  # sst5, cfimdb: the Llama tokenizer, 'llama2' (the default; 32,000 pieces) or 'tok512' (stories260K)
 max_len = 256  # tokens per sequence incl. [CLS], the study's truncation
 data_dir = ""  # '' = data/<dataset>_<protocol>_<vocab> (or data/<dataset>), prepared automatically if missing
 bucket = True  # classification: batch sentences of similar length together (less padding); batches stay shuffled
@@ -138,7 +139,8 @@ def new_model(cfg, dataset):
     try:
         if cfg["init_from"] == "scratch":
             return build_model(family, cfg, dataset.facts())
-        model, fresh = from_pretrained(load_pretrained(cfg["init_from"]), family, cfg, dataset.facts())
+        path = data.pretrained_file(cfg["init_from"]) if cfg["init_from"] in data.PRETRAINED else cfg["init_from"]
+        model, fresh = from_pretrained(load_pretrained(path), family, cfg, dataset.facts())
     except ValueError as e:
         where = "" if cfg["init_from"] == "scratch" else f"init_from {cfg['init_from']}: "
         raise configurator.ConfigError(f"{where}{e}") from None
@@ -288,9 +290,9 @@ def check_settings(cfg):
     for key, allowed in (("scheduler", ("plateau", "cosine", "constant")), ("adamw_impl", ("torch", "manual"))):
         if cfg[key] not in allowed:
             raise configurator.ConfigError(f"{key}={cfg[key]!r}: expected one of {allowed}")
-    if cfg["init_from"] not in ("scratch", "resume") and not os.path.isfile(cfg["init_from"]):
-        raise configurator.ConfigError(f"init_from={cfg['init_from']!r}: expected 'scratch', 'resume' or a "
-                                       f"checkpoint file to start from (no such file)")
+    if cfg["init_from"] not in ("scratch", "resume", *data.PRETRAINED) and not os.path.isfile(cfg["init_from"]):
+        raise configurator.ConfigError(f"init_from={cfg['init_from']!r}: expected 'scratch', 'resume', a checkpoint "
+                                       f"file to start from (no such file), or one of {sorted(data.PRETRAINED)}")
     for key in ("batch_size", "grad_accum", "log_interval", "max_epochs"):
         if cfg[key] < 1:
             raise configurator.ConfigError(f"{key}={cfg[key]} must be at least 1")

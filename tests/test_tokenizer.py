@@ -203,3 +203,95 @@ def test_bad_files_raise(tmp_path):
         with pytest.raises(data.DataError, match=message):
             load(raw)
             pytest.fail(f"{name} was accepted")
+
+
+# -----------------------------------------------------------------------------
+# SST-5 and CFIMDB, tokenized for a Llama (data.prepare_minllama)
+
+import json  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+
+def test_sst5_from_the_real_mirror_with_tok512(tmp_path):
+    mirror = os.environ["DATA_MIRROR"]
+    if not os.path.isfile(os.path.join(mirror, "minllama_sst_cfimdb", "sst-train.txt")):
+        pytest.skip("no minllama data in the mirror")
+    meta = data.prepare_minllama("sst5", tokenizer="tok512", max_len=64, mirror=mirror, out_dir=str(tmp_path),
+                                 verbose=False)
+    assert meta["label_names"] == ["awful", "bad", "average", "good", "excellent"]
+    assert {k: c["n"] for k, c in meta["counts"].items()} == {"train": 8544, "val": 1101, "test": 2210}
+    assert meta["counts"]["test"]["labels"] == [279, 633, 389, 510, 399]  # SOURCES.md's figures
+    assert meta["vocab_size"] == 512 and meta["tokenizer"] == "llama2c:tok512"
+    train = data.ClassificationSplit(str(tmp_path), "train")
+    ids, label = train[0]
+    first = open(os.path.join(mirror, "minllama_sst_cfimdb", "sst-train.txt")).readline()
+    assert f"{label} ||| " in first and ids[0] == 1 and len(ids) <= 64
+    tok = data.load_llama_tokenizer("tok512", mirror)
+    full = tok.encode(first.split(" ||| ", 1)[1].strip())
+    assert list(ids) == full[:64]
+    enc = data.text_encoder(meta)  # the same encoding at inference
+    assert list(enc(first.split(" ||| ", 1)[1])) == full[:64] and enc.was_truncated == (len(full) > 64)
+
+
+@pytest.fixture
+def minllama_mirror(tmp_path, monkeypatch):
+    """A fake CFIMDB (40 train, 10 dev lines) with the real tokenizer files beside it."""
+    mirror = os.environ["DATA_MIRROR"]
+    if not os.path.isfile(os.path.join(mirror, "tinyllamas", "stories260K", "tok512.bin")):
+        pytest.skip("no tok512 in the mirror")
+    root = tmp_path / "mirror"
+    (root / "minllama_sst_cfimdb").mkdir(parents=True)
+    (root / "tinyllamas" / "stories260K").mkdir(parents=True)
+    (root / "tinyllamas" / "stories260K" / "tok512.bin").write_bytes(
+        open(os.path.join(mirror, "tinyllamas", "stories260K", "tok512.bin"), "rb").read())
+    files = {"cfimdb-train.txt": "".join(f"{i % 2} ||| review number {i} was {'good' if i % 2 else 'bad'} .\n"
+                                         for i in range(40)),
+             "cfimdb-dev.txt": "".join(f"{i % 2} ||| a dev review {i}\n" for i in range(10)),
+             "cfimdb-label-mapping.json": json.dumps(["bad", "good"])}
+    for name, text in files.items():
+        (root / "minllama_sst_cfimdb" / name).write_text(text)
+        monkeypatch.setitem(data.SOURCES["cfimdb"]["files"], f"minllama_sst_cfimdb/{name}", data.sha256(text.encode()))
+    return str(root)
+
+
+def test_cfimdb_splits_keep_the_test_set_out_of_model_selection(minllama_mirror, tmp_path):
+    """The course's dev set is our test split; a seeded part of its train set, as large as dev, is the
+    validation split; no text is in two splits."""
+    out = str(tmp_path / "cf")
+    meta = data.prepare_minllama("cfimdb", tokenizer="tok512", max_len=32, mirror=minllama_mirror, out_dir=out,
+                                 verbose=False)
+    assert {k: c["n"] for k, c in meta["counts"].items()} == {"train": 30, "val": 10, "test": 10}
+    splits = {k: data.ClassificationSplit(out, k) for k in ("train", "val", "test")}
+    seqs = {k: {tuple(s[i][0]) for i in range(len(s))} for k, s in splits.items()}
+    assert not (seqs["train"] & seqs["val"]) and not (seqs["train"] & seqs["test"]) and len(seqs["train"]) == 30
+    tok = data.load_llama_tokenizer("tok512", minllama_mirror)
+    assert tok.decode(splits["test"][3][0]) == "a dev review 3"
+    again = data.prepare_minllama("cfimdb", tokenizer="tok512", max_len=32, mirror=minllama_mirror,
+                                  out_dir=str(tmp_path / "again"), verbose=False)
+    assert again["counts"] == meta["counts"]
+    assert np.array_equal(data.ClassificationSplit(str(tmp_path / "again"), "val").tokens, splits["val"].tokens)
+
+
+def test_minllama_download_path_and_bad_lines(minllama_mirror, tmp_path, monkeypatch):
+    """Without a mirror each file comes from its own URL (once), checked against its sha256."""
+    calls = []
+
+    def fake_download(url, dest, timeout=60):
+        calls.append(url)
+        name = os.path.basename(url)
+        with open(dest, "wb") as f:
+            f.write(open(os.path.join(minllama_mirror, "minllama_sst_cfimdb", name), "rb").read())
+
+    monkeypatch.setattr(data, "download", fake_download)
+    cache = str(tmp_path / "cache")
+    for _ in range(2):
+        files = data.fetch("cfimdb", mirror=None, cache_dir=cache)
+    assert len(files) == 3 and len(calls) == 3
+    assert all(u.startswith("https://raw.githubusercontent.com/neubig/minllama-assignment/") for u in calls)
+    with pytest.raises(data.DataError, match="line 2: expected `<label> \\|\\|\\| <text>`"):
+        data.parse_minllama(b"1 ||| fine\nno separator here\n", "x.txt")
+    with pytest.raises(data.DataError, match="does not apply to sst2"):
+        data.resolve_tokenizer("sst2", "tok512")
+    assert data.resolve_tokenizer("cfimdb", "") == "llama2" and data.dataset_dir("sst5", tokenizer="tok512") == \
+        os.path.join("data", "sst5_tok512")
