@@ -134,6 +134,13 @@ def test_bad_arguments(tmp_path):
                                              protocol="standard")),
     ("shakespeare_char_baseline", "gpt", dict(n_layer=8, n_embd=128, block_size=128, emb_norm="none", max_iters=300)),
     ("shakespeare_char", "gpt", dict(n_layer=6, n_embd=384, block_size=256, dropout=0.2, max_iters=5000)),
+    ("llama_sst5_finetune", "llama", dict(dataset="sst5", tokenizer="tok512", init_from="stories260K", lora_rank=0,
+                                          batch_size=80, max_epochs=5, learning_rate=1e-3, max_len=256)),
+    ("llama_sst5_lora", "llama", dict(dataset="sst5", lora_rank=4, lora_alpha=1.0, lora_targets="wq,wv",
+                                      learning_rate=1e-2, batch_size=80)),
+    ("llama_cfimdb_finetune", "llama", dict(dataset="cfimdb", lora_rank=0, batch_size=10, max_len=512,
+                                            learning_rate=1e-3)),
+    ("llama_cfimdb_lora", "llama", dict(dataset="cfimdb", lora_rank=4, batch_size=10, learning_rate=1e-2)),
 ])
 def test_shipped_config_files_load(name, family, expected):
     """Each shipped config file loads, picks its family, and sets what its comments say."""
