@@ -136,6 +136,28 @@ def test_merge_order_highest_score_then_leftmost(tmp_path):
     assert pieces_of(-1.5, -1.5) == [" ab", "a"]
 
 
+@pytest.mark.parametrize("vocab_size", [512, 32000])
+def test_word_by_word_equals_merging_the_whole_text(vocab_size):
+    """encode merges word by word (by_words): the ids equal run.c's loop over the whole text at once."""
+    tok = real(vocab_size)
+    assert tok.by_words
+    texts = ROUND_TRIP + ["This movie was great. <br /><br />I loved it!!  Really   loved it.   ",
+                          "a" * 300 + " " + "ab " * 50, "   "]
+    for text in texts:
+        whole = tok.merge([tok.bos_id] + tok.pieces(" " + text)) if text else [tok.bos_id]
+        assert tok.encode(text) == whole, text
+
+
+def test_a_piece_with_an_inner_space_merges_the_whole_text(tmp_path):
+    """A vocabulary with a piece such as 'a b' could merge across words: then encode merges the text at
+    once, as run.c does, and still finds that piece."""
+    pieces = SPECIALS + BYTES + [" ", "a", "b", "a ", "a b"]
+    path = write_tokenizer_bin(tmp_path / "t.bin", pieces, [0.0] * 259 + [-5.0, -6.0, -7.0, -2.0, -1.0])
+    tok = data.LlamaTokenizer.from_file(str(path))
+    assert not tok.by_words
+    assert [tok.vocab[i] for i in tok.encode("a b", bos=False)] == [" ", "a b"]
+
+
 # -----------------------------------------------------------------------------
 # decode
 
