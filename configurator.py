@@ -22,7 +22,7 @@ class ConfigError(ValueError):
     """An unknown key, an ill-typed value, or an unreadable config file."""
 
 
-def _closest(key, valid):
+def closest(key, valid):
     near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
     return f" (did you mean {near[0]!r}?)" if near else ""
 
@@ -33,7 +33,7 @@ def _check(key, value, defaults, source, elsewhere=None):
     if key not in defaults:
         if elsewhere and key in elsewhere:
             raise ConfigError(f"config key {key!r} in {source} is a setting of {elsewhere[key]}")
-        raise ConfigError(f"unknown config key {key!r} in {source}{_closest(key, list(defaults))}")
+        raise ConfigError(f"unknown config key {key!r} in {source}{closest(key, list(defaults))}")
     default = defaults[key]
     if default is None:
         return value

@@ -36,6 +36,7 @@ import os
 import re
 import struct
 import sys
+import tarfile
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -143,6 +144,12 @@ SOURCES = {
     # SST-5 and CFIMDB in the NLP course's format (see the minllama section below)
     "sst5": _minllama_source("sst-"),
     "cfimdb": _minllama_source("cfimdb-"),
+    # IMDB (Maas et al. 2011): one archive of 50,000 reviews, checked whole (see archive_file). The mirror
+    # holds a repack of its labelled part, with the same paths inside and its own checksum.
+    "imdb": {"url": "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz",
+             "sha256": "c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe",
+             "mirror_file": "aclImdb_labelled.tar.gz",
+             "mirror_sha256": "fc132c2a23a4d23eec474b518907765dbc9c59e648c1e57ac8010670238ed697"},
     "shakespeare_char": {  # char-rnn's Tiny Shakespeare, a plain text file (no archive)
         "url": "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
         "cache_name": "tinyshakespeare.txt",  # 'input.txt' would say nothing in data/_downloads
@@ -232,6 +239,78 @@ def source_file(name, rel, mirror=None, cache_dir="data/_downloads"):
     src = SOURCES[name]
     return os.path.join(cache_dir, name, os.path.basename(rel)) if "urls" in src else \
         os.path.join(cache_dir, src.get("cache_name", os.path.basename(src["url"])))
+
+
+def archive_file(name, mirror=None, cache_dir="data/_downloads"):
+    """The path of source `name`'s archive, its sha256 checked: the mirror's copy (mirror_file) or the
+    canonical download (url), once into cache_dir. For archives of too many files to list one by one."""
+    src = SOURCES[name]
+    if mirror:
+        path, digest = os.path.join(mirror, src["mirror_file"]), src["mirror_sha256"]
+        if not os.path.isfile(path):
+            raise DataError(f"mirror {mirror} has no {src['mirror_file']}; point --mirror/DATA_MIRROR at a copy of "
+                            f"shared/data")
+    else:
+        path, digest = os.path.join(cache_dir, os.path.basename(src["url"])), src["sha256"]
+        download_once(src["url"], path)
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    if h.hexdigest() != digest:
+        raise DataError(f"{name}: {path} has sha256 {h.hexdigest()}, expected {digest} (corrupt or a different "
+                        f"version); delete it and run again")
+    return path
+
+
+def read_imdb(path, half):
+    """The labelled reviews of one half ('train' or 'test') of an IMDB archive: [(text, label, rating)],
+    label 1 = pos (rating >= 7), 0 = neg (rating <= 4), sorted by (label, review id) so the order does
+    not depend on the archive's. '<br />' line breaks become newlines."""
+    found = re.compile(rf"aclImdb/{half}/(pos|neg)/(\d+)_(\d+)\.txt")
+    rows = []
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for member in tar:
+                if member.isfile() and (m := found.fullmatch(member.name)):
+                    text = tar.extractfile(member).read().decode("utf-8").replace("<br />", "\n")
+                    rows.append((m[1] == "pos", int(m[2]), text, int(m[3])))
+    except (tarfile.TarError, EOFError, OSError) as e:
+        raise DataError(f"{path} is not a readable IMDB archive ({e}); delete it and run again") from None
+    if not rows:
+        raise DataError(f"{path} holds no aclImdb/{half}/{{pos,neg}}/<id>_<rating>.txt reviews")
+    return [(text, int(pos), rating) for pos, _, text, rating in sorted(rows)]
+
+
+def prepare_imdb_lm(tokenizer="tok512", mirror=None, out_dir=None, seed=1337, n_val=500, verbose=True, **_ignored):
+    """Build data/imdb_lm_<tokenizer>, a language-modelling corpus of movie reviews for pretraining a Llama:
+    each review as [BOS] + its Llama token ids, one after another (as llama2.c pretokenizes), a seeded
+    n_val reviews for val.bin and the rest for train.bin. The reviews are IMDB's test half (25,000), not
+    its train half: CFIMDB's reviews come from the train half (286 of its train and dev texts appear
+    there verbatim, one of its unscored test texts in the test half), so a model pretrained here has
+    not read the texts it is later fine-tuned and scored on."""
+    out_dir = out_dir or dataset_dir("imdb_lm", tokenizer=tokenizer)
+    reviews = [text for text, _, _ in read_imdb(archive_file("imdb", mirror), "test")]
+    if not 0 < n_val < len(reviews):
+        raise DataError(f"n_val={n_val}: the archive holds {len(reviews)} test-half reviews; keep some for training")
+    order = np.random.default_rng(seed).permutation(len(reviews))
+    splits = {"train": sorted(order[n_val:]), "val": sorted(order[:n_val])}
+    tok = load_llama_tokenizer(tokenizer, mirror)
+    os.makedirs(out_dir, exist_ok=True)
+    counts = {}
+    for k, idx in splits.items():
+        ids = np.fromiter((t for i in idx for t in tok.encode(reviews[i], bos=True)), dtype=np.uint16)
+        write_bin(os.path.join(out_dir, f"{k}.bin"), ids)
+        counts[k] = {"reviews": len(idx), "tokens": len(ids)}
+    meta = {"dataset": "imdb_lm", "task": "lm", "tokenizer": f"llama2c:{tokenizer}", "vocab": tokenizer,
+            "vocab_size": tok.vocab_size, "seed": seed, "preprocessing": "'<br />' -> newline",
+            "specials": {"bos": tok.bos_id}, "counts": counts, "sources": SOURCES["imdb"]}
+    write_meta(out_dir, meta)
+    if verbose:
+        print(f"imdb_lm ({tokenizer} tokenizer, {tok.vocab_size:,} ids) -> {out_dir}")
+        for k, c in counts.items():
+            print(f"  {k:5s} {c['reviews']:6,d} reviews  {c['tokens']:,} tokens")
+    return meta
 
 
 # -----------------------------------------------------------------------------
@@ -789,6 +868,7 @@ DATASETS = {
                         ("llama2", "tok512")),
     "cfimdb": DatasetSpec(lambda **kw: prepare_minllama("cfimdb", **kw), "classification", ("tokenizer",),
                           ("llama2", "tok512")),
+    "imdb_lm": DatasetSpec(prepare_imdb_lm, "lm", ("tokenizer",), ("tok512", "llama2")),  # Llama pretraining
 }
 TASK_SPLITS = {"classification": (ClassificationSplit, ("train", "val", "test")), "lm": (TokenSplit, ("train", "val"))}
 
@@ -828,11 +908,11 @@ class Dataset:
         self.splits = {s: reader(folder, s) for s in names}
 
     def facts(self):
-        """What the data fixes about a model: the vocabulary size, and for a labelled set the number
-        of classes and the longest sequence (block_size). A model family takes what it needs."""
+        """What the data fixes about a model: the vocabulary size, the number of classes (0 for a
+        language-modelling corpus), and for a labelled set the longest sequence (block_size). A model
+        family takes what it needs."""
         out = {"vocab_size": self.meta["vocab_size"]}
-        if "label_names" in self.meta:
-            out["n_classes"] = len(self.meta["label_names"])
+        out["n_classes"] = len(self.meta["label_names"]) if "label_names" in self.meta else 0  # 0: no labels, an LM
         if "max_len" in self.meta:
             out["block_size"] = self.meta["max_len"]
         return out
@@ -854,8 +934,9 @@ class Dataset:
 
 def load_dataset(cfg):
     """The Dataset a run config names (keys dataset, data_dir, protocol, vocab, max_len), prepared
-    first if its folder is missing. Preparation reads the source files from $DATA_MIRROR when set,
-    else downloads them."""
+    first if its folder is missing (from $DATA_MIRROR when set, else downloaded). The default folder's
+    name does not hold max_len, so one prepared with another max_len than the run's is an error; a
+    data_dir given explicitly is read as it was prepared."""
     name = cfg["dataset"]
     tokenizer = resolve_tokenizer(name, cfg.get("tokenizer", ""))
     folder = cfg.get("data_dir") or dataset_dir(name, cfg.get("protocol"), cfg.get("vocab"), tokenizer)
@@ -864,9 +945,13 @@ def load_dataset(cfg):
             raise DataError(f"no prepared data in {folder} and no preparer for dataset {name!r} "
                             f"(known: {', '.join(sorted(DATASETS))})")
         print(f"{folder} not found: preparing {name}")
+        length = {"max_len": cfg["max_len"]} if cfg.get("max_len") else {}  # else the preparer's default
         DATASETS[name].prepare(protocol=cfg.get("protocol"), vocab=cfg.get("vocab"), tokenizer=tokenizer,
-                               max_len=cfg.get("max_len"), mirror=os.environ.get("DATA_MIRROR"), out_dir=folder)
+                               mirror=os.environ.get("DATA_MIRROR"), out_dir=folder, **length)
     dataset = Dataset(folder)
+    if not cfg.get("data_dir") and cfg.get("max_len") and dataset.meta.get("max_len", cfg["max_len"]) != cfg["max_len"]:
+        raise DataError(f"{folder} was prepared with max_len {dataset.meta['max_len']}, the run asks for "
+                        f"{cfg['max_len']}; delete the folder (it is rebuilt) or set data_dir to another")
     if name in DATASETS and dataset.task != DATASETS[name].task:
         raise DataError(f"{folder} holds a {dataset.task} dataset, but {name!r} is a {DATASETS[name].task} dataset; "
                         f"check data_dir")

@@ -10,6 +10,8 @@ language model. train.py uses the same evaluators during training; this file nev
     python evaluate.py --ckpt out/sst2_recurrent/ckpt.pt --file my_reviews.tsv   # sentence<TAB>label
     python evaluate.py --ckpt out/shakespeare_char_baseline/ckpt.pt --prompt "ROMEO:" --max_new_tokens 500
     python evaluate.py --ckpt stories260K.bin --prompt "Once upon a time" --temperature 0   # a llama2.c model
+    python evaluate.py --ckpt stories260K --zero_shot sst5 --split val    # a Llama LM as a classifier, no training
+    python evaluate.py config/llama_sst5_prompt.py                        # a config file sets the options
 
 (`evaluate.py --study ...` is the old spelling of `study.py ...`, the multi-seed study runner; it
 still works and runs study.py.)
@@ -35,7 +37,7 @@ import torch.nn.functional as F
 
 import configurator
 import data
-from model import CheckpointError, load_checkpoint, raw_model, read_llama2c
+from model import CheckpointError, LlamaConfig, load_checkpoint, raw_model, read_llama2c
 
 # -----------------------------------------------------------------------------
 # devices and precision (train.py uses these too)
@@ -365,8 +367,31 @@ def classification_report(model, ckpt, path, args, device, ctx):
     return res
 
 
+TOKENIZER_OF_VOCAB = {512: "tok512", 32000: "llama2"}  # llama2.c's files do not name their tokenizer
+
+
+def llama_tokenizer_for(model, path, name=None):
+    """The Llama tokenizer that goes with a model: the one its training data named, `name`, or by
+    vocabulary size (llama2.c's files do not name theirs), checked against the model's vocabulary."""
+    name = name or TOKENIZER_OF_VOCAB.get(model.cfg.vocab_size)
+    if name is None:
+        raise ValueError(f"{path} has a vocabulary of {model.cfg.vocab_size}: name its tokenizer with --tokenizer")
+    tok = data.load_llama_tokenizer(name)
+    if tok.vocab_size != model.cfg.vocab_size:
+        raise ValueError(f"tokenizer {name} has {tok.vocab_size} pieces, the model {model.cfg.vocab_size}")
+    return name, tok
+
+
 def sample_text(model, ckpt, prompt, args, device):
-    """A sample from a language model: the prompt, continued by max_new_tokens generated characters."""
+    """A sample from a language model: the prompt, continued by max_new_tokens generated tokens (a Llama:
+    with its tokenizer, its KV cache and all its sampling options; a character GPT: characters)."""
+    if isinstance(model.cfg, LlamaConfig):
+        _, tok = llama_tokenizer_for(model, ckpt["data"]["dir"], ckpt["data"]["vocab"])
+        ids = tok.encode(prompt or "", bos=True)
+        gen = torch.Generator(device=device).manual_seed(args.seed)
+        out = model.generate([ids], args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.epsilon,
+                             eos_id=tok.eos_id, generator=gen)[0]
+        return tok.decode(ids + out)
     codec = data.CharCodec(ckpt["data"]["vocab"])
     idx = torch.from_numpy(codec.encode("\n" if prompt is None else prompt))[None].to(device)
     gen = torch.Generator(device=device).manual_seed(args.seed)
@@ -394,18 +419,10 @@ def lm_report(model, ckpt, path, args, device, ctx):
     return res
 
 
-TOKENIZER_OF_VOCAB = {512: "tok512", 32000: "llama2"}  # llama2.c's files do not name their tokenizer
-
-
 def generation_report(model, ckpt, path, args, device, ctx):
     """A Llama checkpoint from llama2.c: generate from --prompt (BOS alone by default, as run.c does)
     with the KV cache, and time it: tokens/s at batch 1, the median of --repeats generations."""
-    name = args.tokenizer or TOKENIZER_OF_VOCAB.get(model.cfg.vocab_size)
-    if name is None:
-        raise ValueError(f"{path} has a vocabulary of {model.cfg.vocab_size}: name its tokenizer with --tokenizer")
-    tok = data.load_llama_tokenizer(name)
-    if tok.vocab_size != model.cfg.vocab_size:
-        raise ValueError(f"tokenizer {name} has {tok.vocab_size} pieces, the model {model.cfg.vocab_size}")
+    name, tok = llama_tokenizer_for(model, path, args.tokenizer)
     ids = tok.encode(args.prompt or "", bos=True)
 
     def run():  # the same sample every time: the generator starts from the seed
@@ -424,6 +441,61 @@ def generation_report(model, ckpt, path, args, device, ctx):
     return res
 
 
+ZERO_SHOT_TEMPLATE = "{text} Is this movie {labels}? This movie is"  # the course's prompt; labels: "a, b, or c"
+
+
+def label_list(names):
+    """['bad', 'good'] -> 'bad or good'; ['awful', 'bad', 'average'] -> 'awful, bad, or average'."""
+    return ", ".join(names[:-1]) + ", or " + names[-1] if len(names) > 2 else " or ".join(names)
+
+
+def zero_shot_inputs(tok, split, names, block_size):
+    """The prompts of a labelled split (prepared with the Llama tokenizer `tok`) as token ids: BOS, the
+    text, then the question of ZERO_SHOT_TEMPLATE; each label word's ids (' good', its dummy-prefix
+    space included); the labels; and how many texts were cut so that prompt and label fit block_size."""
+    before, after = ZERO_SHOT_TEMPLATE.split("{text}")
+    head = tok.encode(before.strip(), bos=True) if before.strip() else [tok.bos_id]
+    tail = tok.encode(after.format(labels=label_list(names)).strip(), bos=False)
+    label_ids = [tok.encode(n, bos=False) for n in names]
+    room = block_size - len(head) - len(tail) - max(map(len, label_ids))
+    if room < 1:
+        raise ValueError(f"a context of {block_size} tokens cannot hold the zero-shot prompt's "
+                         f"{len(head) + len(tail)} tokens, a label and some text")
+    prompts, y_true, cut = [], [], 0
+    for i in range(len(split)):
+        ids, y = split[i]
+        text = [int(t) for t in ids[1:]]  # the prepared ids start with BOS
+        cut += len(text) > room
+        prompts.append(head + text[:room] + tail)
+        y_true.append(int(y))
+    return prompts, label_ids, y_true, cut
+
+
+def zero_shot_report(model, ckpt, path, args, device, ctx):
+    """A language model as a classifier with no training (--zero_shot DATASET): each text of the split
+    becomes the prompt ZERO_SHOT_TEMPLATE, and the label whose word is most likely to come next wins
+    (log P(word | prompt), summed over the word's tokens). A text too long for the model's context is
+    cut (from its end) so that prompt and label fit; how many were cut is reported."""
+    if not isinstance(model.cfg, LlamaConfig) or model.cfg.n_classes:
+        raise ValueError(f"{path} is not a Llama language model; --zero_shot scores one (a llama2.c file, or a "
+                         f"Llama pretrained here)")
+    name, tok = llama_tokenizer_for(model, path, args.tokenizer or ckpt["config"].get("tokenizer"))
+    dataset = data.load_dataset({"dataset": args.zero_shot, "tokenizer": name})  # as prepared (default: 256)
+    if dataset.task != "classification":
+        raise ValueError(f"--zero_shot needs a labelled dataset; {args.zero_shot} is a {dataset.task} dataset")
+    split, names = dataset.splits[args.split], dataset.meta["label_names"]
+    prompts, label_ids, y_true, cut = zero_shot_inputs(tok, split, names, model.cfg.block_size)
+    with ctx:
+        scores = label_log_likelihoods(model, prompts, label_ids, device)
+    y_pred = scores.argmax(1).tolist()
+    res = {"ckpt": path, "task": "zero-shot", "dataset": args.zero_shot, "split": args.split,
+           **classification_metrics(y_true, y_pred, len(names)), "n": len(y_true), "texts_cut": cut,
+           **size_figures(model, path), "label_names": names,
+           "prompt": ZERO_SHOT_TEMPLATE.format(text="<text>", labels=label_list(names)), "tokenizer": name,
+           "predictions": y_pred, "labels": y_true, "label_log_likelihoods": scores.tolist()}
+    return res
+
+
 REPORTS = {"classification": classification_report, "lm": lm_report, "generate": generation_report}
 
 ROWS = [  # (key, label, format)
@@ -436,6 +508,7 @@ ROWS = [  # (key, label, format)
     ("flops_per_sample", "FLOPs/sample (fwd)", "{:.3e}"), ("flops_per_token", "FLOPs/token (fwd)", "{:.3e}"),
     ("latency_ms", "latency bs=1 (ms; LM: per token)", "{:.3f}"),
     ("throughput", "throughput (samples|tokens/s)", "{:,.0f}"),
+    ("texts_cut", "texts cut to fit the context", "{:,}"),
     ("new_tokens", "generated tokens", "{:,}"), ("tokens_per_s", "generation, batch 1 (tokens/s)", "{:,.0f}"),
 ]
 
@@ -462,6 +535,8 @@ def print_table(results):
         if "confusion_matrix" in r:
             print(f"confusion matrix of {name} (rows true {r['label_names']}, columns predicted): "
                   f"{r['confusion_matrix']}")
+        if "prompt" in r:
+            print(f"zero-shot prompt of {name} ({r['dataset']} {r['split']}, {r['tokenizer']} tokens): {r['prompt']!r}")
         if "sample" in r:
             print(f"--- sample from {name} (temperature {r['sample_args']['temperature']}, top_k "
                   f"{r['sample_args']['top_k']}, seed {r['sample_args']['seed']}):\n{r['sample']}\n---")
@@ -491,14 +566,15 @@ def run_study_script(argv):
     sys.exit(subprocess.call([sys.executable, script, *argv]))
 
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if "--study" in argv:
-        return run_study_script(argv)
-    p = argparse.ArgumentParser(description="Evaluate checkpoints, classify text, or sample from a language model. "
-                                            "(The multi-seed study runner is study.py.)")
-    p.add_argument("--ckpt", nargs="+", required=True, help="one or more ckpt.pt files (side by side)")
-    p.add_argument("--split", default="test", choices=["train", "val", "test"], help="classifiers: the split to score")
+def parser():
+    p = argparse.ArgumentParser(description="Evaluate checkpoints, classify text, sample from a language model or "
+                                "prompt one as a classifier. Config files (config/llama_*_prompt.py ...) may come "
+                                "first: they set these options. (The multi-seed study runner is study.py.)")
+    p.add_argument("--ckpt", nargs="+", help="one or more ckpt.pt files (side by side); a llama2.c .bin/.pt or "
+                   "a pretrained name (stories260K)")
+    p.add_argument("--zero_shot", default=None, help="a labelled dataset (sst5, cfimdb): classify its --split "
+                   "with a Llama language model by prompting, no training")
+    p.add_argument("--split", default="test", choices=["train", "val", "test"], help="classifiers and --zero_shot: the split to score")
     p.add_argument("--json", help="write the figures to this file (classifiers: with per-example predictions)")
     p.add_argument("--text", help="classify this sentence and print the label probabilities")
     p.add_argument("--truncate", action="store_true", help="with --text: cut an over-long sentence instead of refusing")
@@ -518,7 +594,38 @@ def main(argv=None):
     p.add_argument("--batch_size", type=int, default=256, help="batch size for metrics and throughput")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats (the median is reported)")
     p.add_argument("--no_timing", action="store_true", help="skip latency and throughput")
+    return p
+
+
+def config_defaults(p, paths):
+    """{option: value} from config files (config/llama_*_prompt.py ...): their top-level assignments,
+    each the name of one of evaluate.py's options."""
+    options = {a.dest: a for a in p._actions if a.dest != "help"}
+    out = {}
+    for key, value, source in configurator.read_settings(paths):
+        if key not in options:
+            near = configurator.closest(key, list(options))
+            raise configurator.ConfigError(f"unknown option {key!r} in {source}{near} (a config file for evaluate.py "
+                                           f"sets its options)")
+        out[key] = [value] if key == "ckpt" and isinstance(value, str) else value
+    return out
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--study" in argv:
+        return run_study_script(argv)
+    p = parser()
+    configs = []
+    while argv and not argv[0].startswith("-"):  # leading config files set defaults; the command line wins
+        configs.append(argv.pop(0))
+    try:
+        p.set_defaults(**config_defaults(p, configs))
+    except configurator.ConfigError as e:
+        sys.exit(f"error: {e}")
     args = p.parse_args(argv)
+    if not args.ckpt:
+        p.error("give --ckpt (or a config file that sets ckpt)")
 
     device = resolve_device(args.device)
     ctx = autocast_context(device.split(":")[0], args.dtype)
@@ -527,14 +634,18 @@ def main(argv=None):
             return classify_text(args.ckpt, args, device, ctx)
         results = []
         for path in args.ckpt:
+            if path in data.PRETRAINED and not os.path.exists(path):  # a name: 'stories260K'
+                path = data.pretrained_file(path)
             model, ckpt = load(path, device)
-            results.append(REPORTS[ckpt["data"]["task"]](model, ckpt, path, args, device, ctx))
+            report = zero_shot_report if args.zero_shot else REPORTS[ckpt["data"]["task"]]
+            results.append(report(model, ckpt, path, args, device, ctx))
         threads = torch.get_num_threads()
         conditions = {"device": device, "dtype": args.dtype, "torch": torch.__version__, "threads": threads,
                       "split": args.file or args.split, "repeats": args.repeats, "batch_size": args.batch_size}
         if device.startswith("cuda"):
             conditions["gpu"] = torch.cuda.get_device_name()
-        where = {"lm": "the validation windows", "generate": "a prompt"}.get(results[0]["task"], conditions["split"])
+        where = {"lm": "the validation windows", "generate": "a prompt",
+                 "zero-shot": f"{args.zero_shot} {args.split}"}.get(results[0]["task"], conditions["split"])
         print(f"evaluated on {where}: device {device} ({threads} threads), {args.dtype}, "
               f"torch {torch.__version__}; timing: median of {args.repeats} repeats")
         print_table(results)

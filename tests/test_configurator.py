@@ -138,7 +138,7 @@ def test_bad_arguments(tmp_path):
                                           batch_size=80, max_epochs=5, learning_rate=1e-3, max_len=256)),
     ("llama_sst5_lora", "llama", dict(dataset="sst5", lora_rank=4, lora_alpha=1.0, lora_targets="wq,wv",
                                       learning_rate=1e-2, batch_size=80)),
-    ("llama_cfimdb_finetune", "llama", dict(dataset="cfimdb", lora_rank=0, batch_size=10, max_len=512,
+    ("llama_cfimdb_finetune", "llama", dict(dataset="cfimdb", lora_rank=0, batch_size=10, max_len=256,
                                             learning_rate=1e-3)),
     ("llama_cfimdb_lora", "llama", dict(dataset="cfimdb", lora_rank=4, batch_size=10, learning_rate=1e-2)),
 ])

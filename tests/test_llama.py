@@ -403,3 +403,170 @@ def test_evaluate_generates_from_a_llama2c_file(tmp_path, capsys):
     (tmp_path / "junk.bin").write_bytes(b"\0" * 64)
     with pytest.raises(SystemExit, match="llama2.c header"):
         evaluate.main(["--ckpt", str(tmp_path / "junk.bin"), "--device", "cpu"])
+
+
+# -----------------------------------------------------------------------------
+# pretraining on movie reviews (data.prepare_imdb_lm), zero-shot prompting, evaluate.py config files
+
+import io  # noqa: E402
+import json  # noqa: E402
+import tarfile  # noqa: E402
+
+import data  # noqa: E402
+import evaluate  # noqa: E402
+
+
+@pytest.fixture
+def review_mirror(tmp_path, monkeypatch):
+    """A mirror with the real tok512 tokenizer, a small IMDB archive in aclImdb's layout (12 reviews a
+    half; every train-half review says 'trainhalf') and a fake CFIMDB; DATA_MIRROR points at it and the
+    working directory is a fresh folder (data/ is prepared there)."""
+    tok = os.path.join(os.environ["DATA_MIRROR"], "tinyllamas", "stories260K", "tok512.bin")
+    if not os.path.isfile(tok):
+        pytest.skip("no tok512 in the mirror")
+    root = tmp_path / "mirror"
+    (root / "tinyllamas" / "stories260K").mkdir(parents=True)
+    (root / "tinyllamas" / "stories260K" / "tok512.bin").write_bytes(open(tok, "rb").read())
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for half in ("test", "train"):
+            for i in range(12):
+                label, rating = ("pos", 8 + i % 3) if i % 2 else ("neg", 1 + i % 4)
+                word = "trainhalf" if half == "train" else "fine"
+                text = f"Review {i} of the {half} half.<br /><br />It was {word} and {label}."
+                info = tarfile.TarInfo(f"aclImdb/{half}/{label}/{i}_{rating}.txt")
+                info.size = len(text.encode())
+                tar.addfile(info, io.BytesIO(text.encode()))
+        readme = tarfile.TarInfo("aclImdb/README")
+        tar.addfile(readme, io.BytesIO(b""))
+    (root / "aclImdb_labelled.tar.gz").write_bytes(buf.getvalue())
+    monkeypatch.setitem(data.SOURCES["imdb"], "mirror_sha256", data.sha256(buf.getvalue()))
+    (root / "minllama_sst_cfimdb").mkdir()
+    files = {"cfimdb-train.txt": "".join(f"{i % 2} ||| this movie number {i} was {'good' if i % 2 else 'bad'} .\n"
+                                         for i in range(40)),
+             "cfimdb-dev.txt": "".join(f"{i % 2} ||| a dev review {i} , {'good' if i % 2 else 'bad'}\n"
+                                       for i in range(10)),
+             "cfimdb-label-mapping.json": json.dumps(["bad", "good"])}
+    for name, text in files.items():
+        (root / "minllama_sst_cfimdb" / name).write_text(text)
+        monkeypatch.setitem(data.SOURCES["cfimdb"]["files"], f"minllama_sst_cfimdb/{name}", data.sha256(text.encode()))
+    monkeypatch.setenv("DATA_MIRROR", str(root))
+    monkeypatch.chdir(tmp_path)
+    return str(root)
+
+
+def test_imdb_lm_corpus_from_the_test_half(review_mirror, tmp_path):
+    """Each review of IMDB's test half, '<br />' read as a newline, as [BOS] + its ids, a seeded few held
+    out for validation; no train-half review is read."""
+    meta = data.prepare_imdb_lm(tokenizer="tok512", mirror=review_mirror, out_dir="lm", n_val=3, verbose=False)
+    assert meta["task"] == "lm" and meta["vocab_size"] == 512 and meta["tokenizer"] == "llama2c:tok512"
+    assert {k: c["reviews"] for k, c in meta["counts"].items()} == {"train": 9, "val": 3}
+    tok = data.load_llama_tokenizer("tok512", review_mirror)
+    texts = []
+    for k in ("train", "val"):
+        ids = data.TokenSplit("lm", k).tokens.tolist()
+        assert ids[0] == tok.bos_id and len(ids) == meta["counts"][k]["tokens"]
+        starts = [i for i, t in enumerate(ids) if t == tok.bos_id] + [len(ids)]
+        texts += [tok.decode(ids[a:b]) for a, b in zip(starts, starts[1:])]
+    assert sorted(texts) == sorted(f"Review {i} of the test half.\n\nIt was fine and {'pos' if i % 2 else 'neg'}."
+                                   for i in range(12))
+    again = data.prepare_imdb_lm(tokenizer="tok512", mirror=review_mirror, out_dir="again", n_val=3, verbose=False)
+    assert again["counts"] == meta["counts"]  # the split is seeded
+    with pytest.raises(data.DataError, match="n_val=12: the archive holds 12 test-half reviews"):
+        data.prepare_imdb_lm(tokenizer="tok512", mirror=review_mirror, out_dir="lm", n_val=12, verbose=False)
+    train_half = data.read_imdb(data.archive_file("imdb", review_mirror), "train")  # neg 0, 2, .., then pos 1, 3, ..
+    assert train_half[1] == ("Review 2 of the train half.\n\nIt was trainhalf and neg.", 0, 3)
+    assert train_half[6] == ("Review 1 of the train half.\n\nIt was trainhalf and pos.", 1, 9)
+    assert [r[1:] for r in data.read_imdb(data.archive_file("imdb", review_mirror), "test")][:2] == [(0, 1), (0, 3)]
+
+
+def test_imdb_archive_is_checked_whole_and_downloaded_once(review_mirror, tmp_path, monkeypatch):
+    monkeypatch.setitem(data.SOURCES["imdb"], "mirror_sha256", "0" * 64)
+    with pytest.raises(data.DataError, match="aclImdb_labelled.tar.gz has sha256 .*expected 0000"):
+        data.archive_file("imdb", review_mirror)
+    with pytest.raises(data.DataError, match="mirror .* has no aclImdb_labelled.tar.gz"):
+        data.archive_file("imdb", str(tmp_path))
+    calls = []
+
+    def fake_download(url, dest, timeout=60):
+        calls.append(url)
+        with open(dest, "wb") as f:
+            f.write(open(os.path.join(review_mirror, "aclImdb_labelled.tar.gz"), "rb").read())
+
+    monkeypatch.setattr(data, "download", fake_download)
+    monkeypatch.setitem(data.SOURCES["imdb"], "sha256",
+                        data.sha256(open(os.path.join(review_mirror, "aclImdb_labelled.tar.gz"), "rb").read()))
+    for _ in range(2):
+        path = data.archive_file("imdb", None, cache_dir=str(tmp_path / "cache"))
+    assert calls == ["https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"]
+    assert path == str(tmp_path / "cache" / "aclImdb_v1.tar.gz")
+    (tmp_path / "junk.tar.gz").write_bytes(b"not a tar")
+    with pytest.raises(data.DataError, match="not a readable IMDB archive"):
+        data.read_imdb(str(tmp_path / "junk.tar.gz"), "test")
+
+
+def test_pretrain_a_llama_then_sample_and_prompt_it(review_mirror, capsys):
+    """train.py pretrains a (tiny) Llama on the review corpus; evaluate.py samples from the checkpoint
+    with its tokenizer, and uses it as a zero-shot classifier on (fake) CFIMDB: the prompts are the
+    course's template, the scores label_log_likelihoods', the prediction their argmax."""
+    import train
+
+    cfg = {**train.make_config(["--model=llama"]), "dataset": "imdb_lm", "tokenizer": "tok512", "out_dir": "run",
+           "device": "cpu", "dtype": "float32", "block_size": 48, "n_layer": 1, "n_embd": 16, "n_head": 2,
+           "n_kv_head": 1, "multiple_of": 8, "batch_size": 4, "max_iters": 6, "eval_interval": 3,
+           "scheduler": "constant", "learning_rate": 1e-2, "early_stop_patience": 0}
+    data.prepare_imdb_lm(tokenizer="tok512", mirror=review_mirror, out_dir="data/imdb_lm_tok512", n_val=4,
+                         verbose=False)  # where train.py looks (500 validation reviews would be all of them)
+    summary = train.train(cfg)
+    assert summary["iters"] == 6 and summary["best_val_loss"] < 6.0  # ln 512 = 6.24: it learnt something
+    evaluate.main(["--ckpt", "run/ckpt.pt", "--prompt", "It was", "--max_new_tokens", "5", "--temperature", "0",
+                   "--no_timing", "--json", "lm.json"])
+    r = json.loads(open("lm.json").read())
+    assert r["task"] == "lm" and r["sample"].startswith("It was") and r["ppl"] > 1
+
+    evaluate.main(["--ckpt", "run/ckpt.pt", "--zero_shot", "cfimdb", "--split", "test", "--json", "zs.json"])
+    r = json.loads(open("zs.json").read())
+    scores = torch.tensor(r["label_log_likelihoods"])
+    assert r["task"] == "zero-shot" and r["n"] == 10 and r["labels"] == [i % 2 for i in range(10)]
+    assert r["predictions"] == scores.argmax(1).tolist()
+    assert r["accuracy"] == sum(p == y for p, y in zip(r["predictions"], r["labels"])) / 10
+    assert r["prompt"] == "<text> Is this movie bad or good? This movie is"
+    m, _ = model.load_checkpoint("run/ckpt.pt")
+    tok = data.load_llama_tokenizer("tok512")
+    test = data.load_dataset({"dataset": "cfimdb", "tokenizer": "tok512"}).splits["test"]
+    with pytest.raises(data.DataError, match="prepared with max_len 256, the run asks for 64; delete the folder"):
+        data.load_dataset({"dataset": "cfimdb", "tokenizer": "tok512", "max_len": 64})  # data/ holds one folder
+    prompts, label_ids, y, cut = evaluate.zero_shot_inputs(tok, test, ["bad", "good"], m.cfg.block_size)
+    assert tok.decode(prompts[3]) == "a dev review 3 , good Is this movie bad or good? This movie is" and cut == 0
+    assert [tok.decode(ids) for ids in label_ids] == [" bad", " good"]
+    assert torch.allclose(evaluate.label_log_likelihoods(m, prompts, label_ids, "cpu"), scores, atol=1e-5)
+    # a text too long for the context is cut from its end, so prompt and label fit
+    frame = len(prompts[3]) - len(tok.encode("a dev review 3 , good", bos=False))  # BOS and the question
+    short, _, _, cut = evaluate.zero_shot_inputs(tok, test, ["bad", "good"], frame + 3 + 4)  # 4 tokens of text
+    assert cut == 10 and all(len(q) == frame + 4 for q in short) and short[3][:5] == prompts[3][:5]
+    with pytest.raises(ValueError, match="a context of 20 tokens cannot hold the zero-shot prompt"):
+        evaluate.zero_shot_inputs(tok, test, ["bad", "good"], 20)
+    train.train({**cfg, "dataset": "cfimdb", "out_dir": "cls", "max_iters": 1, "eval_interval": 0, "block_size": 256})
+    with pytest.raises(SystemExit, match="not a Llama language model"):
+        evaluate.main(["--ckpt", "cls/ckpt.pt", "--zero_shot", "cfimdb"])
+
+
+def test_evaluate_config_files_set_options(tmp_path):
+    """A config file for evaluate.py sets its options (the command line wins); an unknown name is an
+    error naming the closest option."""
+    p = evaluate.parser()
+    good = tmp_path / "gen.py"
+    good.write_text("ckpt = 'stories260K'\ntemperature = 0.0\nmax_new_tokens = 7\n")
+    p.set_defaults(**evaluate.config_defaults(p, [str(good)]))
+    args = p.parse_args(["--max_new_tokens", "9"])
+    assert (args.ckpt, args.temperature, args.max_new_tokens) == (["stories260K"], 0.0, 9)
+    bad = tmp_path / "bad.py"
+    bad.write_text("temprature = 0.0\n")
+    with pytest.raises(SystemExit, match="unknown option 'temprature' in .*bad.py \\(did you mean 'temperature'"):
+        evaluate.main([str(bad)])
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for name, want in [("llama_generate", dict(temperature=0.0, prompt="Once upon a time")),
+                       ("llama_sst5_prompt", dict(zero_shot="sst5", split="val")),
+                       ("llama_cfimdb_prompt", dict(zero_shot="cfimdb", split="test"))]:
+        got = evaluate.config_defaults(p, [os.path.join(root, "config", f"{name}.py")])
+        assert got["ckpt"] == ["stories260K"] and {k: got[k] for k in want} == want
