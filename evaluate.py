@@ -574,7 +574,8 @@ def parser():
                    "a pretrained name (stories260K)")
     p.add_argument("--zero_shot", default=None, help="a labelled dataset (sst5, cfimdb): classify its --split "
                    "with a Llama language model by prompting, no training")
-    p.add_argument("--split", default="test", choices=["train", "val", "test"], help="classifiers and --zero_shot: the split to score")
+    p.add_argument("--split", default="test", choices=["train", "val", "test"],
+                   help="classifiers and --zero_shot: the split to score")
     p.add_argument("--json", help="write the figures to this file (classifiers: with per-example predictions)")
     p.add_argument("--text", help="classify this sentence and print the label probabilities")
     p.add_argument("--truncate", action="store_true", help="with --text: cut an over-long sentence instead of refusing")
