@@ -421,20 +421,28 @@ def lm_report(model, ckpt, path, args, device, ctx):
 
 def generation_report(model, ckpt, path, args, device, ctx):
     """A Llama checkpoint from llama2.c: generate from --prompt (BOS alone by default, as run.c does)
-    with the KV cache, and time it: tokens/s at batch 1, the median of --repeats generations."""
+    with the KV cache, and time it: tokens/s at batch 1, the median of --repeats generations; with
+    --gen_batch N also N copies of the prompt at once (tokens/s in aggregate), and with --no_cache
+    both again without the cache."""
     name, tok = llama_tokenizer_for(model, path, args.tokenizer)
     ids = tok.encode(args.prompt or "", bos=True)
 
-    def run():  # the same sample every time: the generator starts from the seed
+    def run(batch=1, use_cache=True):  # the same sample every time: the generator starts from the seed
         gen = torch.Generator(device=device).manual_seed(args.seed)
         with ctx:
-            return model.generate([ids], args.max_new_tokens, args.temperature, args.top_k, args.top_p,
-                                  args.epsilon, eos_id=tok.eos_id, generator=gen)[0]
+            return model.generate([ids] * batch, args.max_new_tokens, args.temperature, args.top_k, args.top_p,
+                                  args.epsilon, eos_id=tok.eos_id, generator=gen, use_cache=use_cache)
 
-    out = run()  # also the warm-up
+    out = run()[0]  # also the warm-up
     res = {"ckpt": path, "task": "generate", "new_tokens": len(out), **size_figures(model, path)}
     if not args.no_timing:
-        res["tokens_per_s"] = len(out) / statistics.median(timed(run, device) for _ in range(args.repeats))
+        plan = [(1, True)] + ([(args.gen_batch, True)] if args.gen_batch > 1 else [])
+        plan += [(batch, False) for batch, _ in plan] if args.no_cache else []
+        for batch, cache in plan:
+            n = sum(map(len, run(batch, cache)))  # warm-up, and the count: a row may stop at EOS
+            secs = statistics.median(timed(lambda: run(batch, cache), device) for _ in range(args.repeats))
+            res[f"tokens_per_s{'' if batch == 1 else '_batch'}{'' if cache else '_no_cache'}"] = n / secs
+        res["gen_batch"] = args.gen_batch
     res["sample"] = tok.decode(ids + out)
     res["sample_args"] = {"prompt": args.prompt, "temperature": args.temperature, "top_k": args.top_k,
                           "top_p": args.top_p, "epsilon": args.epsilon, "seed": args.seed, "tokenizer": name}
@@ -510,6 +518,9 @@ ROWS = [  # (key, label, format)
     ("throughput", "throughput (samples|tokens/s)", "{:,.0f}"),
     ("texts_cut", "texts cut to fit the context", "{:,}"),
     ("new_tokens", "generated tokens", "{:,}"), ("tokens_per_s", "generation, batch 1 (tokens/s)", "{:,.0f}"),
+    ("tokens_per_s_batch", "generation, --gen_batch (tokens/s)", "{:,.0f}"),
+    ("tokens_per_s_no_cache", "generation, batch 1, no cache", "{:,.0f}"),
+    ("tokens_per_s_batch_no_cache", "generation, --gen_batch, no cache", "{:,.0f}"),
 ]
 
 
@@ -589,6 +600,8 @@ def parser():
     p.add_argument("--epsilon", type=float, default=None, help="Llama: drop tokens of probability below epsilon")
     p.add_argument("--tokenizer", default=None, help="Llama: 'tok512', 'llama2' or a tokenizer.bin (default: by "
                    "vocabulary size, 512 or 32,000)")
+    p.add_argument("--gen_batch", type=int, default=1, help="Llama generation: also time this many prompts at once")
+    p.add_argument("--no_cache", action="store_true", help="Llama generation: also time it without the KV cache")
     p.add_argument("--seed", type=int, default=1337, help="seed of the sample")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])

@@ -393,10 +393,12 @@ def test_evaluate_generates_from_a_llama2c_file(tmp_path, capsys):
         pytest.skip("no stories260K in the mirror")
     out = str(tmp_path / "g.json")
     evaluate.main(["--ckpt", STORIES260K, "--temperature", "0", "--max_new_tokens", "40", "--repeats", "1",
-                   "--json", out, "--device", "cpu"])
+                   "--json", out, "--device", "cpu", "--gen_batch", "3", "--no_cache"])
     import json
     r = json.loads(open(out).read())
-    assert r["task"] == "generate" and r["new_tokens"] == 40 and r["tokens_per_s"] > 0
+    assert r["task"] == "generate" and r["new_tokens"] == 40 and r["gen_batch"] == 3
+    assert all(r[k] > 0 for k in ("tokens_per_s", "tokens_per_s_batch", "tokens_per_s_no_cache",
+                                  "tokens_per_s_batch_no_cache"))
     assert GOLDEN_260K.startswith(r["sample"]) and len(r["sample"]) > 100
     assert r["sample_args"]["tokenizer"] == "tok512"
     assert "generation, batch 1 (tokens/s)" in capsys.readouterr().out
