@@ -7,6 +7,7 @@ evaluate.py feed to a model.
                         [--mirror DIR] [--out_dir DIR] [--seed 1337]
     python data.py shakespeare_char [--mirror DIR] [--out_dir DIR]
     python data.py sst5 [--tokenizer llama2|tok512] [--max_len 256]     # also cfimdb: the mini-Llama's sets
+    python data.py imdb_lm [--tokenizer tok512|llama2]                   # IMDB reviews, to pretrain a Llama
 
 The .bin format (one array per file, memory-mappable):
     header, 32 bytes little-endian: magic b"TLABBIN\\0" | version u32 | dtype code u32 | count u64 |
@@ -1066,7 +1067,8 @@ def main(argv=None):
     p.add_argument("dataset", choices=sorted(DATASETS))
     p.add_argument("--protocol", default="glue", choices=["glue", "standard"])
     p.add_argument("--vocab", default="compact", choices=["compact", "full"])
-    p.add_argument("--tokenizer", default="", help="sst5, cfimdb: the Llama tokenizer, 'llama2' (default) or 'tok512'")
+    p.add_argument("--tokenizer", default="", help="sst5, cfimdb, imdb_lm: the Llama tokenizer, 'llama2' or 'tok512' "
+                   "(default: llama2 for sst5 and cfimdb, tok512 for imdb_lm)")
     p.add_argument("--max_len", type=int, default=256, help="tokens per sequence incl. [CLS] (default 256)")
     p.add_argument("--mirror", default=os.environ.get("DATA_MIRROR"),
                    help="read source files from this folder instead of downloading (default: $DATA_MIRROR)")

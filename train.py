@@ -43,10 +43,12 @@ init_from = "scratch"  # 'scratch', 'resume' (from out_dir/last.pt), or a checkp
 log_interval = 50  # iterations between progress lines
 eval_interval = 0  # iterations between evaluations; 0 = once per epoch
 # data
-dataset = "sst2"  # a name in data.DATASETS: 'sst2' (classification) or 'shakespeare_char' (language modelling)
+dataset = "sst2"  # a name in data.DATASETS: 'sst2', 'sst5', 'cfimdb' (classification), 'shakespeare_char',
+# 'imdb_lm' (language modelling)
 protocol = "glue"  # 'glue' (test = GLUE dev) or 'standard' (the seed's 80/10/10 split)
 vocab = "compact"  # 'compact' (ids seen in training) or 'full' (all 50,257 GPT-2 ids)
-tokenizer = ""  # sst5, cfimdb: the Llama tokenizer, 'llama2' (the default; 32,000 pieces) or 'tok512' (stories260K)
+tokenizer = ""  # sst5, cfimdb, imdb_lm: the Llama tokenizer, 'llama2' (32,000 pieces; the default for sst5 and
+# cfimdb) or 'tok512' (stories260K's; the default for imdb_lm)
 max_len = 256  # tokens per sequence incl. [CLS], the study's truncation
 data_dir = ""  # '' = data/<dataset>_<protocol>_<vocab> (or data/<dataset>), prepared automatically if missing
 bucket = True  # classification: batch sentences of similar length together (less padding); batches stay shuffled
@@ -54,7 +56,8 @@ eval_windows = 0  # language modelling: validation windows per evaluation; 0 = t
 # same for every run; see data.lm_eval_starts)
 # model: the family; its own settings (n_layer, n_embd, ...) are its config dataclass's fields, with
 # that family's defaults (model.EncoderConfig, model.GPTConfig)
-model = "encoder"  # 'encoder' (the classifier of the recurrent-vs-baseline study) | 'gpt' (the causal LM)
+model = "encoder"  # 'encoder' (the classifier of the recurrent-vs-baseline study) | 'gpt' (the char LM) | 'llama'
+# (the mini Llama-2: a language model, or a classifier on a labelled dataset)
 # optimization
 batch_size = 64
 grad_accum = 1  # micro-batches per optimizer step
