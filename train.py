@@ -367,6 +367,10 @@ def train(cfg):
     paths = {k: os.path.join(cfg["out_dir"], f) for k, f in
              (("last", "last.pt"), ("best", "ckpt.pt"), ("log", "log.jsonl"), ("summary", "summary.json"))}
     model, state, resume = start(cfg, dataset, dev, paths)
+    if resume is not None and resume["config"].get("init_from", "resume") != "resume":
+        # a resumed run is the run it continues: its log, checkpoints and summary say how that one started
+        # (from scratch, stories260K, a checkpoint), so study.py knows it for the run it planned
+        cfg = {**cfg, "init_from": resume["config"]["init_from"]}
     counts = model.param_counts()
     frozen = f", {counts['trainable']:,} trainable" if counts["trainable"] < counts["total"] else ""
     print(f"model: {counts['total']:,} parameters ({counts['non_embedding']:,} non-embedding{frozen}); "

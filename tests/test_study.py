@@ -122,6 +122,29 @@ def test_finished_means_same_config_and_not_interrupted(tmp_path):
     assert study.finished_summary(cfg) is None
 
 
+def test_a_resumed_fine_tuning_run_is_the_run_it_continues(tiny_cfg, tmp_path, monkeypatch):
+    """A run that starts from a checkpoint, stopped and resumed (--init_from=resume), records the
+    checkpoint it started from in its log and summary, so the study runner finds it finished (or
+    resumable again) as the run it planned."""
+    train.train(tiny_cfg(out_dir=str(tmp_path / "pre"), max_epochs=1))
+    planned = tiny_cfg(out_dir=str(tmp_path / "ft"), init_from=str(tmp_path / "pre" / "ckpt.pt"), max_epochs=2)
+    real_lr = train.scheduled_lr
+
+    def lr_then_interrupt(cfg, it, total_iters):
+        if it == 2:
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+        return real_lr(cfg, it, total_iters)
+
+    monkeypatch.setattr(train, "scheduled_lr", lr_then_interrupt)
+    assert train.train(planned)["stopped"] == "interrupted"
+    monkeypatch.setattr(train, "scheduled_lr", real_lr)
+    assert study.can_resume(planned) and study.finished_summary(planned) is None
+    train.train({**planned, "init_from": "resume"})
+    assert study.finished_summary(planned)["config"]["init_from"] == planned["init_from"]
+    starts = [json.loads(line) for line in open(tmp_path / "ft" / "log.jsonl")]
+    assert [r["config"]["init_from"] for r in starts if r["type"] == "start"] == [planned["init_from"]] * 2
+
+
 # -----------------------------------------------------------------------------
 # whole studies
 
