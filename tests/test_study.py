@@ -122,12 +122,8 @@ def test_finished_means_same_config_and_not_interrupted(tmp_path):
     assert study.finished_summary(cfg) is None
 
 
-def test_a_resumed_fine_tuning_run_is_the_run_it_continues(tiny_cfg, tmp_path, monkeypatch):
-    """A run that starts from a checkpoint, stopped and resumed (--init_from=resume), records the
-    checkpoint it started from in its log and summary, so the study runner finds it finished (or
-    resumable again) as the run it planned."""
-    train.train(tiny_cfg(out_dir=str(tmp_path / "pre"), max_epochs=1))
-    planned = tiny_cfg(out_dir=str(tmp_path / "ft"), init_from=str(tmp_path / "pre" / "ckpt.pt"), max_epochs=2)
+def train_until_interrupted(cfg, monkeypatch):
+    """Train cfg and stop it by a Ctrl-C after its third step, as a user would (last.pt is saved)."""
     real_lr = train.scheduled_lr
 
     def lr_then_interrupt(cfg, it, total_iters):
@@ -135,9 +131,18 @@ def test_a_resumed_fine_tuning_run_is_the_run_it_continues(tiny_cfg, tmp_path, m
             signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
         return real_lr(cfg, it, total_iters)
 
-    monkeypatch.setattr(train, "scheduled_lr", lr_then_interrupt)
-    assert train.train(planned)["stopped"] == "interrupted"
-    monkeypatch.setattr(train, "scheduled_lr", real_lr)
+    with monkeypatch.context() as m:
+        m.setattr(train, "scheduled_lr", lr_then_interrupt)
+        assert train.train(cfg)["stopped"] == "interrupted"
+
+
+def test_a_resumed_fine_tuning_run_is_the_run_it_continues(tiny_cfg, tmp_path, monkeypatch):
+    """A run that starts from a checkpoint, stopped and resumed (--init_from=resume), records the
+    checkpoint it started from in its log and summary, so the study runner finds it finished (or
+    resumable again) as the run it planned."""
+    train.train(tiny_cfg(out_dir=str(tmp_path / "pre"), max_epochs=1))
+    planned = tiny_cfg(out_dir=str(tmp_path / "ft"), init_from=str(tmp_path / "pre" / "ckpt.pt"), max_epochs=2)
+    train_until_interrupted(planned, monkeypatch)
     assert study.can_resume(planned) and study.finished_summary(planned) is None
     train.train({**planned, "init_from": "resume"})
     assert study.finished_summary(planned)["config"]["init_from"] == planned["init_from"]
@@ -172,16 +177,7 @@ def test_classification_study_runs_resumes_and_compares(tiny_dataset, tmp_path, 
 
     # the interrupted run: the planned config, stopped by a Ctrl-C after its third step
     planned = study.plan_runs(configs, [1, 2], out_root)[("tiny_plain", 1)][1]
-    real_lr = train.scheduled_lr
-
-    def lr_then_interrupt(cfg, it, total_iters):
-        if it == 2:
-            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
-        return real_lr(cfg, it, total_iters)
-
-    monkeypatch.setattr(train, "scheduled_lr", lr_then_interrupt)
-    assert train.train(planned)["stopped"] == "interrupted"
-    monkeypatch.setattr(train, "scheduled_lr", real_lr)
+    train_until_interrupted(planned, monkeypatch)
     capsys.readouterr()
 
     study.main([*args, "--json", str(tmp_path / "s.json")])
