@@ -462,8 +462,9 @@ class LlamaTokenizer:
         highest (the leftmost on a tie, as run.c's strict '>'), then [EOS].
 
         Cost: merging rescans the pair scores after each merge, O(n^2) in the length merged at once; word
-        by word (see by_words) that is a word's length, so a long text costs time linear in its length.
-        One core (Python 3.11), 32k vocabulary: about 100,000 characters a second on IMDB reviews."""
+        by word (see by_words) that is a word's length, so a long text costs time linear in its length,
+        and a word seen before costs a lookup: IMDB's 25,000 test-half reviews (tok512) take under a minute
+        on one core (Python 3.11), reading the archive included."""
         ids = [self.bos_id] if bos else []
         # SentencePiece's add_dummy_prefix: the first word gets the space-led pieces it gets mid-sentence.
         text = " " + text if text else text

@@ -462,7 +462,7 @@ def zero_shot_inputs(tok, split, names, block_size):
     text, then the question of ZERO_SHOT_TEMPLATE; each label word's ids (' good', its dummy-prefix
     space included); the labels; and how many texts were cut so that prompt and label fit block_size."""
     before, after = ZERO_SHOT_TEMPLATE.split("{text}")
-    head = tok.encode(before.strip(), bos=True) if before.strip() else [tok.bos_id]
+    head = tok.encode(before.strip(), bos=True)  # [BOS] alone when the template starts with the text
     tail = tok.encode(after.format(labels=label_list(names)).strip(), bos=False)
     label_ids = [tok.encode(n, bos=False) for n in names]
     room = block_size - len(head) - len(tail) - max(map(len, label_ids))
@@ -487,7 +487,7 @@ def zero_shot_report(model, ckpt, path, args, device, ctx):
     if not isinstance(model.cfg, LlamaConfig) or model.cfg.n_classes:
         raise ValueError(f"{path} is not a Llama language model; --zero_shot scores one (a llama2.c file, or a "
                          f"Llama pretrained here)")
-    name, tok = llama_tokenizer_for(model, path, args.tokenizer or ckpt["config"].get("tokenizer"))
+    name, tok = llama_tokenizer_for(model, path, args.tokenizer or ckpt["data"].get("vocab"))
     dataset = data.load_dataset({"dataset": args.zero_shot, "tokenizer": name})  # as prepared (default: 256)
     if dataset.task != "classification":
         raise ValueError(f"--zero_shot needs a labelled dataset; {args.zero_shot} is a {dataset.task} dataset")
