@@ -8,6 +8,7 @@ evaluate.py feed to a model.
     python data.py shakespeare_char [--mirror DIR] [--out_dir DIR]
     python data.py sst5 [--tokenizer llama2|tok512] [--max_len 256]     # also cfimdb: the mini-Llama's sets
     python data.py imdb_lm [--tokenizer tok512|llama2]                   # IMDB reviews, to pretrain a Llama
+    python data.py piglatin [--seed 1337]                                # words of a novel -> Pig Latin
 
 The .bin format (one array per file, memory-mappable):
     header, 32 bytes little-endian: magic b"TLABBIN\\0" | version u32 | dtype code u32 | count u64 |
@@ -15,7 +16,8 @@ The .bin format (one array per file, memory-mappable):
     payload: `count` items of the dtype
 A classification split `S` is three such files: S.bin (all token ids, concatenated), S_offsets.bin
 (int64, len n+1: sequence i is tokens[offsets[i]:offsets[i+1]]) and S_labels.bin (int64), plus one
-meta.json for the folder. A language-modelling split S is one file S.bin of token ids (uint16).
+meta.json for the folder. A language-modelling split S is one file S.bin of token ids (uint16). A
+seq2seq split S is S_src.bin and S_tgt.bin with their S_src_offsets.bin and S_tgt_offsets.bin.
 
 Token ids. tiktoken's GPT-2 BPE has no [CLS]/[PAD], so our ids put three specials first:
     0 = [PAD], 1 = [UNK], 2 = [CLS], then GPT-2 ids.
@@ -151,6 +153,16 @@ SOURCES = {
              "sha256": "c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe",
              "mirror_file": "aclImdb_labelled.tar.gz",
              "mirror_sha256": "fc132c2a23a4d23eec474b518907765dbc9c59e648c1e57ac8010670238ed697"},
+    # Pride and Prejudice (Project Gutenberg eBook #1342), the Pig Latin study's words. gutenberg.org's own
+    # files (www.gutenberg.org/cache/epub/1342/pg1342.txt) wrap the text in licence boilerplate that changes
+    # over time; Project Gutenberg's GitHub copy at a fixed commit is the same text, byte for byte, always.
+    "pride_and_prejudice": {
+        "url": "https://raw.githubusercontent.com/gutenbergbooks/1342/041e520899f9a02af517d6cb253bc1fdfbf923e2/"
+               "1342-0.txt",
+        "cache_name": "pride_and_prejudice_1342-0.txt",
+        "files": {"gutenberg_pride_and_prejudice/1342-0.txt":
+                  "86dab871eec9c0cef97f4cb6313f86c6cc48f6f7809534e65cd3f1c1d486d247"},
+    },
     "shakespeare_char": {  # char-rnn's Tiny Shakespeare, a plain text file (no archive)
         "url": "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
         "cache_name": "tinyshakespeare.txt",  # 'input.txt' would say nothing in data/_downloads
@@ -758,6 +770,130 @@ class TokenSplit:
 
 
 # -----------------------------------------------------------------------------
+# Pig Latin: English words and their translations, characters as tokens (the seq2seq study)
+#
+# The rules (one common form of the game; the seed write-up's examples all follow it):
+#   - a word starting with a vowel (a, e, i, o, u) gets "way":            is -> isway, equal -> equalway
+#   - otherwise the consonants before the first vowel move to the end, then "ay":
+#                                                                          brown -> ownbray, strengthening ->
+#                                                                          engtheningstray
+#   - "y" is a consonant as the first letter and a vowel after it:        yellow -> ellowyay, rhythm -> ythmrhay
+#   - "qu" moves as one consonant (the u goes with its q):                 quite -> itequay, square -> aresquay
+#   - a word with no vowel at all (mr, xv) gets "ay":                      mr -> mray
+#   - a hyphenated word is translated part by part:                       pleasure-grounds -> easureplay-oundsgray
+
+PIG_LATIN_VOCAB = ["[PAD]", "[SOS]", "[EOS]", "-", *"abcdefghijklmnopqrstuvwxyz"]  # ids 0, 1, 2, then characters
+SOS, EOS = 1, 2  # PAD is 0, as everywhere
+_PIG_WORD = re.compile(r"[a-z]+(?:-[a-z]+)*")  # what the study translates: letters, single inner hyphens
+
+
+def pig_latin_part(word):
+    """One unhyphenated lower-case word in Pig Latin, by the rules above."""
+    if word[0] in "aeiou":
+        return word + "way"
+    i = 1  # the first letter is a consonant, 'y' included
+    while i < len(word) and word[i] not in "aeiouy":
+        i += 1
+    if i < len(word) and word[i] == "u" and word[i - 1] == "q":
+        i += 1  # 'qu' moves together
+    return word[i:] + word[:i] + "ay"
+
+
+def pig_latin(word):
+    """A word (lower-case letters, single inner hyphens) in Pig Latin, each hyphenated part apart."""
+    if not _PIG_WORD.fullmatch(word):
+        raise ValueError(f"{word!r}: Pig Latin here takes lower-case letters a-z and inner hyphens")
+    return "-".join(pig_latin_part(part) for part in word.split("-"))
+
+
+def pig_latin_rule(word):
+    """The rule a word falls under, for the error analysis: 'hyphenated', 'vowel' (+way), 'no vowel'
+    (+ay) or 'consonant' (the cluster moves)."""
+    if "-" in word:
+        return "hyphenated"
+    if word[0] in "aeiou":
+        return "vowel"
+    return "consonant" if any(c in "aeiouy" for c in word[1:]) else "no vowel"
+
+
+def novel_words(text):
+    """The distinct words of a text, sorted: runs of letters (with inner hyphens or apostrophes),
+    lower-cased, keeping those of a-z and hyphens only. Possessives and contractions (darcy's, don't)
+    and words with accents (tete-a-tete spelt with them) are left out, not cut: their pieces would be
+    new words that the text does not have."""
+    found = re.findall(r"[^\W\d_]+(?:[-'\u2019][^\W\d_]+)*", text.lower())
+    return sorted({w for w in found if _PIG_WORD.fullmatch(w)})
+
+
+class PairSplit:
+    """A seq2seq split read back from disk: len(split), split[i] -> (source ids, target ids) without
+    special tokens; `lengths` are the source lengths (for batching by length)."""
+
+    def __init__(self, folder, split, verify=True):
+        self.src = read_bin(os.path.join(folder, f"{split}_src.bin"), verify)
+        self.src_offsets = np.array(read_bin(os.path.join(folder, f"{split}_src_offsets.bin"), verify))
+        self.tgt = read_bin(os.path.join(folder, f"{split}_tgt.bin"), verify)
+        self.tgt_offsets = np.array(read_bin(os.path.join(folder, f"{split}_tgt_offsets.bin"), verify))
+        if (len(self.src_offsets) != len(self.tgt_offsets) or self.src_offsets[-1] != len(self.src)
+                or self.tgt_offsets[-1] != len(self.tgt)):
+            raise DataError(f"{folder}: {split} sources, targets and offsets disagree; rebuild with python data.py")
+        self.lengths = np.diff(self.src_offsets)
+
+    def __len__(self):
+        return len(self.lengths)
+
+    def __getitem__(self, i):
+        src = np.asarray(self.src[self.src_offsets[i]:self.src_offsets[i + 1]], dtype=np.int64)
+        return src, np.asarray(self.tgt[self.tgt_offsets[i]:self.tgt_offsets[i + 1]], dtype=np.int64)
+
+
+def write_pairs(folder, split, pairs, codec):
+    """Write (word, translation) pairs as split_src.bin / split_tgt.bin with their offsets (uint16 ids)."""
+    for side, texts in (("src", [w for w, _ in pairs]), ("tgt", [t for _, t in pairs])):
+        seqs = [codec.encode(t) for t in texts]
+        offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum([len(q) for q in seqs])
+        write_bin(os.path.join(folder, f"{split}_{side}.bin"), np.concatenate(seqs).astype(np.uint16))
+        write_bin(os.path.join(folder, f"{split}_{side}_offsets.bin"), offsets)
+
+
+def prepare_piglatin(mirror=None, out_dir=None, seed=1337, verbose=True, **_ignored):
+    """Build data/piglatin from the distinct words of Pride and Prejudice: each word with its Pig Latin,
+    split 80/10/10 at random by word (seeded), so no word is in two splits. Characters are the tokens:
+    [PAD], [SOS], [EOS], '-', a-z (30 ids). block_size in meta.json is the longest sequence a model
+    reads: word [EOS] [SOS] translation, the decoder-only layout. Returns the meta dict."""
+    out_dir = out_dir or dataset_dir("piglatin")
+    (raw,) = fetch("pride_and_prejudice", mirror).values()
+    words = novel_words(raw.decode("utf-8"))
+    order = np.random.default_rng(seed).permutation(len(words))
+    n_val = n_test = len(words) // 10
+    parts = {"train": order[n_val + n_test:], "val": order[:n_val], "test": order[n_val:n_val + n_test]}
+    codec = CharCodec(PIG_LATIN_VOCAB)
+    os.makedirs(out_dir, exist_ok=True)
+    counts = {}
+    for k, idx in parts.items():
+        pairs = [(words[i], pig_latin(words[i])) for i in sorted(idx)]
+        write_pairs(out_dir, k, pairs, codec)
+        rules = [pig_latin_rule(w) for w, _ in pairs]
+        counts[k] = {"n": len(pairs), "rules": {r: rules.count(r) for r in sorted(set(rules))},
+                     "max_word": max(len(w) for w, _ in pairs), "max_translation": max(len(t) for _, t in pairs)}
+    block_size = max(len(w) + len(pig_latin(w)) + 2 for w in words)
+    meta = {"dataset": "piglatin", "task": "seq2seq", "tokenizer": "char", "vocab": PIG_LATIN_VOCAB,
+            "vocab_size": len(PIG_LATIN_VOCAB), "block_size": block_size, "seed": seed,
+            "specials": {"pad": PAD, "sos": SOS, "eos": EOS}, "words": len(words), "counts": counts,
+            "rules": "vowel-initial +way; else the consonants before the first vowel (y a vowel after the first "
+                     "letter; qu together) to the end +ay; no vowel +ay; hyphenated words part by part",
+            "sources": SOURCES["pride_and_prejudice"]}
+    write_meta(out_dir, meta)
+    if verbose:
+        print(f"piglatin: {len(words):,} distinct words -> {out_dir} (30 tokens, block_size {block_size})")
+        for k, c in counts.items():
+            print(f"  {k:5s} {c['n']:5,d} words  {c['rules']}  longest word {c['max_word']}, "
+                  f"translation {c['max_translation']}")
+    return meta
+
+
+# -----------------------------------------------------------------------------
 # SST-5 and CFIMDB, the NLP course's sentiment sets, tokenized for a Llama (the mini-Llama study)
 
 
@@ -858,7 +994,7 @@ def prepare_minllama(dataset, tokenizer="llama2", max_len=256, mirror=None, out_
 @dataclass(frozen=True)
 class DatasetSpec:
     prepare: Callable  # (protocol, vocab, tokenizer, max_len, mirror, out_dir) -> meta; writes the folder
-    task: str  # 'classification' | 'lm'
+    task: str  # 'classification' | 'lm' | 'seq2seq'
     variant: tuple = ()  # the settings that name its folder: data/<name>[_<setting>...]
     tokenizers: tuple = ("",)  # the values `tokenizer` may take ('' = the dataset's own; the first is the default)
 
@@ -871,8 +1007,10 @@ DATASETS = {
     "cfimdb": DatasetSpec(lambda **kw: prepare_minllama("cfimdb", **kw), "classification", ("tokenizer",),
                           ("llama2", "tok512")),
     "imdb_lm": DatasetSpec(prepare_imdb_lm, "lm", ("tokenizer",), ("tok512", "llama2")),  # Llama pretraining
+    "piglatin": DatasetSpec(prepare_piglatin, "seq2seq"),  # word -> Pig Latin, characters
 }
-TASK_SPLITS = {"classification": (ClassificationSplit, ("train", "val", "test")), "lm": (TokenSplit, ("train", "val"))}
+TASK_SPLITS = {"classification": (ClassificationSplit, ("train", "val", "test")), "lm": (TokenSplit, ("train", "val")),
+               "seq2seq": (PairSplit, ("train", "val", "test"))}
 
 
 def dataset_dir(dataset, protocol=None, vocab=None, tokenizer=None):
@@ -915,8 +1053,8 @@ class Dataset:
         family takes what it needs."""
         out = {"vocab_size": self.meta["vocab_size"]}
         out["n_classes"] = len(self.meta["label_names"]) if "label_names" in self.meta else 0  # 0: no labels, an LM
-        if "max_len" in self.meta:
-            out["block_size"] = self.meta["max_len"]
+        if "max_len" in self.meta or "block_size" in self.meta:  # a seq2seq set gives its longest sequence
+            out["block_size"] = self.meta.get("max_len", self.meta.get("block_size"))
         return out
 
     def info(self):
@@ -1012,6 +1150,57 @@ class ClassificationStream:
         for b in self._plan[1][i]:
             idx, mask, labels = collate([self.split[j] for j in b], device)
             out.append(({"idx": idx, "key_mask": mask, "targets": labels}, len(b), int(mask.sum())))
+        return out
+
+
+def seq2seq_collate(pairs, layout, device):
+    """[(source ids, target ids), ...] -> a seq2seq model's inputs as keyword arguments (see model.py's
+    seq2seq section). Source = word [EOS]; target input = [SOS] translation; target output =
+    translation [EOS], -100 (not scored) on padding. layout 'pair': src (B, S), src_mask (B, S),
+    idx (B, T), targets (B, T), padded on the right; 'joined': idx = source + target input and
+    targets = -100 under the source, then target output, (B, S + T), padded on the right."""
+    if layout == "pair":
+        rows = [(list(s) + [EOS], [SOS] + list(t), list(t) + [EOS]) for s, t in pairs]
+        src = pad_rows([r[0] for r in rows], PAD)
+        return {"src": src.to(device), "src_mask": (src != PAD).to(device),
+                "idx": pad_rows([r[1] for r in rows], PAD).to(device),
+                "targets": pad_rows([r[2] for r in rows], -100).to(device)}
+    if layout == "joined":
+        rows = [(list(s) + [EOS, SOS] + list(t), [-100] * (len(s) + 1) + list(t) + [EOS]) for s, t in pairs]
+        return {"idx": pad_rows([r[0] for r in rows], PAD).to(device),
+                "targets": pad_rows([r[1] for r in rows], -100).to(device)}
+    raise ValueError(f"seq2seq layout {layout!r}: expected 'pair' or 'joined'")
+
+
+def pad_rows(rows, value):
+    """Lists of ids -> a (B, longest) int64 tensor, padded on the right with value."""
+    out = np.full((len(rows), max(len(r) for r in rows)), value, dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+    return torch.from_numpy(out)
+
+
+class Seq2SeqStream:
+    """Shuffled epochs over a seq2seq split, batched by source length as ClassificationStream does,
+    collated in the model family's layout. A micro-batch's count of examples is its count of scored
+    target tokens: the loss is a mean per character, so train_step weights micro-batches by those."""
+
+    def __init__(self, split, layout, batch_size, grad_accum, seed, bucket=True):
+        self.split, self.layout, self.batch_size, self.grad_accum = split, layout, batch_size, grad_accum
+        self.seed, self.bucket = seed, bucket
+        self.steps_per_epoch = math.ceil(len(split) / (batch_size * grad_accum))
+        self._plan = (None, None)
+
+    def step(self, epoch, i, device):
+        if self._plan[0] != epoch:
+            batches = epoch_batches(self.split, self.batch_size, self.seed, epoch, self.bucket)
+            self._plan = (epoch, [batches[j:j + self.grad_accum] for j in range(0, len(batches), self.grad_accum)])
+        out = []
+        for b in self._plan[1][i]:
+            inputs = seq2seq_collate([self.split[j] for j in b], self.layout, device)
+            n_scored = int((inputs["targets"] != -100).sum())
+            n_tokens = sum(len(s) + len(t) + 2 for s, t in (self.split[j] for j in b))  # what the model reads
+            out.append((inputs, n_scored, n_tokens))
         return out
 
 

@@ -108,6 +108,12 @@ LM_METRICS = {
     "emb_norm": Metric("mean ||X|| (block 1 input)", "neither", "emb norm"),
 }
 
+SEQ2SEQ_METRICS = {
+    "loss": Metric("loss per character", "lower", "loss"),
+    "word_accuracy": Metric("word accuracy (greedy, whole word exact)", "higher", "word acc"),
+    "char_accuracy": Metric("next-character accuracy (teacher-forced)", "higher", "char acc"),
+}
+
 
 def confusion_matrix(y_true, y_pred, n_classes):
     """cm[i, j] = number of examples of true class i predicted as class j."""
@@ -194,6 +200,52 @@ def evaluate_lm(model, split, device, ctx, max_windows=0, batch_size=64):
     loss = loss_sum / n
     return {"loss": loss, "accuracy": correct / n, "ppl": math.exp(loss), "emb_norm": norm_sum / n, "n": n}
 
+
+
+@torch.no_grad()
+def translate_split(model, split, device, ctx, batch_size=256):
+    """Greedy translations of every source of a seq2seq split, in split order: token-id lists without
+    [EOS]. Sources go in batches of one length, so no batch is padded (a decoder-only model reads the
+    source as its prefix, where padding would be read too)."""
+    m = raw_model(model)
+    out = [None] * len(split)
+    for length in np.unique(split.lengths):
+        rows = np.flatnonzero(split.lengths == length)
+        for i in range(0, len(rows), batch_size):
+            chunk = rows[i:i + batch_size]
+            src = torch.tensor(np.stack([np.append(split[j][0], data.EOS) for j in chunk]), device=device)
+            with ctx:
+                ids = m.translate(src, 3 * int(length) + 4, data.SOS, data.EOS).tolist()  # Pig Latin is shorter
+            for j, row in zip(chunk, ids):
+                out[j] = row[:row.index(data.EOS)] if data.EOS in row else row
+    return out
+
+
+@torch.no_grad()
+def evaluate_seq2seq(model, split, device, ctx, batch_size=256):
+    """The seq2seq figures of SEQ2SEQ_METRICS on a split: teacher-forced cross-entropy per target
+    character (the translation and its [EOS]) and next-character accuracy; then greedy decoding and
+    the word accuracy, a word counting only if its whole translation is right. `predictions` holds the
+    greedy outputs (id lists), `n` the words, `n_chars` the scored characters."""
+    model.eval()
+    layout = raw_model(model).cfg.seq2seq_layout
+    loss_sum, correct, n_chars = 0.0, 0, 0
+    for i in range(0, len(split), batch_size):
+        inputs = data.seq2seq_collate([split[j] for j in range(i, min(i + batch_size, len(split)))], layout, device)
+        targets = inputs.pop("targets")
+        with ctx:
+            logits, _ = model(**inputs)
+        scored = targets != -100
+        logits, targets = logits.float()[scored], targets[scored]
+        loss_sum += F.cross_entropy(logits, targets, reduction="sum").item()
+        correct += (logits.argmax(-1) == targets).sum().item()
+        n_chars += targets.numel()
+    if n_chars == 0:
+        raise ValueError("the split to evaluate is empty")
+    predictions = translate_split(model, split, device, ctx, batch_size)
+    right = sum(pred == split[j][1].tolist() for j, pred in enumerate(predictions))
+    return {"loss": loss_sum / n_chars, "word_accuracy": right / len(split), "char_accuracy": correct / n_chars,
+            "n": len(split), "n_chars": n_chars, "predictions": predictions}
 
 @torch.no_grad()
 def label_log_likelihoods(model, prompts, label_ids, device, batch_size=32):
@@ -449,6 +501,129 @@ def generation_report(model, ckpt, path, args, device, ctx):
     return res
 
 
+def error_analysis(words, truths, predictions):
+    """What the write-up did by hand: the wrong translations, and word accuracy by word length and by
+    Pig Latin rule (data.pig_latin_rule: consonant cluster, vowel, hyphenated, no vowel)."""
+    right = [p == t for p, t in zip(predictions, truths)]
+
+    def by(keys):
+        groups = {}
+        for k, ok in zip(keys, right):
+            groups.setdefault(k, []).append(ok)
+        return {k: {"n": len(v), "accuracy": sum(v) / len(v)} for k, v in sorted(groups.items())}
+
+    lengths = [f"{n:02d}" if n < 12 else "12+" for n in map(len, words)]
+    return {"by_length": by(lengths), "by_rule": by([data.pig_latin_rule(w) for w in words]),
+            "errors": [{"word": w, "truth": t, "predicted": p} for w, t, p, ok in zip(words, truths, predictions, right)
+                       if not ok]}
+
+
+@torch.no_grad()
+def translation_speed(model, split, device, ctx, repeats=3, n=64):
+    """(latency: median ms to translate one word at batch 1, greedily, over the first n words of the
+    split; throughput: words/s translating the whole split in batches of 256, the median of repeats)."""
+    sub = ListPairs([split[j] for j in range(min(n, len(split)))])
+    translate_split(model, sub, device, ctx, batch_size=1)  # warm-up
+    lat = [timed(lambda: translate_split(model, sub, device, ctx, batch_size=1), device) / len(sub)
+           for _ in range(repeats)]
+    thr = [len(split) / timed(lambda: translate_split(model, split, device, ctx), device) for _ in range(repeats)]
+    return 1000 * statistics.median(lat), statistics.median(thr)
+
+
+class ListPairs:
+    """An in-memory seq2seq split with the interface of data.PairSplit."""
+
+    def __init__(self, pairs):
+        self.pairs = [(np.asarray(s, dtype=np.int64), np.asarray(t, dtype=np.int64)) for s, t in pairs]
+        self.lengths = np.array([len(s) for s, _ in self.pairs])
+
+    def __len__(self):
+        return len(self.pairs)
+
+    def __getitem__(self, i):
+        return self.pairs[i]
+
+
+def seq2seq_report(model, ckpt, path, args, device, ctx):
+    """A seq2seq model (Pig Latin) on --split: loss per character, word and character accuracy, size,
+    FLOPs, translation speed, the error analysis, and with --plots DIR its pictures."""
+    split = checkpoint_dataset(ckpt, path).splits[args.split]
+    codec = data.CharCodec(ckpt["data"]["vocab"])
+    figures = evaluate_seq2seq(model, split, device, ctx, args.batch_size)
+    words = [codec.decode(split[j][0]) for j in range(len(split))]
+    truths = [codec.decode(split[j][1]) for j in range(len(split))]
+    predicted = [codec.decode(p) for p in figures.pop("predictions")]
+    res = {"ckpt": path, "task": "seq2seq", **figures, **size_figures(model, path)}
+    mean_len = float(np.mean(split.lengths)) + 1  # a word and its [EOS]
+    res["flops_per_sample"] = model.flops_per_forward(round(mean_len))  # one teacher-forced word, both halves
+    if not args.no_timing:
+        res["latency_ms"], res["throughput"] = translation_speed(model, split, device, ctx, args.repeats)
+    res.update(error_analysis(words, truths, predicted), predictions=predicted, words=words)
+    if args.plots:
+        res["plots"] = seq2seq_plots(model, codec, args.plots, args.words.split(","), device)
+    return res
+
+
+@torch.no_grad()
+def seq2seq_plots(model, codec, out_dir, words, device):
+    """The write-up's pictures, as PNG files in out_dir: for an encoder-decoder, each word's encoder
+    self-attention and cross-attention maps (every head of every layer, from the greedy translation);
+    for any model, a 2-D projection (PCA) of the character embeddings. Returns the files written."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    m = raw_model(model)
+    if hasattr(m, "encoder"):
+        for word in words:
+            src = torch.tensor([[*codec.encode(word), data.EOS]], device=device)
+            out = m.translate(src, 3 * len(word) + 4, data.SOS, data.EOS)[0].tolist()
+            out = out[:out.index(data.EOS) + 1] if data.EOS in out else out
+            idx = torch.tensor([[data.SOS, *out[:-1]]], device=device)
+            _, _, weights = m(src, idx, need_weights=True)
+            src_labels = [*word, "EOS"]
+            tgt_labels = ["SOS", *codec.decode([t for t in out[:-1]])]
+            for kind, maps, rows, cols in (("encoder", weights["encoder"], src_labels, src_labels),
+                                           ("cross", weights["cross"], tgt_labels, src_labels)):
+                n_layer, n_head = len(maps), maps[0].size(1)
+                fig, axes = plt.subplots(n_layer, n_head, figsize=(1.6 * n_head + 1, 1.6 * n_layer + 0.6),
+                                         squeeze=False)
+                for li, w in enumerate(maps):
+                    for hi in range(n_head):
+                        ax = axes[li][hi]
+                        ax.imshow(w[0, hi].float().cpu().numpy(), cmap="viridis", vmin=0, vmax=1)
+                        ax.set_xticks(range(len(cols)), cols, fontsize=5, rotation=90)
+                        ax.set_yticks(range(len(rows)), rows, fontsize=5)
+                        ax.set_title(f"layer {li} head {hi}", fontsize=6)
+                what = "encoder self-attention (rows: queries)" if kind == "encoder" else \
+                    "cross-attention (rows: output so far, columns: the word)"
+                fig.suptitle(f"{word} -> {codec.decode(out[:-1])}: {what}", fontsize=8)
+                fig.tight_layout()
+                path = os.path.join(out_dir, f"attention_{kind}_{word}.png")
+                fig.savefig(path, dpi=150)
+                plt.close(fig)
+                written.append(path)
+    emb = m.tok_emb.weight.float().cpu()
+    centred = emb - emb.mean(0)
+    _, _, v = torch.linalg.svd(centred, full_matrices=False)
+    xy = (centred @ v[:2].T).numpy()  # (V, 2): the two principal directions
+    fig, ax = plt.subplots(figsize=(5, 5))
+    for i, name in enumerate(codec.itos):
+        colour = "tab:red" if name in "aeiou" else "tab:orange" if name == "y" else "tab:blue" if len(name) == 1 \
+            else "tab:gray"
+        ax.scatter(xy[i, 0], xy[i, 1], c=colour, s=12)
+        ax.annotate(name, xy[i], fontsize=8)
+    ax.set_title("character embeddings, first two principal components\n(red: vowels, orange: y, blue: "
+                 "consonants and '-', grey: specials)", fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "embeddings_pca.png")
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return written + [path]
+
+
 ZERO_SHOT_TEMPLATE = "{text} Is this movie {labels}? This movie is"  # the course's prompt; labels: "a, b, or c"
 
 
@@ -504,9 +679,11 @@ def zero_shot_report(model, ckpt, path, args, device, ctx):
     return res
 
 
-REPORTS = {"classification": classification_report, "lm": lm_report, "generate": generation_report}
+REPORTS = {"classification": classification_report, "lm": lm_report, "generate": generation_report,
+           "seq2seq": seq2seq_report}
 
 ROWS = [  # (key, label, format)
+    ("word_accuracy", "word accuracy", "{:.4f}"), ("char_accuracy", "char accuracy (teacher-forced)", "{:.4f}"),
     ("accuracy", "accuracy", "{:.4f}"), ("precision", "precision", "{:.4f}"), ("recall", "recall", "{:.4f}"),
     ("f1", "F1", "{:.4f}"), ("mcc", "MCC", "{:.4f}"), ("loss", "loss", "{:.4f}"), ("ppl", "perplexity", "{:.3f}"),
     ("emb_norm", "mean ||X|| (block 1 input)", "{:.3f}"), ("n", "examples (LM: tokens)", "{:,}"),
@@ -514,8 +691,8 @@ ROWS = [  # (key, label, format)
     ("params_non_embedding", "params non-embedding", "{:,}"), ("size_mb", "size fp32 (MB)", "{:.2f}"),
     ("ckpt_bytes", "checkpoint bytes", "{:,}"), ("effective_depth", "effective depth", "{}"),
     ("flops_per_sample", "FLOPs/sample (fwd)", "{:.3e}"), ("flops_per_token", "FLOPs/token (fwd)", "{:.3e}"),
-    ("latency_ms", "latency bs=1 (ms; LM: per token)", "{:.3f}"),
-    ("throughput", "throughput (samples|tokens/s)", "{:,.0f}"),
+    ("latency_ms", "latency bs=1 (ms; LM: per token, seq2seq: per word)", "{:.3f}"),
+    ("throughput", "throughput (samples|tokens|words/s)", "{:,.0f}"),
     ("texts_cut", "texts cut to fit the context", "{:,}"),
     ("new_tokens", "generated tokens", "{:,}"), ("tokens_per_s", "generation, batch 1 (tokens/s)", "{:,.0f}"),
     ("tokens_per_s_batch", "generation, --gen_batch (tokens/s)", "{:,.0f}"),
@@ -535,7 +712,7 @@ def run_names(paths):
     return list(paths)  # the same file given twice
 
 
-def print_table(results):
+def print_table(results, max_errors=50):
     names = run_names([r["ckpt"] for r in results])
     width = max(12, *(len(n) for n in names)) + 2
     print(f"{'':34s}" + "".join(f"{n:>{width}s}" for n in names))
@@ -548,6 +725,16 @@ def print_table(results):
                   f"{r['confusion_matrix']}")
         if "prompt" in r:
             print(f"zero-shot prompt of {name} ({r['dataset']} {r['split']}, {r['tokenizer']} tokens): {r['prompt']!r}")
+        if "by_rule" in r:
+            print(f"word accuracy of {name} by rule: " + ", ".join(f"{k} {v['accuracy']:.3f} (n={v['n']})"
+                                                                  for k, v in r["by_rule"].items()))
+            print(f"word accuracy of {name} by length: " + ", ".join(f"{k} {v['accuracy']:.3f} (n={v['n']})"
+                                                                    for k, v in r["by_length"].items()))
+            print(f"wrong translations of {name} ({len(r['errors'])}; word: truth / predicted):")
+            for e in r["errors"][:max_errors]:
+                print(f"  {e['word']}: {e['truth']} / {e['predicted']}")
+            for p in r.get("plots", []):
+                print(f"wrote {p}")
         if "sample" in r:
             print(f"--- sample from {name} (temperature {r['sample_args']['temperature']}, top_k "
                   f"{r['sample_args']['top_k']}, seed {r['sample_args']['seed']}):\n{r['sample']}\n---")
@@ -608,6 +795,11 @@ def parser():
     p.add_argument("--batch_size", type=int, default=256, help="batch size for metrics and throughput")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats (the median is reported)")
     p.add_argument("--no_timing", action="store_true", help="skip latency and throughput")
+    p.add_argument("--max_errors", type=int, default=50, help="seq2seq: wrong translations to print (all go to --json)")
+    p.add_argument("--plots", default=None, help="seq2seq: write the attention maps and the embedding projection "
+                   "(PNG) to this folder")
+    p.add_argument("--words", default="brown,conditioning,is", help="seq2seq --plots: the words whose attention "
+                   "maps are drawn (comma-separated)")
     return p
 
 
@@ -662,7 +854,7 @@ def main(argv=None):
                  "zero-shot": f"{args.zero_shot} {args.split}"}.get(results[0]["task"], conditions["split"])
         print(f"evaluated on {where}: device {device} ({threads} threads), {args.dtype}, "
               f"torch {torch.__version__}; timing: median of {args.repeats} repeats")
-        print_table(results)
+        print_table(results, args.max_errors)
         if args.json:
             for r in results:
                 r["conditions"] = conditions

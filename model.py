@@ -29,6 +29,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import kernels
+
 # -----------------------------------------------------------------------------
 # Normalization layers (written out; no nn.LayerNorm / F.layer_norm inside the model)
 
@@ -92,6 +94,17 @@ def rope_cache(seq_len, head_dim, theta=10000.0, device=None):
     return angles.cos(), angles.sin()
 
 
+def sinusoid_table(n_pos, dim):
+    """The fixed position encoding of Vaswani et al. 2017 (sec. 3.5), (n_pos, dim):
+    PE(p, 2i) = sin(p / 10000^(2i/d)),  PE(p, 2i+1) = cos(p / 10000^(2i/d))."""
+    inv_freq = 10000.0 ** (-torch.arange(0, dim, 2, dtype=torch.float32) / dim)  # (ceil(d/2),)
+    angles = torch.outer(torch.arange(n_pos, dtype=torch.float32), inv_freq)  # (n_pos, ceil(d/2))
+    table = torch.zeros(n_pos, dim)
+    table[:, 0::2] = angles.sin()
+    table[:, 1::2] = angles.cos()[:, :dim // 2]
+    return table
+
+
 def apply_rope(x, cos, sin):
     """Rotate adjacent pairs (x0,x1), (x2,x3), ... of the last dim, as llama2.c does, so pretrained
     Llama checkpoints load without permuting the query/key weights.
@@ -129,13 +142,15 @@ class Attention(nn.Module):
     Two paths compute the same function: the SDPA fast path (F.scaled_dot_product_attention, which
     picks a fused kernel) and `manual_attention` above, which can also return the weights.
     cfg.attn_impl = 'sdpa' | 'manual' forces one; need_weights=True always takes the manual path.
-    The projections are separate matrices named as Llama names them (wq, wk, wv, wo)."""
+    The projections are separate matrices named as Llama names them (wq, wk, wv, wo).
+    Cross-attention (an encoder-decoder's decoder reading the encoder) is the same module with the
+    keys and values computed from another sequence, `kv`, and causal=False."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, causal=None):
         super().__init__()
         self.n_head, self.n_kv_head = cfg.n_head, cfg.n_kv_head
         self.head_dim = cfg.n_embd // cfg.n_head
-        self.causal = cfg.causal
+        self.causal = cfg.causal if causal is None else causal
         self.attn_impl = cfg.attn_impl
         self.dropout = cfg.dropout
         self.wq = nn.Linear(cfg.n_embd, self.n_head * self.head_dim, bias=cfg.bias)
@@ -143,15 +158,17 @@ class Attention(nn.Module):
         self.wv = nn.Linear(cfg.n_embd, self.n_kv_head * self.head_dim, bias=cfg.bias)
         self.wo = nn.Linear(self.n_head * self.head_dim, cfg.n_embd, bias=cfg.bias)
 
-    def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0):
+    def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0, kv=None):
         """x: (B, T, C), the tokens at positions start .. start+T-1; key_mask: bool (B, S), True for real
         keys, False for padding, over all S keys attended to; rope: (cos, sin) or None; cache: a KVCache
         holding the keys and values of positions 0 .. start-1, which this call extends (incremental
-        decoding), so S = start + T. Returns (y, weights) with weights None unless asked for."""
+        decoding), so S = start + T; kv: (B, S, C), the sequence the keys and values come from, if not
+        x (cross-attention). Returns (y, weights) with weights None unless asked for."""
         B, T, C = x.shape
+        src = x if kv is None else kv
         q = self.wq(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
-        k = self.wk(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, T, hs)
-        v = self.wv(x).view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, T, hs)
+        k = self.wk(src).view(B, src.size(1), self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, S, hs)
+        v = self.wv(src).view(B, src.size(1), self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, S, hs)
         if rope is not None:
             cos, sin = rope[0][start:start + T], rope[1][start:start + T]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
@@ -241,28 +258,136 @@ class FeedForward(nn.Module):
 
 
 # -----------------------------------------------------------------------------
+# Mamba's selective state-space mixer (Gu & Dao 2023): a Block's other token mixer
+#
+# Glossary (code name -> symbol in the Mamba paper, Algorithm 2 and section 3)
+#     D = d_inner    expanded width E * d (E = expand); the SSM runs on each of the D channels apart
+#     N = d_state    state size per channel
+#     A_log          A = -exp(A_log), (D, N): a diagonal, negative state matrix per channel (S4D-real init)
+#     delta          step size Delta = softplus(dt_proj(x_proj(x)) + bias) > 0, (B, T, D): input-dependent
+#     Bm, Cm         B and C, (B, T, N): input-dependent input and output maps (the "selection")
+#     a_bar, bx_bar  the discretized A-bar_t and B-bar_t x_t, (B, T, D, N)
+#     h              the state, h_t = A-bar_t h_{t-1} + B-bar_t x_t (eq. 2a); y_t = C_t h_t + D x_t (eq. 2b)
+#     D_skip         the skip D of eq. 2b (named so it is not read as the width)
+#     z              the gate branch: the output is y * SiLU(z) (Figure 3)
+
+
+def discretize(delta, A, Bm, x, method):
+    """The continuous (A, B) at step size Delta made discrete, for diagonal A (so every inverse is a
+    division). delta, x: (B, T, D); A: (D, N); Bm: (B, T, N). Returns (a_bar, bx_bar), each (B, T, D, N).
+        'zoh_approx'  A-bar = exp(Delta A),  B-bar = Delta B   (Mamba's simplification, Gu & Dao sec. 3.5.2)
+        'zoh'         A-bar = exp(Delta A),  B-bar = (Delta A)^-1 (exp(Delta A) - I) Delta B   (exact zero-order
+                      hold, Mamba eq. 4); for diagonal A that is (exp(Delta A) - 1) / A * B
+        'bilinear'    A-bar = (I - Delta A/2)^-1 (I + Delta A/2),  B-bar = (I - Delta A/2)^-1 Delta B   (S4 eq. 3)
+    A < 0 and Delta > 0, so Delta A < 0: exp(Delta A) is in (0, 1); the bilinear A-bar is in (-1, 1), negative
+    once Delta A < -2 (the scans handle signs)."""
+    dA = delta[..., None] * A  # (B, T, D, N)
+    dBx = (delta * x)[..., None] * Bm[:, :, None, :]  # (B, T, D, N): Delta B x
+    if method == "zoh_approx":
+        return torch.exp(dA), dBx
+    if method == "zoh":
+        a_bar = torch.exp(dA)
+        return a_bar, (a_bar - 1) / A * (x[..., None] * Bm[:, :, None, :])  # (exp(dA) - 1)/(dA) * Delta B x
+    if method == "bilinear":
+        inv = 1.0 / (1 - dA / 2)
+        return inv * (1 + dA / 2), inv * dBx
+    raise ValueError(f"discretization={method!r}: expected one of {DISCRETIZATIONS}")
+
+
+DISCRETIZATIONS = ("zoh_approx", "zoh", "bilinear")
+
+
+class MambaMixer(nn.Module):
+    """The selective SSM of Mamba (Gu & Dao 2023, Algorithm 2 and Figure 3), on x (B, T, C):
+        x, z = in_proj(x)                          two branches of width D
+        x = SiLU(causal depthwise conv(x))         a short local mix along time (kernel d_conv)
+        delta, B, C = x_proj(x)                    input-dependent: this is what makes it "selective"
+        delta = softplus(dt_proj(delta))           low rank (dt_rank), then one step size per channel
+        h_t = A-bar_t h_{t-1} + B-bar_t x_t        the scan (kernels.selective_scan), per channel and state
+        y = C_t h_t + D_skip x_t;  y = y * SiLU(z);  out_proj(y)
+    The scan is picked by cfg.scan ('sequential' reference, 'parallel' Blelloch, 'logspace' Heinsen),
+    the discretization by cfg.discretization. It has the (x, key_mask, rope, ...) -> (y, weights)
+    signature of Attention so Block can hold either; it is causal by construction and reads no
+    positions (the recurrence is the position), and padding must be on the right."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        D, N, R = cfg.d_inner, cfg.d_state, cfg.dt_rank
+        self.cfg = cfg
+        self.in_proj = nn.Linear(cfg.n_embd, 2 * D, bias=cfg.bias)
+        self.conv = nn.Conv1d(D, D, cfg.d_conv, groups=D, padding=cfg.d_conv - 1, bias=True)  # depthwise
+        self.x_proj = nn.Linear(D, R + 2 * N, bias=False)
+        self.dt_proj = nn.Linear(R, D, bias=True)
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, N + 1, dtype=torch.float32)).repeat(D, 1))  # (D, N)
+        self.D_skip = nn.Parameter(torch.ones(D))
+        self.out_proj = nn.Linear(D, cfg.n_embd, bias=cfg.bias)
+
+    def reset_dt(self):
+        """Mamba's step-size initialization (its section 3.6): dt_proj's bias set so that
+        softplus(bias) = Delta_0, with Delta_0 log-uniform in [dt_min, dt_max] per channel.
+        (Called after the model's generic initialization, which zeroes biases.)"""
+        cfg = self.cfg
+        u = torch.rand(cfg.d_inner)
+        dt = torch.exp(u * (math.log(cfg.dt_max) - math.log(cfg.dt_min)) + math.log(cfg.dt_min))
+        with torch.no_grad():
+            self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # the inverse of softplus
+
+    def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0):
+        cfg = self.cfg
+        B, T, _ = x.shape
+        xz = self.in_proj(x)  # (B, T, 2D)
+        x, z = xz.chunk(2, dim=-1)  # (B, T, D) each
+        x = self.conv(x.transpose(1, 2))[..., :T].transpose(1, 2)  # (B, T, D): keep the causal part
+        x = F.silu(x)
+        dt, Bm, Cm = self.x_proj(x).split([cfg.dt_rank, cfg.d_state, cfg.d_state], dim=-1)
+        delta = F.softplus(self.dt_proj(dt))  # (B, T, D)
+        A = -torch.exp(self.A_log.float())  # (D, N)
+        a_bar, bx_bar = discretize(delta.float(), A, Bm.float(), x.float(), cfg.discretization)
+        h = kernels.selective_scan(a_bar, bx_bar, cfg.scan)  # (B, T, D, N)
+        y = (h @ Cm.float()[..., None]).squeeze(-1)  # (B, T, D): C_t h_t, per channel
+        y = (y + self.D_skip * x.float()).to(x.dtype)
+        y = y * F.silu(z)
+        return self.out_proj(y), None
+
+
+# -----------------------------------------------------------------------------
 # The one Block
 
 
 class Block(nn.Module):
-    """Pre-norm transformer layer (Xiong et al. 2020), the same for every model family:
-        h' = h  + Drop(Attn(Norm1(h)))
-        h  = h' + Drop(FFN(Norm2(h')))
-    A later decoder adds a cross-attention sub-layer here, and a Mamba model swaps `attn` for a
-    mixer with the same (x, key_mask, rope) -> (y, weights) signature."""
+    """Pre-norm layer (Xiong et al. 2020), the same for every model family:
+        h' = h  + Drop(Mix(Norm1(h)))              Mix: self-attention, or Mamba's SSM (cfg.mixer)
+        h" = h' + Drop(CrossAttn(NormX(h'), m))    a decoder's read of the encoder output m (cross=True)
+        h  = h" + Drop(FFN(Norm2(h")))             absent when cfg.ffn == 'none' (Mamba's blocks)
+    `causal` overrides the config's (an encoder-decoder has both kinds of Block)."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, causal=None, cross=False):
         super().__init__()
         self.norm1 = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
-        self.attn = Attention(cfg)
-        self.norm2 = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
-        self.ffn = FeedForward(cfg)
+        if getattr(cfg, "mixer", "attention") == "mamba":  # the one place the mixer is picked
+            self.attn, self.mamba = None, MambaMixer(cfg)
+        else:
+            self.attn, self.mamba = Attention(cfg, causal), None
+        self.cross = Attention(cfg, causal=False) if cross else None
+        self.norm_cross = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias) if cross else None
+        self.norm2 = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias) if cfg.ffn != "none" else None
+        self.ffn = FeedForward(cfg) if cfg.ffn != "none" else None
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0):
-        a, weights = self.attn(self.norm1(x), key_mask, rope, need_weights, cache, start)
+    def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0, memory=None,
+                memory_mask=None):
+        """memory: (B, S, C) the encoder output a cross-attention Block reads, memory_mask: bool (B, S),
+        True on its real tokens. Returns (x, weights): the self-attention weights, or for a cross Block
+        the pair (self-attention weights, cross-attention weights); None unless need_weights."""
+        mixer = self.attn if self.attn is not None else self.mamba
+        a, weights = mixer(self.norm1(x), key_mask, rope, need_weights, cache, start)
         x = x + self.drop(a)
-        x = x + self.drop(self.ffn(self.norm2(x)))
+        if self.cross is not None:
+            c, cross_weights = self.cross(self.norm_cross(x), memory_mask, None, need_weights, kv=memory)
+            x = x + self.drop(c)
+            weights = (weights, cross_weights) if need_weights else None
+        if self.ffn is not None:
+            x = x + self.drop(self.ffn(self.norm2(x)))
         return x, weights
 
 
@@ -270,9 +395,10 @@ class Block(nn.Module):
 # Config checks and initialization shared by every model family
 
 
-def check_block_fields(cfg, positive=()):
+def check_block_fields(cfg, positive=(), positions=("rope", "learned", "none")):
     """Validate the fields every config shares (the ones Block reads, plus embeddings), fill in the
-    0-means-default ones, and raise ValueError naming the config class on nonsense."""
+    0-means-default ones, and raise ValueError naming the config class on nonsense. `positions`: the
+    position schemes the family offers."""
     name = type(cfg).__name__
     for field in ("n_layer", "n_embd", "n_head", *positive):
         if getattr(cfg, field) < 1:
@@ -292,7 +418,7 @@ def check_block_fields(cfg, positive=()):
         (cfg.ffn in ("swiglu", "gelu"), f"ffn={cfg.ffn!r}: expected 'swiglu' or 'gelu'"),
         (cfg.norm in ("rms", "layer"), f"norm={cfg.norm!r}: expected 'rms' or 'layer'"),
         (cfg.emb_norm in ("none", "rms", "layer"), f"emb_norm={cfg.emb_norm!r}: expected 'none', 'rms' or 'layer'"),
-        (cfg.pos in ("rope", "learned", "none"), f"pos={cfg.pos!r}: expected 'rope', 'learned' or 'none'"),
+        (cfg.pos in positions, f"pos={cfg.pos!r}: expected one of {positions}"),
         (cfg.attn_impl in ("sdpa", "manual"), f"attn_impl={cfg.attn_impl!r}: expected 'sdpa' or 'manual'"),
     ]
     for ok, msg in checks:
@@ -311,28 +437,43 @@ def register_rope(module, cfg):
 def init_weights(model, n_applied_layers):
     """GPT-2's initialization: every Linear and Embedding weight ~ N(0, 0.02), biases zero, norm
     gains one; the projections that write into the residual stream (attention wo, FFN w2) scaled by
-    1/sqrt(2 * layers applied), so the residual stream's variance does not grow with depth."""
+    1/sqrt(2 * layers applied), so the residual stream's variance does not grow with depth. (Mamba's
+    out_proj writes into it too; its convolution keeps PyTorch's own initialization.)"""
     for m in model.modules():
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, mean=0.0, std=0.02)
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
     for name, p in model.named_parameters():
-        if name.endswith("wo.weight") or name.endswith("ffn.w2.weight"):
+        if name.endswith(("wo.weight", "ffn.w2.weight", "out_proj.weight")):
             nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_applied_layers))
 
 
-def block_flops(cfg, T):
+def block_flops(cfg, T, cross_len=0):
     """Forward FLOPs of one Block on a sequence of length T, matrix multiplies only (2 per
     multiply-add, the convention of torch.utils.flop_counter.FlopCounterMode):
         projections 2*T*C*(2*C + 2*C_kv),  QK^T and AV 2 * 2*T*T*C (the full T x T, also when causal,
-        as both attention paths compute it),  FFN 2*T*C*F*(3 for SwiGLU, 2 for GELU)."""
+        as both attention paths compute it),  FFN 2*T*C*F*(3 for SwiGLU, 2 for GELU);
+        a cross-attention over cross_len encoder states 2*T*C*2*C + 2*cross_len*C*2*C + 2*2*T*cross_len*C;
+        a Mamba mixer (cfg.mixer == 'mamba'): mamba_flops."""
+    if getattr(cfg, "mixer", "attention") == "mamba":
+        return mamba_flops(cfg, T)
     C = cfg.n_embd
     c_kv = cfg.n_kv_head * (C // cfg.n_head)
     proj = 2 * T * C * (2 * C + 2 * c_kv)
     attn = 2 * 2 * T * T * C
     ffn = 2 * T * C * cfg.ffn_hidden * (3 if cfg.ffn == "swiglu" else 2)
-    return proj + attn + ffn
+    cross = (2 * T * C * 2 * C + 2 * cross_len * C * 2 * C + 2 * 2 * T * cross_len * C) if cross_len else 0
+    return proj + attn + ffn + cross
+
+
+def mamba_flops(cfg, T):
+    """Forward FLOPs of one Mamba Block on T tokens: its projections (in 2*C*2D, x 2*D*(R+2N), dt 2*R*D,
+    out 2*D*C), the depthwise convolution 2*D*d_conv, and the readout C_t h_t, 2*D*N, per token. The
+    discretization and the scan's elementwise multiply-adds (about 2*D*N per token more) are left out,
+    as norms and softmax are for attention."""
+    C, D, N, R = cfg.n_embd, cfg.d_inner, cfg.d_state, cfg.dt_rank
+    return 2 * T * (C * 2 * D + D * cfg.d_conv + D * (R + 2 * N) + R * D + D * C + D * N)
 
 # -----------------------------------------------------------------------------
 # What every model family shares: the input embedding, parameter accounting, FLOPs, weight decay
@@ -347,14 +488,18 @@ class TokenModel(nn.Module):
         tasks   the tasks (data.py's task names) whose batches its forward takes"""
 
     tasks = ()
+    emb_scale = 1.0  # the token embedding's multiplier in `embed` (the encoder-decoder's is sqrt(d))
 
     def embed(self, idx, segments=None, start=0):
         """The input to the first block, before dropout: E_tok(t) (+ E_pos(p)) (+ E_seg(s)),
-        normalized by emb_norm if the config asks for it. idx holds positions start .. start+T-1."""
+        normalized by emb_norm if the config asks for it. idx holds positions start .. start+T-1.
+        (A family with emb_scale != 1 multiplies E_tok(t) by it first.)"""
         T = idx.size(1)
         if start + T > self.cfg.block_size:
             raise ValueError(f"sequence of length {start + T} is longer than block_size={self.cfg.block_size}")
         h = self.tok_emb(idx)  # (B, T, C)
+        if self.emb_scale != 1.0:
+            h = h * self.emb_scale
         if self.pos_emb is not None:
             h = h + self.pos_emb(torch.arange(start, start + T, device=idx.device))  # (T, C) broadcast over B
         if getattr(self, "seg_emb", None) is not None:
@@ -843,9 +988,274 @@ class Llama(TokenModel):
 
 
 # -----------------------------------------------------------------------------
+# Sequence to sequence: the Pig Latin study's two families. A seq2seq batch is a source (a word and
+# [EOS]) and a target (its translation): the decoder reads [SOS] + target and predicts target + [EOS].
+# How a family takes the pair is its config's `seq2seq_layout` (data.py cuts the batches so):
+#     'pair'    an encoder reads the source, a decoder the target input (src, src_mask, idx, targets)
+#     'joined'  one causal model reads source and target input as one sequence (idx, targets), and
+#               only the target part is scored (targets -100 elsewhere: cross_entropy's ignore_index)
+
+
+@dataclass
+class EncDecConfig:
+    """Encoder-decoder transformer (Vaswani et al. 2017), pre-norm. Defaults are the Pig Latin
+    write-up's best small setting: 2 encoder + 2 decoder layers, width 64, 8 heads, trainable
+    sinusoidal positions. The write-up's ablations vary n_head (4/8/16), n_embd (32/64), layers
+    (2/4/8) and the positions (frozen, trainable, none)."""
+
+    vocab_size: int = 30  # Pig Latin: 26 letters, "-", [PAD], [SOS], [EOS]; the data fixes it
+    block_size: int = 64  # longest source or target sequence incl. its special token; the data fixes it
+    n_layer: int = 2  # encoder layers
+    n_dec_layer: int = 0  # decoder layers; 0 means n_layer
+    n_embd: int = 64
+    n_head: int = 8
+    n_kv_head: int = 0  # 0 means n_head
+    ffn_hidden: int = 0  # 0 means 4 * n_embd
+    ffn: str = "gelu"  # 'gelu' | 'swiglu'
+    norm: str = "layer"  # 'layer' | 'rms'
+    norm_eps: float = 1e-5
+    pos: str = "sinusoidal"  # 'sinusoidal' (Vaswani sec. 3.5) | 'learned' | 'rope' | 'none'
+    train_pos: bool = True  # 'sinusoidal': start from the sinusoid and train it (True) or keep it frozen
+    emb_scale: bool = True  # Vaswani sec. 3.4: tokens N(0, 1/d) times sqrt(d), on the sinusoid's scale (entries
+    # in [-1, 1]); off, tokens start at N(0, 0.02) as in every other family here, and a frozen sinusoid drowns them
+    rope_theta: float = 10000.0
+    emb_norm: str = "none"
+    dropout: float = 0.1
+    bias: bool = True  # biases in Linear and LayerNorm, as the original transformer
+    tie_embeddings: bool = True  # one character table for source, target and the output head
+    attn_impl: str = "sdpa"  # 'sdpa' | 'manual'
+    causal = True  # the decoder's self-attention; the encoder's Blocks are built non-causal
+    seq2seq_layout = "pair"
+    data_fields = ("vocab_size", "block_size")
+    tunable = ("dropout", "attn_impl")
+
+    def __post_init__(self):
+        if self.n_dec_layer < 0:
+            raise ValueError(f"EncDecConfig: n_dec_layer={self.n_dec_layer} must be >= 0 (0 means n_layer)")
+        if self.n_dec_layer == 0:
+            self.n_dec_layer = self.n_layer
+        check_block_fields(self, ("vocab_size", "block_size"), ("sinusoidal", "learned", "rope", "none"))
+
+
+class EncoderDecoder(TokenModel):
+    """Source tokens -> n_layer non-causal Blocks -> norm = memory; target input -> n_dec_layer causal
+    Blocks, each also cross-attending to the memory -> norm -> logits (tied to the token table).
+    `translate` decodes greedily. Positions (one table for source and target) are added to the token
+    embeddings: a sinusoid, frozen or trained from there, learned from N(0, 0.02), rotary, or none."""
+
+    tasks = ("seq2seq",)
+
+    def __init__(self, cfg: EncDecConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.depth = cfg.n_layer + cfg.n_dec_layer
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos in ("learned", "sinusoidal") else None
+        self.emb_norm = None if cfg.emb_norm == "none" else make_norm(cfg.emb_norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.encoder = nn.ModuleList(Block(cfg, causal=False) for _ in range(cfg.n_layer))
+        self.enc_norm = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
+        self.decoder = nn.ModuleList(Block(cfg, causal=True, cross=True) for _ in range(cfg.n_dec_layer))
+        self.norm_f = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
+        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.head.weight = self.tok_emb.weight
+        if cfg.pos == "rope":
+            register_rope(self, cfg)
+        init_weights(self, self.depth)
+        if cfg.emb_scale:
+            self.emb_scale = math.sqrt(cfg.n_embd)
+            nn.init.normal_(self.tok_emb.weight, std=cfg.n_embd ** -0.5)
+        if cfg.pos == "sinusoidal":  # after init_weights, which would overwrite it
+            with torch.no_grad():
+                self.pos_emb.weight.copy_(sinusoid_table(cfg.block_size, cfg.n_embd))
+            self.pos_emb.weight.requires_grad_(cfg.train_pos)
+
+    def encode(self, src, src_mask=None, weights=None):
+        """src: (B, S) -> memory (B, S, C). Appends each layer's self-attention weights to `weights`
+        if a list is given."""
+        h = self.drop(self.embed(src))
+        for layer in self.encoder:
+            h, w = layer(h, src_mask, self.rope(), weights is not None)
+            if weights is not None:
+                weights.append(w)
+        return self.enc_norm(h)
+
+    def decode(self, idx, memory, src_mask=None, weights=None):
+        """idx: (B, T) target input ([SOS] + target so far) -> logits (B, T, V). Appends each layer's
+        (self-attention, cross-attention) weights to `weights` if a list is given."""
+        h = self.drop(self.embed(idx))
+        for layer in self.decoder:
+            h, w = layer(h, None, self.rope(), weights is not None, memory=memory, memory_mask=src_mask)
+            if weights is not None:
+                weights.append(w)
+        return self.head(self.norm_f(h))
+
+    def forward(self, src, idx, src_mask=None, targets=None, need_weights=False):
+        """src: (B, S) source ids ending in [EOS], right-padded; src_mask: bool (B, S), True on real
+        tokens; idx: (B, T) [SOS] + target; targets: (B, T) target + [EOS], -100 where padded.
+        Returns (logits (B, T, V), mean cross-entropy per target token or None); with need_weights also
+        {'encoder': [(B, nh, S, S) per layer], 'decoder': [...(B, nh, T, T)], 'cross': [...(B, nh, T, S)]}."""
+        enc_w, dec_w = ([], []) if need_weights else (None, None)
+        logits = self.decode(idx, self.encode(src, src_mask, enc_w), src_mask, dec_w)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        if need_weights:
+            return logits, loss, {"encoder": enc_w, "decoder": [w[0] for w in dec_w], "cross": [w[1] for w in dec_w]}
+        return logits, loss
+
+    @torch.no_grad()
+    def translate(self, src, max_new_tokens, sos_id, eos_id, src_mask=None):
+        """Greedy decoding: the most likely next token each step, until every row has produced eos_id
+        or max_new_tokens (at most block_size - 1). src: (B, S). Returns (B, steps) token ids; a row
+        that ended repeats eos_id to the end. The memory is computed once; the decoder runs the whole
+        target so far each step (words are short, so no cache)."""
+        was_training = self.training
+        self.eval()
+        memory = self.encode(src, src_mask)
+        idx = torch.full((src.size(0), 1), sos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(min(max_new_tokens, self.cfg.block_size - 1)):
+            nxt = self.decode(idx, memory, src_mask)[:, -1].argmax(-1)  # (B,)
+            nxt = nxt.masked_fill(done, eos_id)
+            idx = torch.cat((idx, nxt[:, None]), dim=1)
+            done |= nxt == eos_id
+            if bool(done.all()):
+                break
+        self.train(was_training)
+        return idx[:, 1:]
+
+    def flops_per_forward(self, seq_len, batch_size=1):
+        """Encoder on a source of seq_len, decoder on a target of seq_len reading it, and the head."""
+        cfg = self.cfg
+        enc = block_flops(cfg, seq_len) * cfg.n_layer
+        dec = block_flops(cfg, seq_len, cross_len=seq_len) * cfg.n_dec_layer
+        return batch_size * (enc + dec + self.head_flops(seq_len))
+
+    def head_flops(self, seq_len):
+        return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size
+
+
+@dataclass
+class MambaConfig:
+    """A decoder-only Mamba (Gu & Dao 2023): token embedding -> n_layer Blocks whose mixer is the
+    selective SSM (no attention, no FFN: Mamba's own block) -> RMSNorm -> logits. No positions: the
+    recurrence orders the tokens. Defaults are Mamba's (expand 2, d_state 16, d_conv 4, dt_rank
+    ceil(d/16), Delta_0 in [0.001, 0.1]) at the Pig Latin write-up's width 64 and 2 layers."""
+
+    vocab_size: int = 30  # the data fixes it (Pig Latin: 30 characters)
+    block_size: int = 128  # longest sequence (Mamba reads no positions: this only bounds decoding)
+    n_layer: int = 2
+    n_embd: int = 64
+    d_state: int = 16  # N
+    d_conv: int = 4  # the causal depthwise convolution's kernel
+    expand: int = 2  # E: d_inner = E * n_embd
+    dt_rank: int = 0  # R, the rank of Delta's projection; 0 means ceil(n_embd / 16)
+    dt_min: float = 0.001  # the range Delta starts in (log-uniform per channel)
+    dt_max: float = 0.1
+    discretization: str = "zoh_approx"  # 'zoh_approx' (Mamba's) | 'zoh' (exact) | 'bilinear' (S4's)
+    scan: str = "parallel"  # 'sequential' (the reference loop) | 'parallel' (Blelloch) | 'logspace' (Heinsen)
+    norm: str = "rms"
+    norm_eps: float = 1e-5
+    dropout: float = 0.0
+    bias: bool = False  # in in_proj and out_proj, as Mamba
+    tie_embeddings: bool = True
+    # what Block and TokenModel read, fixed for every Mamba (class attributes, not fields)
+    mixer, ffn, pos, emb_norm, causal = "mamba", "none", "none", "none", True
+    seq2seq_layout = "joined"
+    data_fields = ("vocab_size",)
+    tunable = ("dropout", "scan")  # the scans compute the same function
+
+    def __post_init__(self):
+        if self.dt_rank == 0:
+            self.dt_rank = math.ceil(self.n_embd / 16)
+        self.d_inner = self.expand * self.n_embd  # derived, not a field
+        for field in ("vocab_size", "block_size", "n_layer", "n_embd", "d_state", "d_conv", "expand", "dt_rank"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"MambaConfig: {field}={getattr(self, field)} must be at least 1")
+        checks = [
+            (0 < self.dt_min <= self.dt_max, f"need 0 < dt_min={self.dt_min} <= dt_max={self.dt_max}"),
+            (self.discretization in DISCRETIZATIONS,
+             f"discretization={self.discretization!r}: expected one of {DISCRETIZATIONS}"),
+            (self.scan in kernels.SCANS, f"scan={self.scan!r}: expected one of {kernels.SCANS}"),
+            (self.norm in ("rms", "layer"), f"norm={self.norm!r}: expected 'rms' or 'layer'"),
+            (0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(f"MambaConfig: {msg}")
+
+
+class Mamba(TokenModel):
+    """Decoder-only Mamba: a language model, and for seq2seq a model of word [EOS] [SOS] translation
+    [EOS] scored on the translation (the 'joined' layout)."""
+
+    tasks = ("seq2seq", "lm")
+
+    def __init__(self, cfg: MambaConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.depth = cfg.n_layer
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.pos_emb = self.emb_norm = None
+        self.drop = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm_f = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
+        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.head.weight = self.tok_emb.weight
+        init_weights(self, cfg.n_layer)
+        for layer in self.layers:
+            layer.mamba.reset_dt()
+
+    def forward(self, idx, targets=None):
+        """idx: (B, T) token ids (padding on the right); targets: (B, T) the next token, -100 where not
+        scored. Returns (logits (B, T, V), mean cross-entropy over the scored targets or None)."""
+        h = self.drop(self.embed(idx))
+        for layer in self.layers:
+            h, _ = layer(h)
+        logits = self.head(self.norm_f(h))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss
+
+    @torch.no_grad()
+    def translate(self, src, max_new_tokens, sos_id, eos_id, src_mask=None):
+        """Greedy decoding in the joined layout: src (B, S) holds words of one length ending in [EOS]
+        (no padding: a causal model would read it); [SOS] follows, then the most likely token each step.
+        Returns (B, steps) as EncoderDecoder.translate does."""
+        if src_mask is not None and not bool(src_mask.all()):
+            raise ValueError("Mamba.translate takes sources of one length (no padding)")
+        was_training = self.training
+        self.eval()
+        sos = torch.full((src.size(0), 1), sos_id, dtype=torch.long, device=src.device)
+        idx = torch.cat((src, sos), dim=1)
+        start = idx.size(1)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(min(max_new_tokens, self.cfg.block_size - start)):
+            nxt = self(idx)[0][:, -1].argmax(-1).masked_fill(done, eos_id)  # (B,)
+            idx = torch.cat((idx, nxt[:, None]), dim=1)
+            done |= nxt == eos_id
+            if bool(done.all()):
+                break
+        self.train(was_training)
+        return idx[:, start:]
+
+    def head_flops(self, seq_len):
+        return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size
+
+    def no_weight_decay(self):
+        """As every family, plus A_log: decaying it would pull A towards -1 for every state."""
+        return super().no_weight_decay() | {f"layers.{i}.mamba.A_log" for i in range(self.cfg.n_layer)}
+
+
+# -----------------------------------------------------------------------------
 # The model families: the config key `model` picks one
 
-FAMILIES = {"encoder": (EncoderConfig, EncoderClassifier), "gpt": (GPTConfig, GPT), "llama": (LlamaConfig, Llama)}
+FAMILIES = {"encoder": (EncoderConfig, EncoderClassifier), "gpt": (GPTConfig, GPT), "llama": (LlamaConfig, Llama),
+            "encdec": (EncDecConfig, EncoderDecoder), "mamba": (MambaConfig, Mamba)}
 
 
 def family_settings(family):

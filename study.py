@@ -182,8 +182,9 @@ def run_pending(runs, todo, jobs):
     """Train the runs `todo` as `python train.py` subprocesses, `jobs` at a time, each slot pinned to its
     own share of the cores. A run that can resume does. If a run fails or the study is interrupted,
     the runs still going get SIGTERM, save their last.pt and stop; a later call continues them."""
-    n_cpu = os.cpu_count() or 1
-    per_job = max(1, n_cpu // jobs)
+    # the cores this process may use (`taskset -c 1 python study.py ...` gives it one), shared out by slot
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    per_job = max(1, len(allowed) // jobs)
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
     running = []  # (key, process, log file, slot)
     pending, free_slots = list(todo), list(range(jobs))
@@ -195,7 +196,7 @@ def run_pending(runs, todo, jobs):
                 resume = can_resume(cfg)
                 os.makedirs(cfg["out_dir"], exist_ok=True)
                 log = open(os.path.join(cfg["out_dir"], "train.out"), "a" if resume else "w")
-                cores = set(range(slot * per_job, (slot + 1) * per_job)) & set(range(n_cpu))
+                cores = set(allowed[slot * per_job:(slot + 1) * per_job]) or set(allowed)
 
                 def pin(cores=cores):  # one job per group of cores (on a 2-core VM, ~2x faster than unpinned)
                     if jobs > 1 and hasattr(os, "sched_setaffinity"):

@@ -41,10 +41,10 @@ out_dir = "out/sst2"  # ckpt.pt (best validation loss), last.pt (latest state, f
 init_from = "scratch"  # 'scratch', 'resume' (from out_dir/last.pt), or a checkpoint to fine-tune: a file, ours
 # (ckpt.pt) or llama2.c's (.bin, .pt), or a name in data.PRETRAINED ('stories260K'); its architecture and weights
 log_interval = 50  # iterations between progress lines
-eval_interval = 0  # iterations between evaluations; 0 = once per epoch
+eval_interval = 0  # iterations between evaluations; 0 = once per epoch (the last iteration is always evaluated)
 # data
 dataset = "sst2"  # a name in data.DATASETS: 'sst2', 'sst5', 'cfimdb' (classification), 'shakespeare_char',
-# 'imdb_lm' (language modelling)
+# 'imdb_lm' (language modelling), 'piglatin' (seq2seq)
 protocol = "glue"  # 'glue' (test = GLUE dev) or 'standard' (the seed's 80/10/10 split)
 vocab = "compact"  # 'compact' (ids seen in training) or 'full' (all 50,257 GPT-2 ids)
 tokenizer = ""  # sst5, cfimdb, imdb_lm: the Llama tokenizer, 'llama2' (32,000 pieces; the default for sst5 and
@@ -57,7 +57,8 @@ eval_windows = 0  # language modelling: validation windows per evaluation; 0 = t
 # model: the family; its own settings (n_layer, n_embd, ...) are its config dataclass's fields, with
 # that family's defaults (model.EncoderConfig, model.GPTConfig)
 model = "encoder"  # 'encoder' (the classifier of the recurrent-vs-baseline study) | 'gpt' (the char LM) | 'llama'
-# (the mini Llama-2: a language model, or a classifier on a labelled dataset)
+# (the mini Llama-2: a language model, or a classifier on a labelled dataset) | 'encdec' (encoder-decoder
+# transformer) | 'mamba' (selective state-space model; seq2seq or language modelling)
 # optimization
 batch_size = 64
 grad_accum = 1  # micro-batches per optimizer step
@@ -113,6 +114,12 @@ def lm_stream(split, model_cfg, cfg):
     return data.LMStream(split, model_cfg.block_size, cfg["batch_size"], cfg["grad_accum"], cfg["seed"])
 
 
+def seq2seq_stream(split, model_cfg, cfg):
+    # the family says how it takes a (source, target) pair: model.py's seq2seq section
+    return data.Seq2SeqStream(split, model_cfg.seq2seq_layout, cfg["batch_size"], cfg["grad_accum"], cfg["seed"],
+                              cfg["bucket"])
+
+
 def score_classifier(model, split, cfg, device, ctx):
     return evaluate.evaluate_classification(model, split, device, ctx)
 
@@ -121,9 +128,14 @@ def score_lm(model, split, cfg, device, ctx):
     return evaluate.evaluate_lm(model, split, device, ctx, cfg["eval_windows"])
 
 
+def score_seq2seq(model, split, cfg, device, ctx):
+    return evaluate.evaluate_seq2seq(model, split, device, ctx)
+
+
 TASKS = {
     "classification": Task(evaluate.CLASSIFICATION_METRICS, classification_stream, score_classifier),
     "lm": Task(evaluate.LM_METRICS, lm_stream, score_lm),
+    "seq2seq": Task(evaluate.SEQ2SEQ_METRICS, seq2seq_stream, score_seq2seq),
 }
 
 
@@ -434,7 +446,7 @@ def train(cfg):
             end_of_epoch = state.step_in_epoch == epoch_steps
             if end_of_epoch:
                 state.epoch, state.step_in_epoch = state.epoch + 1, 0
-            if state.iter_num % eval_every == 0 or end_of_epoch or state.iter_num == total_iters:
+            if state.iter_num % eval_every == 0 or state.iter_num == total_iters:
                 figures, is_best = validate(fwd_model, task, dataset, cfg, state, plateau, dev, ctx)
                 if is_best:
                     save(paths["best"], with_optimizer=False)

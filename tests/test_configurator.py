@@ -174,7 +174,8 @@ def test_key_of_another_family_says_whose_it_is(tmp_path):
 
 
 def test_unknown_model_family():
-    with pytest.raises(ConfigError, match=r"model='mamba': expected one of \['encoder', 'gpt', 'llama'\]"):
-        make(["--model=mamba"])
+    with pytest.raises(ConfigError, match=r"model='rwkv': expected one of \['encdec', 'encoder', 'gpt', 'llama', "
+                       r"'mamba'\]"):
+        make(["--model=rwkv"])
     with pytest.raises(ConfigError, match="model must be of type str"):
         make(["--model=3"])

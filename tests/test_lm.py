@@ -318,7 +318,7 @@ def test_lm_config_errors(char_dataset, tmp_path):
         train.train(lm_cfg(char_dataset, tmp_path / "x", emb_norm="batch"))
     encoder_on_a_corpus = {**train.make_config([]), **{k: v for k, v in lm_cfg(char_dataset, tmp_path / "x").items()
                                                        if k in train.DEFAULTS}, "model": "encoder"}
-    with pytest.raises(configurator.ConfigError, match="does not do the lm task.*\\['gpt', 'llama'\\]"):
+    with pytest.raises(configurator.ConfigError, match="does not do the lm task.*\\['gpt', 'llama', 'mamba'\\]"):
         train.train(encoder_on_a_corpus)
 
 

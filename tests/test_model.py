@@ -486,8 +486,8 @@ def test_checkpoint_errors_are_helpful(tmp_path):
     ckpt = torch.load(tmp_path / "good.pt", weights_only=True)
     torch.save({**ckpt, "version": 99}, tmp_path / "future.pt")
     _expect_checkpoint_error(tmp_path / "future.pt", "version 99")
-    torch.save({**ckpt, "kind": "mamba"}, tmp_path / "kind.pt")
-    _expect_checkpoint_error(tmp_path / "kind.pt", "kind 'mamba'")
+    torch.save({**ckpt, "kind": "rwkv"}, tmp_path / "kind.pt")
+    _expect_checkpoint_error(tmp_path / "kind.pt", "kind 'rwkv'")
     torch.save({**ckpt, "model_args": {**ckpt["model_args"], "n_layer": 3}}, tmp_path / "mismatch.pt")
     _expect_checkpoint_error(tmp_path / "mismatch.pt", "weights do not match")
 
@@ -538,7 +538,7 @@ def test_build_model_takes_settings_and_data_facts():
     with pytest.raises(ValueError, match="n_classes, block_size"):
         model.build_model("encoder", settings, {"vocab_size": 40})  # a corpus has no labels
     with pytest.raises(ValueError, match="expected one of"):
-        model.build_model("mamba", settings, {"vocab_size": 40})
+        model.build_model("rwkv", settings, {"vocab_size": 40})
     with pytest.raises(ValueError, match="n_head"):
         model.build_model("encoder", {**settings, "n_head": 3}, {"vocab_size": 40, "n_classes": 2, "block_size": 12})
 

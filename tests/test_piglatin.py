@@ -1,0 +1,420 @@
+"""
+The Pig Latin study: the rules and the dataset (data.py), the encoder-decoder and Mamba (model.py),
+the seq2seq task (train.py) and its evaluation, error analysis and pictures (evaluate.py).
+
+Models are tiny (width 16-32) and the dataset is built from a short fake novel, so every test runs in
+seconds on a CPU; one test reads the real mirror's novel and checks the counts the README gives.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import data
+import evaluate
+import model as M
+import train
+
+NOVEL = "pride_and_prejudice"
+REL = "gutenberg_pride_and_prejudice/1342-0.txt"
+TEXT = """CHAPTER I.
+
+It is a truth universally acknowledged, that a single man in possession of a good fortune must be in
+want of a wife. Mr. Bennet’s daughters--Jane’s sisters--walked in the pleasure-grounds; a
+good-humoured young man, quite square in his rhythm, was strengthening his thoughtfulness. Don’t!
+The brown conditioning is yellow; XV. Tête-à-tête. Every quiet queen quoted equal quantities.
+""" + " ".join(f"{a}{b}{c}" for a in "bcdfgst" for b in "aeiou" for c in ["t", "n", "ck", "sh", "mp", "rd"])
+
+
+@pytest.fixture
+def novel_mirror(tmp_path, monkeypatch):
+    """A mirror holding a short fake 1342-0.txt, with data.SOURCES pointing at its sha256."""
+    path = tmp_path / "mirror" / REL
+    path.parent.mkdir(parents=True)
+    path.write_text(TEXT, encoding="utf-8")
+    monkeypatch.setitem(data.SOURCES[NOVEL]["files"], REL, data.sha256(path.read_bytes()))
+    return str(tmp_path / "mirror")
+
+
+@pytest.fixture
+def pig_data(novel_mirror, tmp_path):
+    out = str(tmp_path / "piglatin")
+    data.prepare_piglatin(mirror=novel_mirror, out_dir=out, verbose=False)
+    return out
+
+
+# -----------------------------------------------------------------------------
+# the rules and the words
+
+
+@pytest.mark.parametrize("word, pig", [
+    ("brown", "ownbray"), ("conditioning", "onditioningcay"), ("is", "isway"),  # the write-up's three
+    ("pleasure-grounds", "easureplay-oundsgray"), ("strengthening", "engtheningstray"),
+    ("thoughtfulness", "oughtfulnessthay"), ("good-humoured", "oodgay-umouredhay"),  # its error table's truths
+    ("yellow", "ellowyay"), ("rhythm", "ythmrhay"), ("my", "ymay"),  # y: consonant first, vowel after
+    ("quite", "itequay"), ("square", "aresquay"), ("equal", "equalway"),  # qu moves as one
+    ("mr", "mray"), ("a", "away"), ("a-b", "away-bay"),
+])
+def test_pig_latin_rules(word, pig):
+    assert data.pig_latin(word) == pig
+
+
+@pytest.mark.parametrize("bad", ["", "Brown", "don't", "a--b", "-a", "tête", "b1"])
+def test_pig_latin_refuses_what_it_does_not_define(bad):
+    with pytest.raises(ValueError, match="lower-case letters"):
+        data.pig_latin(bad)
+
+
+def test_rule_names():
+    assert [data.pig_latin_rule(w) for w in ("brown", "is", "a-b", "mr", "my")] == \
+        ["consonant", "vowel", "hyphenated", "no vowel", "consonant"]
+
+
+def test_novel_words_keeps_plain_and_hyphenated_words_only():
+    words = data.novel_words(TEXT)
+    assert words == sorted(set(words))
+    for w in ("pleasure-grounds", "good-humoured", "mr", "xv", "daughters", "sisters", "chapter", "i"):
+        assert w in words
+    # possessives, contractions and accented words are left out whole, not cut into new words
+    for w in ("bennet’s", "bennet", "jane", "t", "don’t", "tête-à-tête", "tête", "te"):
+        assert w not in words
+    assert "daughters--jane" not in words and "sisters--walked" not in words  # a dash is not a hyphen
+
+
+# -----------------------------------------------------------------------------
+# the prepared dataset
+
+
+def test_prepare_splits_are_disjoint_and_decode(pig_data):
+    ds = data.Dataset(pig_data)
+    assert ds.task == "seq2seq" and ds.meta["vocab"] == data.PIG_LATIN_VOCAB
+    assert ds.facts()["vocab_size"] == 30 and ds.meta["specials"] == {"pad": 0, "sos": 1, "eos": 2}
+    codec = data.CharCodec(ds.meta["vocab"])
+    seen = {}
+    for name, split in ds.splits.items():
+        for i in range(len(split)):
+            src, tgt = split[i]
+            word = codec.decode(src)
+            assert codec.decode(tgt) == data.pig_latin(word)
+            assert word not in seen, f"{word} in {seen.get(word)} and {name}"
+            seen[word] = name
+        assert list(split.lengths) == [len(split[i][0]) for i in range(len(split))]
+    assert sorted(seen) == data.novel_words(TEXT)
+    n = len(seen)
+    assert (len(ds.splits["val"]), len(ds.splits["test"])) == (n // 10, n // 10)
+    assert ds.meta["block_size"] == max(len(w) + len(data.pig_latin(w)) + 2 for w in seen)
+
+
+def test_prepare_is_deterministic_and_seeded(novel_mirror, tmp_path):
+    def words(out, seed):
+        data.prepare_piglatin(mirror=novel_mirror, out_dir=out, seed=seed, verbose=False)
+        split, codec = data.Dataset(out).splits["val"], data.CharCodec(data.PIG_LATIN_VOCAB)
+        return [codec.decode(split[i][0]) for i in range(len(split))]
+
+    a, b = words(str(tmp_path / "a"), 1), words(str(tmp_path / "b"), 1)
+    assert a == b and a != words(str(tmp_path / "c"), 2)
+
+
+def test_real_novel_counts():
+    """The mirror's Pride and Prejudice: the counts the README states."""
+    mirror = os.environ["DATA_MIRROR"]
+    if not os.path.isfile(os.path.join(mirror, REL)):
+        pytest.skip(f"no {REL} in {mirror}")
+    raw = data.fetch(NOVEL, mirror)[REL]  # sha256 checked
+    words = data.novel_words(raw.decode("utf-8"))
+    assert len(words) == 6829 and sum("-" in w for w in words) == 188
+
+
+def test_download_path_and_corrupt_file(novel_mirror, monkeypatch, tmp_path):
+    payload = open(os.path.join(novel_mirror, REL), "rb").read()
+    calls = []
+
+    def fake_download(url, dest, timeout=60):
+        calls.append(url)
+        with open(dest, "wb") as f:
+            f.write(payload)
+
+    monkeypatch.setattr(data, "download", fake_download)
+    cache = str(tmp_path / "cache")
+    for _ in range(2):
+        assert data.fetch(NOVEL, mirror=None, cache_dir=cache) == {REL: payload}
+    assert calls == [data.SOURCES[NOVEL]["url"]]  # once: the second read is from the cache
+    assert calls[0].startswith("https://raw.githubusercontent.com/gutenbergbooks/1342/")
+    with open(os.path.join(cache, data.SOURCES[NOVEL]["cache_name"]), "ab") as f:
+        f.write(b"tampered")
+    with pytest.raises(data.DataError, match="sha256"):
+        data.fetch(NOVEL, mirror=None, cache_dir=cache)
+
+
+def test_corrupt_split_is_refused(pig_data):
+    data.write_bin(os.path.join(pig_data, "val_tgt_offsets.bin"), np.array([0, 1], dtype=np.int64))
+    with pytest.raises(data.DataError, match="disagree"):
+        data.Dataset(pig_data)
+
+
+# -----------------------------------------------------------------------------
+# batches in the two layouts
+
+
+def test_collate_layouts_line_up():
+    pairs = [(np.array([5, 6, 7]), np.array([6, 7, 5, 4])), (np.array([8]), np.array([8, 9, 10]))]
+    pair = data.seq2seq_collate(pairs, "pair", "cpu")
+    assert pair["src"].tolist() == [[5, 6, 7, 2], [8, 2, 0, 0]]
+    assert pair["src_mask"].tolist() == [[True] * 4, [True, True, False, False]]
+    assert pair["idx"].tolist() == [[1, 6, 7, 5, 4], [1, 8, 9, 10, 0]]
+    assert pair["targets"].tolist() == [[6, 7, 5, 4, 2], [8, 9, 10, 2, -100]]
+    joined = data.seq2seq_collate(pairs, "joined", "cpu")
+    for row, (src, tgt) in enumerate(pairs):
+        x, y = joined["idx"][row].tolist(), joined["targets"][row].tolist()
+        scored = [i for i, t in enumerate(y) if t != -100]
+        # the scored positions read [SOS] + translation and predict translation + [EOS]
+        assert [x[i] for i in scored] == [1, *tgt] and [y[i] for i in scored] == [*tgt, 2]
+        assert x[:len(src) + 1] == [*src, 2]
+    with pytest.raises(ValueError, match="layout"):
+        data.seq2seq_collate(pairs, "stacked", "cpu")
+
+
+# -----------------------------------------------------------------------------
+# the models
+
+
+def encdec(**kw):
+    torch.manual_seed(0)
+    args = dict(vocab_size=30, block_size=24, n_layer=1, n_embd=16, n_head=2, ffn_hidden=16, dropout=0.0)
+    return M.EncoderDecoder(M.EncDecConfig(**{**args, **kw})).eval()
+
+
+def mamba(**kw):
+    torch.manual_seed(0)
+    args = dict(vocab_size=30, block_size=40, n_layer=2, n_embd=16, d_state=4, scan="sequential")
+    return M.Mamba(M.MambaConfig(**{**args, **kw})).eval()
+
+
+def batch(layout, n=3):
+    rng = np.random.default_rng(0)
+    pairs = [(rng.integers(3, 30, size=k), rng.integers(3, 30, size=k + 2)) for k in (4, 6, 5)[:n]]
+    return data.seq2seq_collate(pairs, layout, "cpu")
+
+
+def test_sinusoid_table():
+    t = M.sinusoid_table(5, 6)
+    p, i = 3, 1
+    assert torch.isclose(t[p, 2 * i], torch.tensor(np.sin(p / 10000 ** (2 * i / 6)), dtype=torch.float32))
+    assert torch.isclose(t[p, 2 * i + 1], torch.tensor(np.cos(p / 10000 ** (2 * i / 6)), dtype=torch.float32))
+    assert M.sinusoid_table(4, 5).shape == (4, 5)  # an odd width works too
+
+
+def test_positions_frozen_or_trained():
+    frozen, trained = encdec(train_pos=False), encdec(train_pos=True)
+    for m in (frozen, trained):
+        assert torch.equal(m.pos_emb.weight, M.sinusoid_table(24, 16))
+    assert not frozen.pos_emb.weight.requires_grad and trained.pos_emb.weight.requires_grad
+    counts = frozen.param_counts()
+    assert counts["trainable"] == counts["total"] - 24 * 16
+    assert encdec(pos="none").pos_emb is None and encdec(pos="learned").pos_emb.weight.std() < 0.05
+    with pytest.raises(ValueError, match="pos="):
+        encdec(pos="alibi")
+
+
+def test_encdec_decoder_is_causal_and_reads_the_source():
+    m, inp = encdec(), batch("pair")
+    logits, loss = m(**inp)
+    assert logits.shape == (*inp["idx"].shape, 30) and loss.item() > 0
+    changed = dict(inp, idx=inp["idx"].clone())
+    changed["idx"][:, 3] = 7
+    assert torch.allclose(m(**changed)[0][:, :3], logits[:, :3], atol=1e-6)  # the future does not leak back
+    assert not torch.allclose(m(**changed)[0][:, 3:], logits[:, 3:])
+    other = dict(inp, src=inp["src"].roll(1, 0), src_mask=inp["src_mask"].roll(1, 0))
+    assert (m(**other)[0] - logits).abs().max() > 1e-3  # cross-attention carries the source
+
+
+def test_encdec_source_padding_is_masked():
+    m, inp = encdec(), batch("pair", n=1)
+    longer = dict(inp, src=torch.cat((inp["src"], torch.zeros(1, 5, dtype=torch.long)), 1),
+                  src_mask=torch.cat((inp["src_mask"], torch.zeros(1, 5, dtype=torch.bool)), 1))
+    assert torch.allclose(m(**longer)[0], m(**inp)[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("pos", ["sinusoidal", "rope", "none"])
+def test_encdec_sdpa_equals_manual(pos):
+    inp = batch("pair")
+    fast, slow = encdec(pos=pos, attn_impl="sdpa"), encdec(pos=pos, attn_impl="manual")
+    slow.load_state_dict(fast.state_dict())
+    (lf, loss_f), (ls, loss_s) = fast(**inp), slow(**inp)
+    assert torch.allclose(lf, ls, atol=1e-5)
+    loss_f.backward(), loss_s.backward()
+    for (name, a), b in zip(fast.named_parameters(), slow.parameters()):
+        assert torch.allclose(a.grad, b.grad, atol=1e-5), name
+
+
+def test_encdec_attention_weights():
+    m, inp = encdec(n_layer=2), batch("pair")
+    logits, _, w = m(**inp, need_weights=True)
+    B, S, T = inp["src"].size(0), inp["src"].size(1), inp["idx"].size(1)
+    assert [x.shape for x in w["encoder"]] == [(B, 2, S, S)] * 2
+    assert [x.shape for x in w["cross"]] == [(B, 2, T, S)] * 2 and [x.shape for x in w["decoder"]] == [(B, 2, T, T)] * 2
+    assert torch.allclose(w["cross"][0].sum(-1), torch.ones(B, 2, T), atol=1e-5)
+    assert float(w["cross"][0][0, :, :, 5:].abs().max()) < 1e-6  # row 0: a word of 4 and [EOS], then padding
+    assert float(w["decoder"][0].triu(1).abs().max()) == 0.0
+    assert torch.allclose(logits, m(**inp)[0], atol=1e-5)
+
+
+def test_flops_of_the_encoder_decoder():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    m = encdec(n_layer=2, attn_impl="manual")
+    src, idx = torch.randint(3, 30, (1, 7)), torch.randint(3, 30, (1, 7))
+    with FlopCounterMode(display=False) as counter:
+        m(src, idx)
+    assert m.flops_per_forward(7) == counter.get_total_flops()
+
+
+@pytest.mark.parametrize("method", M.DISCRETIZATIONS)
+def test_discretizations_match_their_matrix_formulas(method):
+    """The elementwise forms equal the matrix formulas (Mamba eq. 4, S4 eq. 3) with a diagonal A."""
+    torch.manual_seed(0)
+    D, N = 3, 4
+    delta = torch.rand(1, 1, D, dtype=torch.float64) * 3  # up to Delta A < -2: a negative bilinear A-bar
+    A = -torch.rand(D, N, dtype=torch.float64) * 2 - 0.1
+    Bm, x = torch.randn(1, 1, N, dtype=torch.float64), torch.randn(1, 1, D, dtype=torch.float64)
+    a_bar, bx_bar = M.discretize(delta, A, Bm, x, method)
+    I = torch.eye(N, dtype=torch.float64)
+    for d in range(D):
+        dA, dB = torch.diag(delta[0, 0, d] * A[d]), delta[0, 0, d] * Bm[0, 0]
+        if method == "bilinear":
+            Ab = torch.linalg.solve(I - dA / 2, I + dA / 2)
+            Bb = torch.linalg.solve(I - dA / 2, dB)
+        else:
+            Ab = torch.linalg.matrix_exp(dA)
+            Bb = dB if method == "zoh_approx" else torch.linalg.solve(dA, (Ab - I) @ dB)
+        assert torch.allclose(a_bar[0, 0, d], torch.diagonal(Ab))
+        assert torch.allclose(bx_bar[0, 0, d], Bb * x[0, 0, d])
+    if method == "bilinear":
+        assert (a_bar < 0).any()  # the scans must handle signs
+
+
+def test_mamba_is_causal_and_ignores_right_padding():
+    m = mamba()
+    idx = torch.randint(3, 30, (2, 9))
+    logits, _ = m(idx)
+    changed = idx.clone()
+    changed[:, 5:] = 0
+    assert torch.allclose(m(changed)[0][:, :5], logits[:, :5], atol=1e-6)
+
+
+@pytest.mark.parametrize("method", M.DISCRETIZATIONS)
+def test_mamba_scans_agree(method):
+    """The three scans compute the same model: outputs and every gradient, on an odd length."""
+    inp = batch("joined")
+    ref = mamba(discretization=method, scan="sequential")
+    ref(**inp)[1].backward()
+    for scan in ("parallel", "logspace"):
+        m = mamba(discretization=method, scan=scan)
+        m.load_state_dict(ref.state_dict())
+        logits, loss = m(**inp)
+        assert torch.allclose(logits, ref(**inp)[0], atol=1e-4), scan
+        loss.backward()
+        for (name, a), b in zip(m.named_parameters(), ref.parameters()):
+            assert torch.allclose(a.grad, b.grad, atol=1e-4, rtol=1e-3), (scan, name)
+
+
+def test_mamba_init_and_decay():
+    m = mamba()
+    mixer = m.layers[0].mamba
+    dt = torch.nn.functional.softplus(mixer.dt_proj.bias)
+    assert dt.min() >= 0.001 - 1e-6 and dt.max() <= 0.1 + 1e-6  # Delta starts in [dt_min, dt_max]
+    assert torch.allclose(-torch.exp(mixer.A_log[0]), -torch.arange(1, 5, dtype=torch.float32))  # S4D-real
+    assert "layers.0.mamba.A_log" in m.no_weight_decay() and "layers.0.mamba.in_proj.weight" not in m.no_weight_decay()
+    with pytest.raises(ValueError, match="discretization"):
+        mamba(discretization="euler")
+    with pytest.raises(ValueError, match="scan"):
+        mamba(scan="fast")
+
+
+@pytest.mark.parametrize("make, layout", [(encdec, "pair"), (mamba, "joined")])
+def test_greedy_translation_is_the_argmax_of_its_own_teacher_forcing(make, layout):
+    m = make()
+    src = torch.tensor([[5, 9, 12, 2], [7, 3, 20, 2]])
+    out = m.translate(src, 6, data.SOS, data.EOS)
+    assert out.shape[0] == 2 and out.shape[1] <= 6
+    pairs = [(s[:-1].numpy(), o.numpy()) for s, o in zip(src, out)]
+    inp = data.seq2seq_collate(pairs, layout, "cpu")
+    logits, _ = m(**{k: v for k, v in inp.items() if k != "targets"})
+    scored = inp["targets"] != -100
+    predicted = logits.argmax(-1)[scored].view(2, -1)[:, :out.size(1)]  # drop the [EOS] position
+    assert torch.equal(predicted, out)
+
+
+# -----------------------------------------------------------------------------
+# training and evaluation through train.py and evaluate.py
+
+
+def pig_cfg(pig_data, tmp_path, family, **kw):
+    size = dict(n_layer=1, n_embd=16, n_head=2, ffn_hidden=16) if family == "encdec" else \
+        dict(n_layer=1, n_embd=16, d_state=4)
+    cfg = train.make_config([f"--model={family}"])
+    cfg.update(dataset="piglatin", data_dir=pig_data, out_dir=str(tmp_path / family), device="cpu", dtype="float32",
+               batch_size=16, max_epochs=2, log_interval=100, eval_interval=0, scheduler="constant",
+               learning_rate=3e-3, early_stop_patience=0, seed=1, **size)
+    cfg.update(kw)
+    return cfg
+
+
+@pytest.mark.parametrize("family", ["encdec", "mamba"])
+def test_train_and_evaluate_seq2seq(pig_data, tmp_path, family, capsys):
+    cfg = pig_cfg(pig_data, tmp_path, family)
+    summary = train.train(cfg)
+    assert summary["task"] == "seq2seq" and summary["metrics"]["test_word_accuracy"]["better"] == "higher"
+    ds = data.Dataset(pig_data)
+    best, _ = M.load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
+    # the word accuracy, recomputed one word at a time
+    test = ds.splits["test"]
+    right = 0
+    for i in range(len(test)):
+        src, tgt = test[i]
+        out = best.translate(torch.tensor([[*src, data.EOS]]), 40, data.SOS, data.EOS)[0].tolist()
+        right += (out[:out.index(data.EOS)] if data.EOS in out else out) == tgt.tolist()
+    assert summary["test_word_accuracy"] == pytest.approx(right / len(test))
+    out_json = str(tmp_path / "report.json")
+    evaluate.main(["--ckpt", os.path.join(cfg["out_dir"], "ckpt.pt"), "--no_timing", "--json", out_json])
+    report = json.load(open(out_json))
+    assert report["word_accuracy"] == pytest.approx(summary["test_word_accuracy"])
+    assert sum(g["n"] for g in report["by_rule"].values()) == len(test) == sum(g["n"] for g in report["by_length"].values())
+    assert len(report["errors"]) == round((1 - report["word_accuracy"]) * len(test))
+    for e in report["errors"]:
+        assert e["truth"] == data.pig_latin(e["word"]) and e["predicted"] != e["truth"]
+    assert "wrong translations" in capsys.readouterr().out
+
+
+def test_seq2seq_resume_is_exact(pig_data, tmp_path):
+    full = train.train(pig_cfg(pig_data, tmp_path, "encdec", max_epochs=3, dropout=0.1))
+    cfg = pig_cfg(pig_data, tmp_path / "b", "encdec", max_epochs=1, dropout=0.1)
+    train.train(cfg)
+    resumed = train.train({**cfg, "max_epochs": 3, "init_from": "resume"})
+    assert resumed["final_val_loss"] == full["final_val_loss"]
+    assert resumed["final_val_word_accuracy"] == full["final_val_word_accuracy"]
+
+
+def test_wrong_family_for_the_task(pig_data, tmp_path):
+    cfg = pig_cfg(pig_data, tmp_path, "encdec")
+    cfg["model"] = "gpt"
+    cfg.update({k: v for k, v in train.make_config(["--model=gpt"]).items() if k not in cfg})
+    with pytest.raises(train.configurator.ConfigError, match="encdec"):
+        train.train(cfg)
+
+
+def test_plots(pig_data, tmp_path):
+    pytest.importorskip("matplotlib")
+    cfg = pig_cfg(pig_data, tmp_path, "encdec", max_epochs=1)
+    train.train(cfg)
+    out = str(tmp_path / "plots")
+    evaluate.main(["--ckpt", os.path.join(cfg["out_dir"], "ckpt.pt"), "--no_timing", "--plots", out,
+                   "--words", "brown,is"])
+    names = sorted(os.listdir(out))
+    assert names == ["attention_cross_brown.png", "attention_cross_is.png", "attention_encoder_brown.png",
+                     "attention_encoder_is.png", "embeddings_pca.png"]
+    for n in names:
+        assert open(os.path.join(out, n), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
