@@ -605,12 +605,15 @@ def seq2seq_plots(model, codec, out_dir, words, device):
                 fig.savefig(path, dpi=150)
                 plt.close(fig)
                 written.append(path)
-    emb = m.tok_emb.weight.float().cpu()
+    # [PAD] is never read; its row moves only through the tied output head, far from the rest, so it
+    # would be the first principal direction by itself: it is left out
+    shown = [i for i, name in enumerate(codec.itos) if name != "[PAD]"]
+    emb = m.tok_emb.weight.float().cpu()[shown]
     centred = emb - emb.mean(0)
     _, _, v = torch.linalg.svd(centred, full_matrices=False)
-    xy = (centred @ v[:2].T).numpy()  # (V, 2): the two principal directions
+    xy = (centred @ v[:2].T).numpy()  # (V - 1, 2): the two principal directions
     fig, ax = plt.subplots(figsize=(5, 5))
-    for i, name in enumerate(codec.itos):
+    for i, name in enumerate(codec.itos[j] for j in shown):
         colour = "tab:red" if name in "aeiou" else "tab:orange" if name == "y" else "tab:blue" if len(name) == 1 \
             else "tab:gray"
         ax.scatter(xy[i, 0], xy[i, 1], c=colour, s=12)

@@ -28,6 +28,7 @@ import itertools
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -310,6 +311,11 @@ def main(argv=None):
     p.add_argument("--metrics", nargs="*", default=None, help="the metrics to show (default: all the runs report)")
     p.add_argument("--json", help="write the table, the differences and every run's summary to this file")
     args = p.parse_args(argv)
+
+    def stop(signum, frame):  # `kill <study>` stops the study as Ctrl-C does: its runs save and stop too
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         if len(set(args.seeds)) < 2 or args.jobs < 1:
             raise ValueError("a study needs at least two distinct --seeds and --jobs >= 1")

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -201,6 +202,32 @@ def test_classification_study_runs_resumes_and_compares(tiny_dataset, tmp_path, 
     study.main(args)
     assert "4 runs, 4 finished, 0 to train" in capsys.readouterr().out
 
+
+def test_a_killed_study_stops_its_runs(tiny_dataset, tmp_path):
+    """`kill <study>` (SIGTERM) stops the study as Ctrl-C does: each running train.py gets SIGTERM and
+    saves its last.pt. (Before, the study died alone and its runs went on, orphaned.)"""
+    configs = write_tiny_configs(tmp_path, tiny_dataset)[:1]
+    out_root = str(tmp_path / "study")
+    # a run that would go on for a long time and saves nothing before its first evaluation
+    args = [*configs, "--seeds", "1", "2", "--out_root", out_root, "--set", "max_iters=100000", "eval_interval=100000",
+            "max_epochs=100000"]
+    proc = subprocess.Popen([sys.executable, "study.py", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    run_dir = os.path.join(out_root, "tiny_plain", "seed1")
+    deadline = time.time() + 60
+    while not (os.path.isfile(os.path.join(run_dir, "log.jsonl")) and "iter 2/" in open_or_empty(run_dir)):
+        assert time.time() < deadline and proc.poll() is None, "the run did not start"
+        time.sleep(0.2)
+    proc.terminate()
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "study interrupted" in out
+    assert os.path.isfile(os.path.join(run_dir, "last.pt"))  # the run got SIGTERM and saved
+    assert "interrupt: finishing this step" in open_or_empty(run_dir)
+
+
+def open_or_empty(run_dir):
+    path = os.path.join(run_dir, "train.out")
+    return open(path).read() if os.path.isfile(path) else ""
 
 def test_language_model_study(char_mirror, char_digest, tmp_path, capsys):
     """The embedding-norm configs x 2 seeds on a fake corpus, then collected; the metrics and their
