@@ -26,9 +26,10 @@ the GPT-2 ids seen in the training split get rows, in increasing order; unseen i
 Every sequence starts with [CLS], whose final hidden state the classifier reads.
 
 Read top to bottom: the .bin format -> sources and downloads -> text cleaning and tokenization ->
-classification splits -> SST-2 -> tinyshakespeare -> the dataset registry (DATASETS: name ->
-preparer and task) and `load_dataset` -> batch streams (one per task; each batch a pure function of
-the seed and its position, so a resumed run sees exactly the batches it would have seen).
+classification splits -> SST-2 -> tinyshakespeare -> Pig Latin -> SST-5/CFIMDB -> the dataset
+registry (DATASETS: name -> preparer and task) and `load_dataset` -> batch streams (one per task;
+each batch a pure function of the seed and its position, so a resumed run sees exactly the batches
+it would have seen).
 """
 
 import argparse

@@ -1,7 +1,8 @@
 """
 Evaluate trained checkpoints: one evaluator per task (classification: loss, accuracy, F1, precision,
 recall, MCC and per-example predictions; language modelling: loss, perplexity, next-token accuracy
-and the embedding norm), plus size, FLOPs and speed; classify your own text or sample from a
+and the embedding norm; seq2seq: loss per character, greedy word accuracy, the translations), plus
+size, FLOPs and speed; classify your own text or sample from a
 language model. train.py uses the same evaluators during training; this file never imports train.py.
 
     python evaluate.py --ckpt out/sst2_recurrent/ckpt.pt                     # test split, table on stdout
@@ -12,6 +13,8 @@ language model. train.py uses the same evaluators during training; this file nev
     python evaluate.py --ckpt stories260K.bin --prompt "Once upon a time" --temperature 0   # a llama2.c model
     python evaluate.py --ckpt stories260K --zero_shot sst5 --split val    # a Llama LM as a classifier, no training
     python evaluate.py config/llama_sst5_prompt.py                        # a config file sets the options
+    python evaluate.py --ckpt out/piglatin_transformer/ckpt.pt --plots out/piglatin_plots   # seq2seq: word accuracy,
+                                              # errors by rule and length, attention maps, embedding projection
 
 (`evaluate.py --study ...` is the old spelling of `study.py ...`, the multi-seed study runner; it
 still works and runs study.py.)

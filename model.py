@@ -1,9 +1,10 @@
 """
 The transformer building blocks of this lab, written out by hand, and the models built from them.
 
-Read top to bottom: norms -> rotary embeddings -> attention -> feed-forward -> Block -> shared
-config checks, initialization and FLOPs -> what every model shares (`TokenModel`) -> encoder
-classifier -> causal GPT -> the family registry -> checkpoints.
+Read top to bottom: norms -> rotary and sinusoidal positions -> attention -> feed-forward -> Mamba's
+selective SSM -> Block -> shared config checks, initialization and FLOPs -> what every model shares
+(`TokenModel`) -> encoder classifier -> causal GPT -> LoRA -> Llama -> the seq2seq families
+(encoder-decoder, Mamba) -> the family registry -> checkpoints -> llama2.c's formats.
 
 Glossary (code name -> symbol in the study write-ups)
     B, T, C        batch size, sequence length, model width d
@@ -13,7 +14,8 @@ Glossary (code name -> symbol in the study write-ups)
     loop_alpha     cross-iteration residual scale alpha in h^(r+1) = F(h^(r)) + alpha * h^(r)
 
 Every model shares one `Block`. Anything that differs between model families (norm type, FFN type,
-position scheme, causal or not, number of key/value heads) is a field of the config, dispatched in
+position scheme, causal or not, number of key/value heads, attention or Mamba's SSM as the token
+mixer, a cross-attention sub-layer) is a field of the config or an argument of Block, dispatched in
 exactly one place. A run picks its family with the config key `model` (see FAMILIES at the end);
 the family's config dataclass fields are the run's model settings, with the family's own defaults.
 """
