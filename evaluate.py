@@ -746,10 +746,31 @@ def print_table(results, max_errors=50):
                   f"{r['sample_args']['top_k']}, seed {r['sample_args']['seed']}):\n{r['sample']}\n---")
 
 
+def translate_text(model, ckpt, path, text, device, ctx):
+    """--text for a seq2seq model: each word of the text translated greedily, printed beside the rules'
+    answer (data.pig_latin)."""
+    codec = data.CharCodec(ckpt["data"]["vocab"])
+    out = []
+    for word in text.lower().split():
+        try:
+            src = torch.tensor([[*codec.encode(word), data.EOS]], device=device)
+        except ValueError as e:
+            raise ValueError(f"{word!r}: {e}") from None
+        with torch.no_grad(), ctx:
+            ids = raw_model(model).translate(src, 3 * len(word) + 4, data.SOS, data.EOS)[0].tolist()
+        out.append(codec.decode(ids[:ids.index(data.EOS)] if data.EOS in ids else ids))
+    rules = " ".join(data.pig_latin(w) if data._PIG_WORD.fullmatch(w) else "?" for w in text.lower().split())
+    print(f"{path}: {' '.join(out)}  (the rules: {rules})")
+
+
 def classify_text(paths, args, device, ctx):
-    """--text: each classifier's label and class probabilities for one sentence."""
+    """--text: each classifier's label and class probabilities for one sentence (a seq2seq model
+    translates it instead)."""
     for path in paths:
         model, ckpt = load(path, device)
+        if ckpt["data"]["task"] == "seq2seq":
+            translate_text(model, ckpt, path, args.text, device, ctx)
+            continue
         if ckpt["data"]["task"] != "classification":
             raise ValueError(f"{path} is a language model: give it a --prompt to continue, not --text")
         enc = text_encoder(ckpt)
@@ -781,7 +802,8 @@ def parser():
     p.add_argument("--split", default="test", choices=["train", "val", "test"],
                    help="classifiers and --zero_shot: the split to score")
     p.add_argument("--json", help="write the figures to this file (classifiers: with per-example predictions)")
-    p.add_argument("--text", help="classify this sentence and print the label probabilities")
+    p.add_argument("--text", help="classify this sentence and print the label probabilities (seq2seq: translate "
+                   "its words)")
     p.add_argument("--truncate", action="store_true", help="with --text: cut an over-long sentence instead of refusing")
     p.add_argument("--file", help="evaluate on a labelled file: sentence<TAB>label per line, header allowed")
     p.add_argument("--prompt", default=None, help="language models: the text a sample starts from (default: a "

@@ -389,6 +389,11 @@ def test_train_and_evaluate_seq2seq(pig_data, tmp_path, family, capsys):
     for e in report["errors"]:
         assert e["truth"] == data.pig_latin(e["word"]) and e["predicted"] != e["truth"]
     assert "wrong translations" in capsys.readouterr().out
+    evaluate.main(["--ckpt", os.path.join(cfg["out_dir"], "ckpt.pt"), "--text", "Brown is"])
+    printed = capsys.readouterr().out
+    assert printed.startswith(os.path.join(cfg["out_dir"], "ckpt.pt") + ": ") and "(the rules: ownbray isway)" in printed
+    with pytest.raises(SystemExit, match="'x1'"):
+        evaluate.main(["--ckpt", os.path.join(cfg["out_dir"], "ckpt.pt"), "--text", "x1"])
 
 
 def test_seq2seq_resume_is_exact(pig_data, tmp_path):
