@@ -55,7 +55,7 @@ def run(impl, inputs, w, dtype):
 
 
 def assert_close(x, ref, tol, what):
-    err = (x.double() - ref).abs().max().item()
+    err = (x.detach().double() - ref).abs().max().item()
     scale = max(ref.abs().max().item(), 1.0)
     assert err <= tol * scale, f"{what}: max error {err:.3e} > {tol:g} * {scale:.3g}"
 
@@ -96,10 +96,9 @@ def test_hand_computed(impl):
     h.sum().backward()
     want = {"h": [[2.0, -1.0, -4.25]], "a": [[-3.0, 2.5, -1.0]], "b": [[-1.5, 1.25, 1.0]], "h0": [-0.75]}
     for name, got in (("h", h), ("a", a.grad), ("b", b.grad), ("h0", h0.grad)):
-        torch.testing.assert_close(got, torch.tensor(want[name], dtype=torch.float64), rtol=0, atol=1e-12,
-                                   msg=lambda m, name=name: f"{impl} {name}: {m}")
-    torch.testing.assert_close(scan(a, b).detach(), torch.tensor([[1.0, 1.0, -3.75]], dtype=torch.float64),
-                               rtol=0, atol=1e-12)
+        assert got.shape == torch.Size(torch.tensor(want[name]).shape)
+        assert_close(got, torch.tensor(want[name], dtype=torch.float64), 1e-12, f"{impl} {name}")
+    assert_close(scan(a, b), torch.tensor([[1.0, 1.0, -3.75]], dtype=torch.float64), 1e-12, f"{impl} h, no h0")
 
 
 def test_reference_is_the_unrolled_sum():
@@ -111,7 +110,7 @@ def test_reference_is_the_unrolled_sum():
         want = torch.prod(a[:, :t + 1], dim=1) * h0
         for s in range(t + 1):
             want = want + torch.prod(a[:, s + 1:t + 1], dim=1) * b[:, s]  # an empty product is 1
-        torch.testing.assert_close(h[:, t], want, rtol=1e-12, atol=1e-12)
+        assert_close(h[:, t], want, 1e-12, f"h_{t}")
 
 
 def test_unknown_impl_is_rejected_naming_the_options():
@@ -207,6 +206,20 @@ def test_scan_benchmark_runs_and_writes_json(tmp_path, capsys):
     assert result["conditions"]["torch"] == torch.__version__
 
 
+def test_scan_benchmark_states_the_goal(tmp_path, capsys):
+    """At T=1024 the benchmark prints the measured parallel/sequential ratio and whether the 10x goal
+    is met, whichever it is (one number per step here, so it is quick)."""
+    path = tmp_path / "goal.json"
+    kernels.main(["scan", "--lengths", "1024", "--batch", "1", "--d", "1", "--n", "1", "--repeats", "1",
+                  "--json", str(path)])
+    goal_lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("goal:")]
+    assert len(goal_lines) == 2  # forward, and forward + backward
+    measured = json.loads(path.read_text())["goal"]["measured"]
+    for line, ratio in zip(goal_lines, measured.values()):
+        assert f"measured {ratio:.2f}x" in line
+        assert line.endswith(": met") == (ratio >= 10) and line.endswith("NOT met") == (ratio < 10)
+
+
 def test_scan_benchmark_survives_a_failing_compile(monkeypatch):
     """--compile must report a torch.compile failure, not crash; the compiled loop is skipped past
     --compile_loop_max."""
@@ -216,6 +229,7 @@ def test_scan_benchmark_survives_a_failing_compile(monkeypatch):
         return fn  # the others 'compile' to themselves: fast, and enough to exercise the bookkeeping
 
     monkeypatch.setattr(torch, "compile", broken_compile)
+    monkeypatch.setattr(torch.compiler, "reset", lambda: None)  # nothing compiled; spares importing dynamo
     results = kernels.time_scans([3, 8], 1, 2, 2, repeats=1, compile=True, compile_loop_max=4)
     compiled = results["compiled"]
     assert "no compiler here" in compiled["logspace"][3]["error"]
