@@ -2,7 +2,7 @@
 # translation. The write-up's training recipe (batch 128, lr 3e-3, 100 epochs) with its best
 # discretization, bilinear. Mamba's own block sizes (expand 2, d_conv 4) at width 64, 2 layers;
 # d_state 8 (Mamba's default is 16) halves the cost of the scan on a CPU: 61,248 parameters.
-# python train.py config/piglatin_mamba.py     (about 21 s an epoch on one CPU core: the CPU study runs 15)
+# python train.py config/piglatin_mamba.py     (10 to 20 s an epoch on one CPU core: the CPU study ran 15 and 50)
 dataset = "piglatin"
 model = "mamba"
 out_dir = "out/piglatin_mamba"
