@@ -215,6 +215,18 @@ def test_positions_frozen_or_trained():
     counts = frozen.param_counts()
     assert counts["trainable"] == counts["total"] - 24 * 16
     assert encdec(pos="none").pos_emb is None and encdec(pos="learned").pos_emb.weight.std() < 0.05
+
+
+def test_embedding_scale():
+    """Vaswani sec. 3.4: tokens N(0, 1/d) times sqrt(d) (unit scale, as the sinusoid), or, with
+    emb_scale off, this project's N(0, 0.02) as they are."""
+    idx = torch.tensor([[3, 4, 5]])
+    for scaled in (True, False):
+        m = encdec(emb_scale=scaled, pos="none", vocab_size=300, n_embd=32, n_head=2)
+        std = m.tok_emb.weight.std().item()
+        assert abs(std - (32 ** -0.5 if scaled else 0.02)) < 0.1 * std
+        factor = 32 ** 0.5 if scaled else 1.0
+        assert torch.allclose(m.embed(idx), m.tok_emb(idx) * factor)
     with pytest.raises(ValueError, match="pos="):
         encdec(pos="alibi")
 
@@ -391,7 +403,8 @@ def test_train_and_evaluate_seq2seq(pig_data, tmp_path, family, capsys):
     assert "wrong translations" in capsys.readouterr().out
     evaluate.main(["--ckpt", os.path.join(cfg["out_dir"], "ckpt.pt"), "--text", "Brown is"])
     printed = capsys.readouterr().out
-    assert printed.startswith(os.path.join(cfg["out_dir"], "ckpt.pt") + ": ") and "(the rules: ownbray isway)" in printed
+    assert printed.startswith(os.path.join(cfg["out_dir"], "ckpt.pt") + ": ")
+    assert "(the rules: ownbray isway)" in printed
     with pytest.raises(SystemExit, match="'x1'"):
         evaluate.main(["--ckpt", os.path.join(cfg["out_dir"], "ckpt.pt"), "--text", "x1"])
 
