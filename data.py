@@ -1135,7 +1135,8 @@ def epoch_batches(split, batch_size, seed, epoch, bucket=True):
 
 class ClassificationStream:
     """Shuffled epochs over a labelled split: batches from `epoch_batches`, grad_accum of them per
-    optimizer step (the last step of an epoch may have fewer)."""
+    optimizer step (the last step of an epoch may have fewer). A subclass with other batches
+    (Seq2SeqStream) changes only `micro_batch`."""
 
     def __init__(self, split, batch_size, grad_accum, seed, bucket=True):
         self.split, self.batch_size, self.grad_accum = split, batch_size, grad_accum
@@ -1147,12 +1148,12 @@ class ClassificationStream:
         if self._plan[0] != epoch:
             batches = epoch_batches(self.split, self.batch_size, self.seed, epoch, self.bucket)
             self._plan = (epoch, [batches[j:j + self.grad_accum] for j in range(0, len(batches), self.grad_accum)])
-        out = []
-        for b in self._plan[1][i]:
-            idx, mask, labels = collate([self.split[j] for j in b], device)
-            out.append(({"idx": idx, "key_mask": mask, "targets": labels}, len(b), int(mask.sum())))
-        return out
+        return [self.micro_batch([self.split[j] for j in b], device) for b in self._plan[1][i]]
 
+    def micro_batch(self, items, device):
+        """(model inputs, examples, tokens) for the split's items [(ids, label), ...]."""
+        idx, mask, labels = collate(items, device)
+        return {"idx": idx, "key_mask": mask, "targets": labels}, len(items), int(mask.sum())
 
 def seq2seq_collate(pairs, layout, device):
     """[(source ids, target ids), ...] -> a seq2seq model's inputs as keyword arguments (see model.py's
@@ -1181,29 +1182,20 @@ def pad_rows(rows, value):
     return torch.from_numpy(out)
 
 
-class Seq2SeqStream:
+class Seq2SeqStream(ClassificationStream):
     """Shuffled epochs over a seq2seq split, batched by source length as ClassificationStream does,
     collated in the model family's layout. A micro-batch's count of examples is its count of scored
     target tokens: the loss is a mean per character, so train_step weights micro-batches by those."""
 
     def __init__(self, split, layout, batch_size, grad_accum, seed, bucket=True):
-        self.split, self.layout, self.batch_size, self.grad_accum = split, layout, batch_size, grad_accum
-        self.seed, self.bucket = seed, bucket
-        self.steps_per_epoch = math.ceil(len(split) / (batch_size * grad_accum))
-        self._plan = (None, None)
+        super().__init__(split, batch_size, grad_accum, seed, bucket)
+        self.layout = layout
 
-    def step(self, epoch, i, device):
-        if self._plan[0] != epoch:
-            batches = epoch_batches(self.split, self.batch_size, self.seed, epoch, self.bucket)
-            self._plan = (epoch, [batches[j:j + self.grad_accum] for j in range(0, len(batches), self.grad_accum)])
-        out = []
-        for b in self._plan[1][i]:
-            inputs = seq2seq_collate([self.split[j] for j in b], self.layout, device)
-            n_scored = int((inputs["targets"] != -100).sum())
-            n_tokens = sum(len(s) + len(t) + 2 for s, t in (self.split[j] for j in b))  # what the model reads
-            out.append((inputs, n_scored, n_tokens))
-        return out
-
+    def micro_batch(self, items, device):
+        """(model inputs, scored target tokens, tokens the model reads) for [(source, target), ...]."""
+        inputs = seq2seq_collate(items, self.layout, device)
+        n_tokens = sum(len(src) + len(tgt) + 2 for src, tgt in items)  # with [EOS] and [SOS]
+        return inputs, int((inputs["targets"] != -100).sum()), n_tokens
 
 def lm_windows(tokens, starts, block_size, device):
     """Inputs x (B, T) = tokens[s : s+T] and targets y (B, T) = tokens[s+1 : s+T+1] for each start s,
