@@ -581,13 +581,12 @@ def seq2seq_plots(model, codec, out_dir, words, device):
     m = raw_model(model)
     if hasattr(m, "encoder"):
         for word in words:
+            (out,) = translate_split(m, ListPairs([(codec.encode(word), [])]), device, nullcontext())
             src = torch.tensor([[*codec.encode(word), data.EOS]], device=device)
-            out = m.translate(src, 3 * len(word) + 4, data.SOS, data.EOS)[0].tolist()
-            out = out[:out.index(data.EOS) + 1] if data.EOS in out else out
-            idx = torch.tensor([[data.SOS, *out[:-1]]], device=device)
+            idx = torch.tensor([[data.SOS, *out]], device=device)  # the decoder's input as it translated
             _, _, weights = m(src, idx, need_weights=True)
             src_labels = [*word, "EOS"]
-            tgt_labels = ["SOS", *codec.decode([t for t in out[:-1]])]
+            tgt_labels = ["SOS", *codec.decode(out)]
             for kind, maps, rows, cols in (("encoder", weights["encoder"], src_labels, src_labels),
                                            ("cross", weights["cross"], tgt_labels, src_labels)):
                 n_layer, n_head = len(maps), maps[0].size(1)
@@ -602,7 +601,7 @@ def seq2seq_plots(model, codec, out_dir, words, device):
                         ax.set_title(f"layer {li} head {hi}", fontsize=6)
                 what = "encoder self-attention (rows: queries)" if kind == "encoder" else \
                     "cross-attention (rows: output so far, columns: the word)"
-                fig.suptitle(f"{word} -> {codec.decode(out[:-1])}: {what}", fontsize=8)
+                fig.suptitle(f"{word} -> {codec.decode(out)}: {what}", fontsize=8)
                 fig.tight_layout()
                 path = os.path.join(out_dir, f"attention_{kind}_{word}.png")
                 fig.savefig(path, dpi=150)
@@ -750,16 +749,14 @@ def translate_text(model, ckpt, path, text, device, ctx):
     """--text for a seq2seq model: each word of the text translated greedily, printed beside the rules'
     answer (data.pig_latin)."""
     codec = data.CharCodec(ckpt["data"]["vocab"])
-    out = []
-    for word in text.lower().split():
+    words, sources = text.lower().split(), []
+    for word in words:
         try:
-            src = torch.tensor([[*codec.encode(word), data.EOS]], device=device)
+            sources.append((codec.encode(word), []))
         except ValueError as e:
             raise ValueError(f"{word!r}: {e}") from None
-        with torch.no_grad(), ctx:
-            ids = raw_model(model).translate(src, 3 * len(word) + 4, data.SOS, data.EOS)[0].tolist()
-        out.append(codec.decode(ids[:ids.index(data.EOS)] if data.EOS in ids else ids))
-    rules = " ".join(data.pig_latin(w) if data._PIG_WORD.fullmatch(w) else "?" for w in text.lower().split())
+    out = [codec.decode(ids) for ids in translate_split(model, ListPairs(sources), device, ctx)]
+    rules = " ".join(data.pig_latin(w) if data._PIG_WORD.fullmatch(w) else "?" for w in words)
     print(f"{path}: {' '.join(out)}  (the rules: {rules})")
 
 

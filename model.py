@@ -998,6 +998,21 @@ class Llama(TokenModel):
 #               only the target part is scored (targets -100 elsewhere: cross_entropy's ignore_index)
 
 
+def greedy_extend(next_logits, idx, steps, eos_id):
+    """Greedy decoding shared by the seq2seq families: append the most likely next token to idx (B, T)
+    up to `steps` times, next_logits(idx) giving the last position's logits (B, V), until every row has
+    produced eos_id. Returns only the new tokens (B, <= steps); a row that ended repeats eos_id."""
+    done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
+    start = idx.size(1)
+    for _ in range(steps):
+        nxt = next_logits(idx).argmax(-1).masked_fill(done, eos_id)  # (B,)
+        idx = torch.cat((idx, nxt[:, None]), dim=1)
+        done |= nxt == eos_id
+        if bool(done.all()):
+            break
+    return idx[:, start:]
+
+
 @dataclass
 class EncDecConfig:
     """Encoder-decoder transformer (Vaswani et al. 2017), pre-norm. Defaults are the Pig Latin
@@ -1118,16 +1133,10 @@ class EncoderDecoder(TokenModel):
         self.eval()
         memory = self.encode(src, src_mask)
         idx = torch.full((src.size(0), 1), sos_id, dtype=torch.long, device=src.device)
-        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-        for _ in range(min(max_new_tokens, self.cfg.block_size - 1)):
-            nxt = self.decode(idx, memory, src_mask)[:, -1].argmax(-1)  # (B,)
-            nxt = nxt.masked_fill(done, eos_id)
-            idx = torch.cat((idx, nxt[:, None]), dim=1)
-            done |= nxt == eos_id
-            if bool(done.all()):
-                break
+        steps = min(max_new_tokens, self.cfg.block_size - 1)
+        out = greedy_extend(lambda x: self.decode(x, memory, src_mask)[:, -1], idx, steps, eos_id)
         self.train(was_training)
-        return idx[:, 1:]
+        return out
 
     def flops_per_forward(self, seq_len, batch_size=1):
         """Encoder on a source of seq_len, decoder on a target of seq_len reading it, and the head."""
@@ -1235,16 +1244,10 @@ class Mamba(TokenModel):
         self.eval()
         sos = torch.full((src.size(0), 1), sos_id, dtype=torch.long, device=src.device)
         idx = torch.cat((src, sos), dim=1)
-        start = idx.size(1)
-        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-        for _ in range(min(max_new_tokens, self.cfg.block_size - start)):
-            nxt = self(idx)[0][:, -1].argmax(-1).masked_fill(done, eos_id)  # (B,)
-            idx = torch.cat((idx, nxt[:, None]), dim=1)
-            done |= nxt == eos_id
-            if bool(done.all()):
-                break
+        out = greedy_extend(lambda x: self(x)[0][:, -1], idx, min(max_new_tokens, self.cfg.block_size - idx.size(1)),
+                            eos_id)
         self.train(was_training)
-        return idx[:, start:]
+        return out
 
     def head_flops(self, seq_len):
         return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size
