@@ -49,6 +49,19 @@ def need_tokenizer():
         pytest.skip(f"no tiktoken cache at {cache} (set TIKTOKEN_CACHE_DIR to shared/data/tiktoken_cache)")
 
 
+def fake_downloads(monkeypatch, payload):
+    """Replace data.download by one that writes `payload` and records each URL asked for; returns the
+    list of URLs (so a test can check what was downloaded, and that it was downloaded once)."""
+    calls = []
+
+    def download(url, dest, timeout=60):
+        calls.append(url)
+        with open(dest, "wb") as f:
+            f.write(payload)
+
+    monkeypatch.setattr(data, "download", download)
+    return calls
+
 @pytest.fixture(scope="session")
 def real_mirror():
     mirror = os.environ["DATA_MIRROR"]

@@ -17,6 +17,7 @@ import configurator
 import data
 import evaluate
 import train
+from conftest import fake_downloads
 from model import GPT, GPTConfig, LayerNorm, RMSNorm, load_checkpoint
 
 
@@ -191,14 +192,7 @@ def test_shakespeare_char_download_path(char_mirror, char_digest, monkeypatch, t
     """Without a mirror the canonical URL is downloaded once into the cache and verified."""
     with open(os.path.join(char_mirror, "tinyshakespeare", "input.txt"), "rb") as f:
         payload = f.read()
-    calls = []
-
-    def fake_download(url, dest, timeout=60):
-        calls.append(url)
-        with open(dest, "wb") as f:
-            f.write(payload)
-
-    monkeypatch.setattr(data, "download", fake_download)
+    calls = fake_downloads(monkeypatch, payload)
     cache = str(tmp_path / "cache")
     for _ in range(2):
         assert data.fetch("shakespeare_char", mirror=None, cache_dir=cache) == {"tinyshakespeare/input.txt": payload}

@@ -17,6 +17,7 @@ import data
 import evaluate
 import model as M
 import train
+from conftest import fake_downloads
 
 NOVEL = "pride_and_prejudice"
 REL = "gutenberg_pride_and_prejudice/1342-0.txt"
@@ -130,14 +131,7 @@ def test_real_novel_counts():
 
 def test_download_path_and_corrupt_file(novel_mirror, monkeypatch, tmp_path):
     payload = open(os.path.join(novel_mirror, REL), "rb").read()
-    calls = []
-
-    def fake_download(url, dest, timeout=60):
-        calls.append(url)
-        with open(dest, "wb") as f:
-            f.write(payload)
-
-    monkeypatch.setattr(data, "download", fake_download)
+    calls = fake_downloads(monkeypatch, payload)
     cache = str(tmp_path / "cache")
     for _ in range(2):
         assert data.fetch(NOVEL, mirror=None, cache_dir=cache) == {REL: payload}
