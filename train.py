@@ -465,6 +465,8 @@ def train(cfg):
         best, _ = load_checkpoint(paths["best"], dev)
         test = task.evaluate(best, dataset.splits["test"], cfg, dev, ctx)
         summary.update({f"test_{k}": test[k] for k in task.metrics}, test_n=test["n"])
+        if "predictions" in test:  # per-example answers, for paired tests across runs (McNemar's, study.py)
+            summary["test_predictions"] = test["predictions"]
         summary["metrics"].update({f"test_{k}": {"label": f"test {m.label} (best checkpoint)", "better": m.better}
                                    for k, m in task.metrics.items()})
         print(f"best checkpoint: val loss {state.best_val_loss:.4f}; test {describe(test, task.metrics)}")

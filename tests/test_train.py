@@ -71,6 +71,7 @@ def test_train_end_to_end(tiny_cfg, capsys):
         preds = [best(torch.from_numpy(test[i][0])[None])[0].argmax().item() for i in range(len(test))]
     assert summary["test_accuracy"] == pytest.approx(np.mean(np.array(preds) == test.labels))
     assert summary["test_n"] == len(test) == 8
+    assert summary["test_predictions"] == preds  # per example, in split order (study.py's McNemar test)
     assert summary["metrics"]["test_accuracy"] == {"label": "test accuracy (best checkpoint)", "better": "higher"}
     assert summary["metrics"]["final_val_loss"]["better"] == "lower"
     stored = json.loads(open(os.path.join(cfg["out_dir"], "summary.json")).read())
