@@ -4,11 +4,15 @@ and write `.bin` token files; read them back; and cut them into the batches that
 evaluate.py feed to a model.
 
     python data.py sst2 [--protocol glue|standard] [--vocab compact|full] [--max_len 256]
-                        [--mirror DIR] [--out_dir DIR] [--seed 1337]
+                        [--subset frac10|short30|...] [--mirror DIR] [--out_dir DIR] [--seed 1337]
+    python data.py imdb [--max_len 256] [--subset sample1000]            # long movie reviews (IMDB archive)
+    python data.py multidomain_uci                                       # 3 domains from the UCI sentences
+    python data.py yelp_polarity; python data.py multidomain             # download 166 MB / 850 MB of archives
     python data.py shakespeare_char [--mirror DIR] [--out_dir DIR]
     python data.py sst5 [--tokenizer llama2|tok512] [--max_len 256]     # also cfimdb: the mini-Llama's sets
     python data.py imdb_lm [--tokenizer tok512|llama2]                   # IMDB reviews, to pretrain a Llama
     python data.py piglatin [--seed 1337]                                # words of a novel -> Pig Latin
+    python data.py sst2_mlm --max_len 128 [--protocol glue]   # SST-2 train + IMDB train text, to pretrain the encoder
 
 The .bin format (one array per file, memory-mappable):
     header, 32 bytes little-endian: magic b"TLABBIN\\0" | version u32 | dtype code u32 | count u64 |
@@ -17,7 +21,8 @@ The .bin format (one array per file, memory-mappable):
 A classification split `S` is three such files: S.bin (all token ids, concatenated), S_offsets.bin
 (int64, len n+1: sequence i is tokens[offsets[i]:offsets[i+1]]) and S_labels.bin (int64), plus one
 meta.json for the folder. A language-modelling split S is one file S.bin of token ids (uint16). A
-seq2seq split S is S_src.bin and S_tgt.bin with their S_src_offsets.bin and S_tgt_offsets.bin.
+seq2seq split S is S_src.bin and S_tgt.bin with their S_src_offsets.bin and S_tgt_offsets.bin. A
+masked-language-model split is a classification split whose labels are all 0.
 
 Token ids. tiktoken's GPT-2 BPE has no [CLS]/[PAD], so our ids put three specials first:
     0 = [PAD], 1 = [UNK], 2 = [CLS], then GPT-2 ids.
@@ -26,14 +31,17 @@ the GPT-2 ids seen in the training split get rows, in increasing order; unseen i
 Every sequence starts with [CLS], whose final hidden state the classifier reads.
 
 Read top to bottom: the .bin format -> sources and downloads -> text cleaning and tokenization ->
-classification splits -> SST-2 -> tinyshakespeare -> Pig Latin -> SST-5/CFIMDB -> the dataset
-registry (DATASETS: name -> preparer and task) and `load_dataset` -> batch streams (one per task;
+classification splits -> SST-2 -> subsets and the one classification writer -> IMDB, Yelp polarity and
+the three-domain sets -> tinyshakespeare -> Pig Latin -> SST-5/CFIMDB -> the encoder's MLM
+corpus -> the dataset registry (DATASETS: name -> preparer and task) and `load_dataset` -> batch streams (one per task;
 each batch a pure function of the seed and its position, so a resumed run sees exactly the batches
 it would have seen).
 """
 
 import argparse
+import csv
 import hashlib
+import io
 import json
 import math
 import os
@@ -154,6 +162,28 @@ SOURCES = {
              "sha256": "c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe",
              "mirror_file": "aclImdb_labelled.tar.gz",
              "mirror_sha256": "fc132c2a23a4d23eec474b518907765dbc9c59e648c1e57ac8010670238ed697"},
+    # Zhang et al. (2015)'s polarity sets: one archive each, too large for the mirror (a mirror folder may
+    # hold the same archive under its own name: the checksum is the canonical one)
+    "yelp_polarity": {"url": "https://s3.amazonaws.com/fast-ai-nlp/yelp_review_polarity_csv.tgz",
+                      "sha256": "528f22e286cad085948acbc3bea7e58188416546b0e364d0ae4ca0ce666abe35",
+                      "mirror_file": "yelp_review_polarity_csv.tgz",
+                      "mirror_sha256": "528f22e286cad085948acbc3bea7e58188416546b0e364d0ae4ca0ce666abe35"},
+    "amazon_polarity": {"url": "https://s3.amazonaws.com/fast-ai-nlp/amazon_review_polarity_csv.tgz",
+                        "sha256": "d2a3ee7a214497a5d1b8eaed7c8d7ba2737de00ada3b0ec46243983efa100361",
+                        "mirror_file": "amazon_review_polarity_csv.tgz",
+                        "mirror_sha256": "d2a3ee7a214497a5d1b8eaed7c8d7ba2737de00ada3b0ec46243983efa100361"},
+    # UCI Sentiment Labelled Sentences (Kotzias et al. 2015): a zip whose folder name has spaces
+    "uci_sentences": {
+        "url": "https://archive.ics.uci.edu/ml/machine-learning-databases/00331/sentiment%20labelled%20sentences.zip",
+        "cache_name": "uci_sentiment_labelled_sentences.zip",
+        "files": {"uci_sentiment_sentences/imdb_labelled.txt":
+                  "aef2e49e3da25714d61175e3a6e68eeef74a20a2f914318dc3be9947ea86512d",
+                  "uci_sentiment_sentences/yelp_labelled.txt":
+                  "c76468b7b5c6e56a0804d728345c5f84aa2142ddb214420f61cc9cfd4c00d2ea",
+                  "uci_sentiment_sentences/amazon_cells_labelled.txt":
+                  "47003fc0a0d4840b00e96e715b6189bad09e7443a3da41c4cbe12ffc79f86ae3"},
+        "archive_dir": "sentiment labelled sentences",  # the files' folder inside the zip
+    },
     # Pride and Prejudice (Project Gutenberg eBook #1342), the Pig Latin study's words. gutenberg.org's own
     # files (www.gutenberg.org/cache/epub/1342/pg1342.txt) wrap the text in licence boilerplate that changes
     # over time; Project Gutenberg's GitHub copy at a fixed commit is the same text, byte for byte, always.
@@ -233,8 +263,9 @@ def fetch(name, mirror=None, cache_dir="data/_downloads"):
         else:
             try:
                 with zipfile.ZipFile(local) as z:
-                    for rel in src["files"]:
-                        out[rel] = z.read(rel)
+                    for rel in src["files"]:  # the mirror's path, or the same name in archive_dir
+                        inside = f"{src['archive_dir']}/{os.path.basename(rel)}" if "archive_dir" in src else rel
+                        out[rel] = z.read(inside)
             except (zipfile.BadZipFile, KeyError) as e:
                 raise DataError(f"{local} is not the expected archive ({e}); delete it and run again") from None
     for rel, digest in src["files"].items():
@@ -262,8 +293,8 @@ def archive_file(name, mirror=None, cache_dir="data/_downloads"):
     if mirror:
         path, digest = os.path.join(mirror, src["mirror_file"]), src["mirror_sha256"]
         if not os.path.isfile(path):
-            raise DataError(f"mirror {mirror} has no {src['mirror_file']}; point --mirror/DATA_MIRROR at a copy of "
-                            f"shared/data")
+            raise DataError(f"mirror {mirror} has no {src['mirror_file']}: put a copy of {src['url']} there under "
+                            f"that name, or run without --mirror/DATA_MIRROR to download it")
     else:
         path, digest = os.path.join(cache_dir, os.path.basename(src["url"])), src["sha256"]
         download_once(src["url"], path)
@@ -663,16 +694,61 @@ def split_sst2(train, dev, protocol, seed):
     return {k: ([src[0][i] for i in idx], [src[1][i] for i in idx]) for k, (src, idx) in parts.items()}
 
 
-def prepare_sst2(protocol="glue", vocab="compact", max_len=256, mirror=None, out_dir=None, seed=1337, verbose=True,
-                 **_ignored):
+def prepare_sst2(protocol="glue", vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
+                 verbose=True, **_ignored):
     """Build the SST-2 dataset folder and return its meta dict."""
-    out_dir = out_dir or dataset_dir("sst2", protocol, vocab)
+    out_dir = out_dir or dataset_dir("sst2", protocol, vocab, subset=subset, max_len=max_len)
     files = fetch("sst2", mirror)
     train, dev = parse_sst2_tsv(files["SST-2/train.tsv"]), parse_sst2_tsv(files["SST-2/dev.tsv"])
-    splits = split_sst2(train, dev, protocol, seed)
+    splits = subset_splits(split_sst2(train, dev, protocol, seed), subset, seed)
+    return write_classification(out_dir, splits, ["negative", "positive"], vocab, max_len, verbose,
+                                dataset="sst2", protocol=protocol, seed=seed, subset=subset, sources=SOURCES["sst2"])
 
+
+# -----------------------------------------------------------------------------
+# Subsets of a labelled dataset (the study's data-size and length sensitivity) and the one writer of
+# every GPT-2 BPE classification folder (SST-2, IMDB, Yelp polarity, the multi-domain sets)
+
+SUBSETS = ("'' (all of it), frac<P> (P % of train, seeded and nested: frac10 is inside frac50), short<P> / "
+           "long<P> (the P % shortest / longest of every split by word count), sample<N> (at most N examples "
+           "of every split, seeded)")
+_SUBSET = re.compile(r"(frac|short|long|sample)(\d+)")
+
+
+def subset_splits(splits, subset, seed):
+    """{split: (texts, labels)} cut to a subset (SUBSETS), keeping the order within each split.
+    frac<P> draws train by one seeded permutation, so a smaller fraction is a prefix of a larger one
+    (nested) and val/test stay whole. short<P>/long<P> rank each split by its own word counts, so
+    train and test come from the same length regime (ties go to the earlier example)."""
+    if not subset:
+        return splits
+    m = _SUBSET.fullmatch(subset)
+    if not m or int(m[2]) < 1 or (m[1] != "sample" and int(m[2]) > 100):
+        raise DataError(f"subset {subset!r}: expected {SUBSETS}")
+    kind, n = m[1], int(m[2])
+    out = {}
+    for k, (texts, labels) in splits.items():
+        if kind == "frac" and k != "train":
+            keep = range(len(texts))
+        elif kind == "frac":
+            order = np.random.default_rng([seed, 1]).permutation(len(texts))
+            keep = sorted(order[:round(n / 100 * len(texts))])
+        elif kind == "sample":
+            keep = sorted(np.random.default_rng([seed, 2]).permutation(len(texts))[:n])
+        else:
+            order = np.argsort([len(t.split()) for t in texts], kind="stable")
+            count = round(n / 100 * len(texts))
+            keep = sorted(order[:count] if kind == "short" else order[len(texts) - count:])
+        out[k] = ([texts[i] for i in keep], [labels[i] for i in keep])
+    return out
+
+
+def write_classification(out_dir, splits, label_names, vocab, max_len, verbose=True, **record):
+    """Tokenize {split: (texts, labels)} (clean_text, GPT-2 BPE, [CLS] first, cut to max_len), write the
+    splits' .bin files and meta.json (with `record`: dataset, protocol, seed, sources ...) into out_dir,
+    print the counts and return the meta. vocab 'compact' keeps the BPE ids seen in train, 'full' all."""
     enc = get_tokenizer()
-    bpe_ids = {k: [bpe(enc, s) for s in sents] for k, (sents, _) in splits.items()}
+    bpe_ids = {k: [bpe(enc, s) for s in texts] for k, (texts, _) in splits.items()}
     if vocab == "compact":
         kept = sorted({t for ids in bpe_ids["train"] for t in ids})
     elif vocab == "full":
@@ -684,9 +760,8 @@ def prepare_sst2(protocol="glue", vocab="compact", max_len=256, mirror=None, out
 
     os.makedirs(out_dir, exist_ok=True)
     counts = {}
-    for k, (sents, labels) in splits.items():
-        seqs, truncated, dropped = [], 0, 0
-        keep_labels = []
+    for k, (_, labels) in splits.items():
+        seqs, keep_labels, truncated, dropped = [], [], 0, 0
         for ids, lab in zip(bpe_ids[k], labels):
             if not ids:  # nothing left after cleaning (does not happen in SST-2, but be safe)
                 dropped += 1
@@ -694,24 +769,153 @@ def prepare_sst2(protocol="glue", vocab="compact", max_len=256, mirror=None, out
             truncated += len(ids) > max_len - 1
             seqs.append(np.concatenate([[CLS], id_map[ids[: max_len - 1]]]))
             keep_labels.append(lab)
+        if not seqs:
+            raise DataError(f"the {k} split is empty; choose a larger subset")
         write_split(out_dir, k, seqs, keep_labels, np.uint16 if vocab_size <= 65535 else np.uint32)
         lengths = [len(s) for s in seqs]
-        counts[k] = {"n": len(seqs), "labels": np.bincount(keep_labels, minlength=2).tolist(),
+        counts[k] = {"n": len(seqs), "labels": np.bincount(keep_labels, minlength=len(label_names)).tolist(),
                      "tokens": int(sum(lengths)), "max_len": int(max(lengths)), "truncated": int(truncated),
-                     "dropped_empty": dropped,
-                     "unk": int(sum(int((s == UNK).sum()) for s in seqs))}
-    meta = {"dataset": "sst2", "task": "classification", "protocol": protocol, "seed": seed,
-            "tokenizer": "tiktoken:gpt2", "preprocessing": PREPROCESSING, "max_len": max_len,
-            "specials": {"pad": PAD, "unk": UNK, "cls": CLS}, "vocab_mode": vocab, "vocab_size": vocab_size,
-            "vocab": "full" if vocab == "full" else kept, "label_names": ["negative", "positive"],
-            "counts": counts, "sources": SOURCES["sst2"]}
+                     "dropped_empty": dropped, "unk": int(sum(int((s == UNK).sum()) for s in seqs))}
+    meta = {"task": "classification", **record, "tokenizer": "tiktoken:gpt2", "preprocessing": PREPROCESSING,
+            "max_len": max_len, "specials": {"pad": PAD, "unk": UNK, "cls": CLS}, "vocab_mode": vocab,
+            "vocab_size": vocab_size, "vocab": "full" if vocab == "full" else kept, "label_names": label_names,
+            "counts": counts}
     write_meta(out_dir, meta)
     if verbose:
-        print(f"SST-2 ({protocol} protocol, {vocab} vocab: {vocab_size:,} ids) -> {out_dir}")
+        what = ", ".join(f"{k} {meta[k]}" for k in ("protocol", "subset") if meta.get(k))
+        print(f"{meta.get('dataset')} ({what + ', ' if what else ''}{vocab} vocab: {vocab_size:,} ids, "
+              f"max_len {max_len}) -> {out_dir}")
         for k, c in counts.items():
-            print(f"  {k:5s} {c['n']:6,d} sentences  labels 0/1 = {c['labels'][0]:,}/{c['labels'][1]:,}  "
-                  f"{c['tokens']:,} tokens  max {c['max_len']}  [UNK] {c['unk']:,}")
+            print(f"  {k:5s} {c['n']:6,d} texts  labels {'/'.join(f'{x:,}' for x in c['labels'])}  "
+                  f"{c['tokens']:,} tokens  max {c['max_len']}  truncated {c['truncated']:,}  [UNK] {c['unk']:,}")
     return meta
+
+
+# -----------------------------------------------------------------------------
+# The encoder study's other datasets: IMDB (long reviews), Yelp polarity, and the three-domain task
+
+STANDARD_SIZES = {"train": 54_576, "val": 6_822, "test": 6_823}  # the seed's sizes: SST-2's standard protocol
+
+
+def prepare_imdb(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337, n_val=2500,
+                 verbose=True, **_ignored):
+    """IMDB movie reviews (Maas et al. 2011) as a sentiment task of long texts: train = the archive's
+    train half less a seeded n_val for val, test = its test half (25,000 each half)."""
+    out_dir = out_dir or dataset_dir("imdb", vocab=vocab, subset=subset, max_len=max_len)
+    path = archive_file("imdb", mirror)
+    train, test = (read_imdb(path, half) for half in ("train", "test"))
+    order = np.random.default_rng(seed).permutation(len(train))
+    splits = {"train": [train[i] for i in sorted(order[n_val:])], "val": [train[i] for i in sorted(order[:n_val])],
+              "test": test}
+    splits = {k: ([text for text, _, _ in rows], [label for _, label, _ in rows]) for k, rows in splits.items()}
+    return write_classification(out_dir, subset_splits(splits, subset, seed), ["negative", "positive"], vocab,
+                                max_len, verbose, dataset="imdb", seed=seed, subset=subset,
+                                sources=SOURCES["imdb"])
+
+
+def read_zhang_csv(path, member, fields):
+    """The rows of one CSV file (member) of Zhang et al.'s text-classification archives (Yelp and Amazon
+    polarity): `"label","text"` or `"label","title","text"`, labels 1 (negative) and 2 (positive), quotes
+    doubled, line breaks written as the two characters \\n. Returns [(text, label 0/1)]; a title is
+    joined to its text with a line break."""
+    rows = []
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            f = tar.extractfile(member)
+            if f is None:
+                raise KeyError(member)
+            for n, row in enumerate(csv.reader(io.TextIOWrapper(f, encoding="utf-8", newline="")), start=1):
+                if len(row) != fields or row[0] not in ("1", "2"):
+                    raise DataError(f"{path}:{member} line {n}: expected {fields} quoted fields, label 1 or 2")
+                text = "\n".join(row[1:]).replace("\\n", "\n")
+                rows.append((text, int(row[0]) - 1))
+    except (tarfile.TarError, EOFError, OSError, KeyError) as e:
+        raise DataError(f"{path} is not the expected archive (no readable {member}: {e}); delete it and run again") \
+            from None
+    return rows
+
+
+def draw(rows, n, rng):
+    """n rows drawn at random without replacement (all of them if there are fewer), in their order."""
+    return [rows[i] for i in sorted(rng.permutation(len(rows))[:n])]
+
+
+def standard_draw(train_rows, test_rows, seed, sizes=None):
+    """The seed's standardized sizes (STANDARD_SIZES, or `sizes`) from a source's own train and test
+    files: train and val drawn from its train file (disjoint), test from its test file, all seeded."""
+    sizes = sizes or STANDARD_SIZES
+    rng = np.random.default_rng(seed)
+    pool = draw(train_rows, sizes["train"] + sizes["val"], rng)
+    cut = np.random.default_rng([seed, 3]).permutation(len(pool))
+    n_val = round(len(pool) * sizes["val"] / (sizes["train"] + sizes["val"]))
+    return {"train": [pool[i] for i in sorted(cut[n_val:])], "val": [pool[i] for i in sorted(cut[:n_val])],
+            "test": draw(test_rows, sizes["test"], rng)}
+
+
+def prepare_yelp_polarity(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
+                          verbose=True, **_ignored):
+    """Yelp review polarity (Zhang et al. 2015: 560,000 train / 38,000 test reviews, 1-2 stars negative,
+    4-5 positive), standardized to the seed's 54,576 / 6,822 / 6,823 by a seeded draw."""
+    out_dir = out_dir or dataset_dir("yelp_polarity", vocab=vocab, subset=subset, max_len=max_len)
+    path = archive_file("yelp_polarity", mirror)
+    rows = {half: read_zhang_csv(path, f"yelp_review_polarity_csv/{half}.csv", 2) for half in ("train", "test")}
+    splits = {k: ([t for t, _ in r], [lab for _, lab in r])
+              for k, r in standard_draw(rows["train"], rows["test"], seed).items()}
+    return write_classification(out_dir, subset_splits(splits, subset, seed), ["negative", "positive"], vocab,
+                                max_len, verbose, dataset="yelp_polarity", seed=seed, subset=subset,
+                                sources=SOURCES["yelp_polarity"])
+
+
+DOMAINS = ["movie", "local business", "online shopping"]  # the three-domain task's labels, in this order
+
+
+def prepare_multidomain(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
+                        verbose=True, **_ignored):
+    """The seed's three-domain task: which kind of review is it, a movie's (IMDB), a local business's
+    (Yelp polarity) or an online purchase's (Amazon polarity)? Each split draws a third of the seed's
+    standardized size from each source (its train file for train and val, its test file for test). The
+    Yelp and Amazon archives (166 MB and 688 MB) are downloaded; offline, multidomain_uci is the same task."""
+    out_dir = out_dir or dataset_dir("multidomain", vocab=vocab, subset=subset, max_len=max_len)
+    imdb = archive_file("imdb", mirror)
+    yelp, amazon = archive_file("yelp_polarity", mirror), archive_file("amazon_polarity", mirror)
+    sources = [([r[:2] for r in read_imdb(imdb, "train")], [r[:2] for r in read_imdb(imdb, "test")]),
+               tuple(read_zhang_csv(yelp, f"yelp_review_polarity_csv/{h}.csv", 2) for h in ("train", "test")),
+               tuple(read_zhang_csv(amazon, f"amazon_review_polarity_csv/{h}.csv", 3) for h in ("train", "test"))]
+    splits = {"train": ([], []), "val": ([], []), "test": ([], [])}
+    for domain, (train_rows, test_rows) in enumerate(sources):
+        sizes = {k: n // 3 + (domain < n % 3) for k, n in STANDARD_SIZES.items()}
+        for k, rows in standard_draw(train_rows, test_rows, seed + domain, sizes).items():
+            splits[k][0].extend(text for text, _ in rows)
+            splits[k][1].extend([domain] * len(rows))
+    return write_classification(out_dir, subset_splits(splits, subset, seed), DOMAINS, vocab, max_len, verbose,
+                                dataset="multidomain", seed=seed, subset=subset,
+                                sources={k: SOURCES[k] for k in ("imdb", "yelp_polarity", "amazon_polarity")})
+
+
+_UCI_DOMAINS = {"uci_sentiment_sentences/imdb_labelled.txt": 0, "uci_sentiment_sentences/yelp_labelled.txt": 1,
+                "uci_sentiment_sentences/amazon_cells_labelled.txt": 2}  # file -> its index in DOMAINS
+
+
+def prepare_multidomain_uci(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
+                            verbose=True, **_ignored):
+    """The three-domain task from the UCI sentiment sentences (Kotzias et al. 2015): 1,000 review
+    sentences each from IMDB (movie), Yelp (local business) and Amazon (online shopping), split 80/10/10
+    within each domain (stratified, seeded): 2,400 / 300 / 300. Each line is `sentence<TAB>0|1`; the
+    sentiment is dropped, the domain is the label. Lines are split on '\\n' alone (the IMDB file holds
+    U+0085, which str.splitlines also breaks at) and on their last tab (it has unbalanced quotes)."""
+    out_dir = out_dir or dataset_dir("multidomain_uci", vocab=vocab, subset=subset, max_len=max_len)
+    files = fetch("uci_sentences", mirror)
+    splits = {"train": ([], []), "val": ([], []), "test": ([], [])}
+    for rel, domain in _UCI_DOMAINS.items():
+        texts = [line.rpartition("\t")[0] for line in files[rel].decode("utf-8").split("\n") if line.strip()]
+        order = np.random.default_rng([seed, domain]).permutation(len(texts))
+        n_val = n_test = len(texts) // 10
+        parts = {"train": order[n_val + n_test:], "val": order[:n_val], "test": order[n_val:n_val + n_test]}
+        for k, idx in parts.items():
+            splits[k][0].extend(texts[i] for i in sorted(idx))
+            splits[k][1].extend([domain] * len(idx))
+    return write_classification(out_dir, subset_splits(splits, subset, seed), DOMAINS, vocab, max_len, verbose,
+                                dataset="multidomain_uci", seed=seed, subset=subset, sources=SOURCES["uci_sentences"])
 
 
 # -----------------------------------------------------------------------------
@@ -988,6 +1192,90 @@ def prepare_minllama(dataset, tokenizer="llama2", max_len=256, mirror=None, out_
 
 
 # -----------------------------------------------------------------------------
+# Masked-language-model pretraining of the encoder: in-domain text in SST-2's own vocabulary
+
+# The compact vocabulary is the set of ids in SST-2's training split, so [UNK] never occurs there, and
+# it doubles as BERT's [MASK]: to the model both mean a word it cannot see and must infer from its
+# context, which is what an unknown word at test time asks of it. No new row, so a pretrained
+# checkpoint's embedding table is the classifier's, row for row.
+MASK = UNK
+MLM_RATE = 0.15  # the share of word tokens a masked-language model predicts (Devlin et al. 2019, sec. 3.1)
+
+
+def prepare_sst2_mlm(protocol="glue", vocab="compact", max_len=128, mirror=None, out_dir=None, seed=1337, n_val=1000,
+                     verbose=True, **_ignored):
+    """Build data/sst2_mlm_<protocol>_<vocab>, unlabelled text to pretrain the encoder on by masked-language
+    modelling (MLMStream) before it is fine-tuned on SST-2: the training sentences of SST-2's split of the
+    same protocol and seed (never its val or test sentences) and the reviews of IMDB's train half (its test
+    half is a classification test set elsewhere), each as [CLS] + its ids cut to max_len, with a seeded
+    n_val texts held out for val (labels all 0: the splits are ClassificationSplits). A text whose cleaned
+    form is an SST-2 val or test sentence is left out too: GLUE's train file repeats some sentences, so
+    47 of the glue protocol's train sentences are also val or test sentences. The ids are those of the
+    SST-2 folder of the same protocol and vocab (prepared first if missing), so vocab_size is the
+    classifier's and a pretrained checkpoint fine-tunes on SST-2 as it is; a word outside that
+    vocabulary (in IMDB's reviews) is [UNK]. Returns the meta dict."""
+    out_dir = out_dir or dataset_dir("sst2_mlm", protocol, vocab)
+    sst2_dir = dataset_dir("sst2", protocol, vocab)
+    if not os.path.isfile(os.path.join(sst2_dir, "meta.json")):
+        prepare_sst2(protocol=protocol, vocab=vocab, mirror=mirror, out_dir=sst2_dir, seed=seed, verbose=verbose)
+    sst2_meta = load_meta(sst2_dir)
+    if sst2_meta.get("seed") != seed or sst2_meta.get("protocol") != protocol:
+        raise DataError(f"{sst2_dir} was split with protocol {sst2_meta.get('protocol')!r}, seed "
+                        f"{sst2_meta.get('seed')}; this corpus asks for {protocol!r}, {seed}, and needs the same "
+                        f"split (its train sentences must be the classifier's)")
+    files = fetch("sst2", mirror)
+    train, dev = parse_sst2_tsv(files["SST-2/train.tsv"]), parse_sst2_tsv(files["SST-2/dev.tsv"])
+    splits = split_sst2(train, dev, protocol, seed)
+    held_out = {clean_text(s) for k in ("val", "test") for s in splits[k][0]}
+    texts = [("sst2", s) for s in splits["train"][0]]
+    texts += [("imdb", text) for text, _, _ in read_imdb(archive_file("imdb", mirror), "train")]
+
+    enc = get_tokenizer()
+    kept = sst2_meta["vocab"]
+    id_map = id_map_from_vocab(range(enc.n_vocab) if kept == "full" else kept, enc.n_vocab)
+    rows, left_out = [], {"sst2_val_or_test_sentence": 0, "empty": 0}  # rows: (source, BPE ids)
+    for source, text in texts:
+        if clean_text(text) in held_out:
+            left_out["sst2_val_or_test_sentence"] += 1
+        elif ids := bpe(enc, text):
+            rows.append((source, ids))
+        else:
+            left_out["empty"] += 1
+    if not 0 < n_val < len(rows):
+        raise DataError(f"n_val={n_val}: the corpus holds {len(rows)} texts; keep some for training")
+    order = np.random.default_rng(seed).permutation(len(rows))
+    parts = {"train": sorted(order[n_val:]), "val": sorted(order[:n_val])}
+
+    vocab_size = sst2_meta["vocab_size"]
+    os.makedirs(out_dir, exist_ok=True)
+    counts = {}
+    for k, idx in parts.items():
+        seqs = [np.concatenate([[CLS], id_map[rows[i][1][:max_len - 1]]]) for i in idx]
+        write_split(out_dir, k, seqs, np.zeros(len(seqs), np.int64), np.uint16 if vocab_size <= 65535 else np.uint32)
+        by_source = {src: {"texts": 0, "tokens": 0} for src in ("sst2", "imdb")}
+        for i, s in zip(idx, seqs):
+            by_source[rows[i][0]]["texts"] += 1
+            by_source[rows[i][0]]["tokens"] += len(s)
+        counts[k] = {"texts": len(seqs), "tokens": int(sum(len(s) for s in seqs)), "by_source": by_source,
+                     "truncated": int(sum(len(rows[i][1]) > max_len - 1 for i in idx)),
+                     "unk": int(sum(int((s == UNK).sum()) for s in seqs))}
+    meta = {"dataset": "sst2_mlm", "task": "mlm", "protocol": protocol, "seed": seed, "tokenizer": "tiktoken:gpt2",
+            "preprocessing": PREPROCESSING, "max_len": max_len,
+            "specials": {"pad": PAD, "unk": UNK, "cls": CLS, "mask": MASK}, "vocab_mode": vocab,
+            "vocab_size": vocab_size, "vocab": kept, "vocab_from": sst2_dir, "left_out": left_out,
+            "counts": counts, "sources": {"sst2": SOURCES["sst2"], "imdb": SOURCES["imdb"]}}
+    write_meta(out_dir, meta)
+    if verbose:
+        print(f"sst2_mlm ({protocol} protocol, {vocab} vocab of {sst2_dir}: {vocab_size:,} ids, max_len {max_len}) "
+              f"-> {out_dir}; left out: {left_out}")
+        for k, c in counts.items():
+            src = "  ".join(f"{s} {b['texts']:,} texts / {b['tokens']:,} tokens" for s, b in c["by_source"].items())
+            print(f"  {k:5s} {c['texts']:6,d} texts  {c['tokens']:,} tokens ({src})  truncated {c['truncated']:,}  "
+                  f"[UNK] {c['unk']:,}")
+    return meta
+
+
+# -----------------------------------------------------------------------------
 # The dataset registry: each name has a preparer and a task. The task says how the prepared folder
 # is read (which splits, which files) and which batch stream and evaluator a run uses.
 
@@ -995,13 +1283,18 @@ def prepare_minllama(dataset, tokenizer="llama2", max_len=256, mirror=None, out_
 @dataclass(frozen=True)
 class DatasetSpec:
     prepare: Callable  # (protocol, vocab, tokenizer, max_len, mirror, out_dir) -> meta; writes the folder
-    task: str  # 'classification' | 'lm' | 'seq2seq'
+    task: str  # 'classification' | 'lm' | 'seq2seq' | 'mlm'
     variant: tuple = ()  # the settings that name its folder: data/<name>[_<setting>...]
     tokenizers: tuple = ("",)  # the values `tokenizer` may take ('' = the dataset's own; the first is the default)
+    subsets: bool = False  # takes `subset` (SUBSETS); its folder name then holds the subset and a max_len not 256
 
 
 DATASETS = {
-    "sst2": DatasetSpec(prepare_sst2, "classification", ("protocol", "vocab")),  # GPT-2 BPE
+    "sst2": DatasetSpec(prepare_sst2, "classification", ("protocol", "vocab"), subsets=True),  # GPT-2 BPE
+    "imdb": DatasetSpec(prepare_imdb, "classification", ("vocab",), subsets=True),  # long movie reviews
+    "yelp_polarity": DatasetSpec(prepare_yelp_polarity, "classification", ("vocab",), subsets=True),
+    "multidomain": DatasetSpec(prepare_multidomain, "classification", ("vocab",), subsets=True),  # 3 domains
+    "multidomain_uci": DatasetSpec(prepare_multidomain_uci, "classification", ("vocab",), subsets=True),
     "shakespeare_char": DatasetSpec(prepare_shakespeare_char, "lm"),  # characters
     "sst5": DatasetSpec(lambda **kw: prepare_minllama("sst5", **kw), "classification", ("tokenizer",),
                         ("llama2", "tok512")),
@@ -1009,18 +1302,28 @@ DATASETS = {
                           ("llama2", "tok512")),
     "imdb_lm": DatasetSpec(prepare_imdb_lm, "lm", ("tokenizer",), ("tok512", "llama2")),  # Llama pretraining
     "piglatin": DatasetSpec(prepare_piglatin, "seq2seq"),  # word -> Pig Latin, characters
+    "sst2_mlm": DatasetSpec(prepare_sst2_mlm, "mlm", ("protocol", "vocab")),  # the encoder's MLM pretraining
 }
 TASK_SPLITS = {"classification": (ClassificationSplit, ("train", "val", "test")), "lm": (TokenSplit, ("train", "val")),
-               "seq2seq": (PairSplit, ("train", "val", "test"))}
+               "seq2seq": (PairSplit, ("train", "val", "test")), "mlm": (ClassificationSplit, ("train", "val"))}
 
 
-def dataset_dir(dataset, protocol=None, vocab=None, tokenizer=None):
+DEFAULT_MAX_LEN = 256  # the study's truncation; a folder prepared with another says so in its name
+
+
+def dataset_dir(dataset, protocol=None, vocab=None, tokenizer=None, subset="", max_len=None):
     """Where a dataset is prepared by default: data/<dataset> followed by the settings that make a
-    variant of it: data/sst2_<protocol>_<vocab>, data/sst5_<tokenizer>, data/shakespeare_char."""
+    variant of it: data/sst2_<protocol>_<vocab>, data/sst5_<tokenizer>, data/shakespeare_char; for a
+    dataset that takes subsets, then the subset and a max_len other than 256: data/sst2_glue_compact_frac10,
+    data/imdb_compact_len128."""
     spec = DATASETS.get(dataset)
     settings = {"protocol": protocol, "vocab": vocab, "tokenizer": tokenizer}
     variant = spec.variant if spec is not None else ("protocol", "vocab")
-    return os.path.join("data", "_".join([dataset, *(str(settings[k]) for k in variant)]))
+    parts = [dataset, *(str(settings[k]) for k in variant)]
+    if spec is not None and spec.subsets:
+        parts += [subset] if subset else []
+        parts += [f"len{max_len}"] if max_len and max_len != DEFAULT_MAX_LEN else []
+    return os.path.join("data", "_".join(parts))
 
 
 def resolve_tokenizer(dataset, tokenizer):
@@ -1050,10 +1353,10 @@ class Dataset:
 
     def facts(self):
         """What the data fixes about a model: the vocabulary size, the number of classes (0 for a
-        language-modelling corpus), and for a labelled set the longest sequence (block_size). A model
-        family takes what it needs."""
+        corpus without labels: language modelling, MLM), and for a labelled set the longest sequence
+        (block_size). A model family takes what it needs."""
         out = {"vocab_size": self.meta["vocab_size"]}
-        out["n_classes"] = len(self.meta["label_names"]) if "label_names" in self.meta else 0  # 0: no labels, an LM
+        out["n_classes"] = len(self.meta["label_names"]) if "label_names" in self.meta else 0  # 0: no labels
         if "max_len" in self.meta or "block_size" in self.meta:  # a seq2seq set gives its longest sequence
             out["block_size"] = self.meta.get("max_len", self.meta.get("block_size"))
         return out
@@ -1080,7 +1383,12 @@ def load_dataset(cfg):
     data_dir given explicitly is read as it was prepared."""
     name = cfg["dataset"]
     tokenizer = resolve_tokenizer(name, cfg.get("tokenizer", ""))
-    folder = cfg.get("data_dir") or dataset_dir(name, cfg.get("protocol"), cfg.get("vocab"), tokenizer)
+    subset = cfg.get("subset", "")
+    if subset and name in DATASETS and not DATASETS[name].subsets:
+        raise DataError(f"subset={subset!r}: {name} has no subsets (they are for "
+                        f"{', '.join(k for k, v in DATASETS.items() if v.subsets)})")
+    folder = cfg.get("data_dir") or dataset_dir(name, cfg.get("protocol"), cfg.get("vocab"), tokenizer, subset,
+                                                cfg.get("max_len"))
     if not os.path.isfile(os.path.join(folder, "meta.json")):
         if name not in DATASETS:
             raise DataError(f"no prepared data in {folder} and no preparer for dataset {name!r} "
@@ -1088,7 +1396,7 @@ def load_dataset(cfg):
         print(f"{folder} not found: preparing {name}")
         length = {"max_len": cfg["max_len"]} if cfg.get("max_len") else {}  # else the preparer's default
         DATASETS[name].prepare(protocol=cfg.get("protocol"), vocab=cfg.get("vocab"), tokenizer=tokenizer,
-                               mirror=os.environ.get("DATA_MIRROR"), out_dir=folder, **length)
+                               subset=subset, mirror=os.environ.get("DATA_MIRROR"), out_dir=folder, **length)
     dataset = Dataset(folder)
     if not cfg.get("data_dir") and cfg.get("max_len") and dataset.meta.get("max_len", cfg["max_len"]) != cfg["max_len"]:
         raise DataError(f"{folder} was prepared with max_len {dataset.meta['max_len']}, the run asks for "
@@ -1136,7 +1444,7 @@ def epoch_batches(split, batch_size, seed, epoch, bucket=True):
 class ClassificationStream:
     """Shuffled epochs over a labelled split: batches from `epoch_batches`, grad_accum of them per
     optimizer step (the last step of an epoch may have fewer). A subclass with other batches
-    (Seq2SeqStream) changes only `micro_batch`."""
+    (Seq2SeqStream, MLMStream) changes only `micro_batch`."""
 
     def __init__(self, split, batch_size, grad_accum, seed, bucket=True):
         self.split, self.batch_size, self.grad_accum = split, batch_size, grad_accum
@@ -1148,10 +1456,12 @@ class ClassificationStream:
         if self._plan[0] != epoch:
             batches = epoch_batches(self.split, self.batch_size, self.seed, epoch, self.bucket)
             self._plan = (epoch, [batches[j:j + self.grad_accum] for j in range(0, len(batches), self.grad_accum)])
-        return [self.micro_batch([self.split[j] for j in b], device) for b in self._plan[1][i]]
+        return [self.micro_batch([self.split[j] for j in b], device, (epoch, i, m))
+                for m, b in enumerate(self._plan[1][i])]
 
-    def micro_batch(self, items, device):
-        """(model inputs, examples, tokens) for the split's items [(ids, label), ...]."""
+    def micro_batch(self, items, device, where):
+        """(model inputs, examples, tokens) for the split's items [(ids, label), ...]; `where` is the
+        micro-batch's place, (epoch, step, index in the step), for a subclass that draws at random."""
         idx, mask, labels = collate(items, device)
         return {"idx": idx, "key_mask": mask, "targets": labels}, len(items), int(mask.sum())
 
@@ -1191,11 +1501,53 @@ class Seq2SeqStream(ClassificationStream):
         super().__init__(split, batch_size, grad_accum, seed, bucket)
         self.layout = layout
 
-    def micro_batch(self, items, device):
+    def micro_batch(self, items, device, where):
         """(model inputs, scored target tokens, tokens the model reads) for [(source, target), ...]."""
         inputs = seq2seq_collate(items, self.layout, device)
         n_tokens = sum(len(src) + len(tgt) + 2 for src, tgt in items)  # with [EOS] and [SOS]
         return inputs, int((inputs["targets"] != -100).sum()), n_tokens
+
+
+def mlm_mask(idx, vocab_size, rng, rate=MLM_RATE):
+    """BERT's corruption for masked-language modelling (Devlin et al. 2019, sec. 3.1 and appendix A.1) of
+    token ids idx (B, T), an int64 array: in each row, round(rate * n) of its n word tokens (at least one)
+    are chosen at random to be predicted; [PAD], [CLS] and [UNK] never are (an [UNK] has no word to
+    recover). Of the chosen, 80 % become MASK, 10 % a random word id, 10 % stay as they are, so the model
+    cannot tell from the input which positions are scored and must model every word. Returns (inputs,
+    targets), both (B, T): targets hold the original id where chosen and -100 (cross_entropy's
+    ignore_index) elsewhere. Every random number comes from rng (a numpy Generator): the mask is a pure
+    function of its seed."""
+    words = idx >= N_SPECIAL  # (B, T)
+    n = words.sum(1)
+    k = np.minimum(n, np.maximum(1, np.rint(rate * n))).astype(np.int64)  # (B,) targets per row
+    scores = np.where(words, rng.random(idx.shape), 2.0)  # uniform in [0, 1) on words; the rest rank last
+    chosen = scores.argsort(1, kind="stable").argsort(1) < k[:, None]  # each row's k lowest scores
+    action = rng.random(idx.shape)
+    inputs = np.where(chosen & (action < 0.8), MASK, idx)
+    inputs = np.where(chosen & (action >= 0.8) & (action < 0.9), rng.integers(N_SPECIAL, vocab_size, idx.shape), inputs)
+    return inputs, np.where(chosen, idx, -100)
+
+
+class MLMStream(ClassificationStream):
+    """Shuffled epochs over an unlabelled split, batched by length as ClassificationStream does, each
+    micro-batch masked by `mlm_mask` with a generator seeded by (seed, epoch, step, micro-batch): the
+    masks, like the batches, are a pure function of their place, so a resumed run sees exactly the masks
+    it would have seen. A micro-batch's count of examples is its count of masked tokens: the loss is a
+    mean per masked token, so train_step weights micro-batches by those, and the gradient of a step is
+    the mean over all its masked tokens, however they are cut into micro-batches."""
+
+    def __init__(self, split, vocab_size, batch_size, grad_accum, seed, bucket=True):
+        super().__init__(split, batch_size, grad_accum, seed, bucket)
+        self.vocab_size = vocab_size
+
+    def micro_batch(self, items, device, where):
+        """({idx, key_mask, mlm_targets}, masked tokens, tokens the model reads) for [(ids, label), ...]."""
+        idx, mask, _ = collate(items, "cpu")
+        inputs, targets = mlm_mask(idx.numpy(), self.vocab_size, np.random.default_rng([self.seed, *where]))
+        targets = torch.from_numpy(targets)
+        return ({"idx": torch.from_numpy(inputs).to(device), "key_mask": mask.to(device),
+                 "mlm_targets": targets.to(device)}, int((targets != -100).sum()), int(mask.sum()))
+
 
 def lm_windows(tokens, starts, block_size, device):
     """Inputs x (B, T) = tokens[s : s+T] and targets y (B, T) = tokens[s+1 : s+T+1] for each start s,
@@ -1252,7 +1604,9 @@ def main(argv=None):
     p.add_argument("--vocab", default="compact", choices=["compact", "full"])
     p.add_argument("--tokenizer", default="", help="sst5, cfimdb, imdb_lm: the Llama tokenizer, 'llama2' or 'tok512' "
                    "(default: llama2 for sst5 and cfimdb, tok512 for imdb_lm)")
-    p.add_argument("--max_len", type=int, default=256, help="tokens per sequence incl. [CLS] (default 256)")
+    p.add_argument("--max_len", type=int, default=DEFAULT_MAX_LEN, help="tokens per sequence incl. [CLS] "
+                   "(default 256)")
+    p.add_argument("--subset", default="", help=f"sst2, imdb, yelp_polarity, multidomain(_uci): {SUBSETS}")
     p.add_argument("--mirror", default=os.environ.get("DATA_MIRROR"),
                    help="read source files from this folder instead of downloading (default: $DATA_MIRROR)")
     p.add_argument("--out_dir", default=None, help="default: data/<dataset>_<protocol>_<vocab> "
@@ -1261,8 +1615,10 @@ def main(argv=None):
     a = p.parse_args(argv)
     try:
         tokenizer = resolve_tokenizer(a.dataset, a.tokenizer)
+        if a.subset and not DATASETS[a.dataset].subsets:
+            raise DataError(f"--subset: {a.dataset} has no subsets")
         DATASETS[a.dataset].prepare(protocol=a.protocol, vocab=a.vocab, tokenizer=tokenizer, max_len=a.max_len,
-                                    mirror=a.mirror, out_dir=a.out_dir, seed=a.seed)
+                                    subset=a.subset, mirror=a.mirror, out_dir=a.out_dir, seed=a.seed)
     except DataError as e:
         sys.exit(f"error: {e}")
 

@@ -1,7 +1,8 @@
 """
 Evaluate trained checkpoints: one evaluator per task (classification: loss, accuracy, F1, precision,
 recall, MCC and per-example predictions; language modelling: loss, perplexity, next-token accuracy
-and the embedding norm; seq2seq: loss per character, greedy word accuracy, the translations), plus
+and the embedding norm; seq2seq: loss per character, greedy word accuracy, the translations; masked-
+language modelling: masked-token loss and accuracy), plus
 size, FLOPs and speed; classify your own text or sample from a
 language model. train.py uses the same evaluators during training; this file never imports train.py.
 
@@ -116,6 +117,10 @@ SEQ2SEQ_METRICS = {
     "word_accuracy": Metric("word accuracy (greedy, whole word exact)", "higher", "word acc"),
     "char_accuracy": Metric("next-character accuracy (teacher-forced)", "higher", "char acc"),
 }
+MLM_METRICS = {
+    "loss": Metric("masked-token loss", "lower", "loss"), "accuracy": Metric("masked-token accuracy", "higher", "acc"),
+    "ppl": Metric("masked-token perplexity", "lower", "ppl"),
+}
 
 
 def confusion_matrix(y_true, y_pred, n_classes):
@@ -202,6 +207,37 @@ def evaluate_lm(model, split, device, ctx, max_windows=0, batch_size=64):
         n += y.numel()
     loss = loss_sum / n
     return {"loss": loss, "accuracy": correct / n, "ppl": math.exp(loss), "emb_norm": norm_sum / n, "n": n}
+
+
+MLM_EVAL_SEED = 0  # the seed of the validation masks: the same positions in every evaluation of every run
+
+
+@torch.no_grad()
+def evaluate_mlm(model, split, device, ctx, batch_size=64):
+    """Masked-token cross-entropy, perplexity exp(loss) and accuracy (argmax = the original token) over a
+    split, each sequence j masked once by data.mlm_mask with a generator seeded by (MLM_EVAL_SEED, j): the
+    same positions and replacements in every evaluation of every run, however the split is batched. `n` is
+    the number of masked tokens. (The logits are (B, T, vocab): 64 x 128 x 12,332 floats are 400 MB, hence
+    the small batches.)"""
+    model.eval()
+    vocab_size = raw_model(model).cfg.vocab_size
+    order = np.argsort(split.lengths, kind="stable")  # similar lengths together: less padding
+    loss_sum, correct, n = 0.0, 0, 0
+    for i in range(0, len(order), batch_size):
+        rows = [data.mlm_mask(split[j][0][None], vocab_size, np.random.default_rng([MLM_EVAL_SEED, j]))
+                for j in order[i:i + batch_size]]
+        idx = data.pad_rows([x[0] for x, _ in rows], data.PAD).to(device)
+        targets = data.pad_rows([y[0] for _, y in rows], -100).to(device)
+        with ctx:
+            logits, _ = model(idx, idx != data.PAD, mlm_targets=targets)
+        scored = targets != -100
+        logits, targets = logits.float()[scored], targets[scored]
+        loss_sum += F.cross_entropy(logits, targets, reduction="sum").item()
+        correct += (logits.argmax(-1) == targets).sum().item()
+        n += targets.numel()
+    if n == 0:
+        raise ValueError("the split to evaluate has no word to mask")
+    return {"loss": loss_sum / n, "accuracy": correct / n, "ppl": math.exp(loss_sum / n), "n": n}
 
 
 
@@ -416,10 +452,35 @@ def classification_report(model, ckpt, path, args, device, ctx):
     if not args.no_timing:
         res["latency_ms"] = latency_ms(model, split, device, ctx, repeats=args.repeats)
         res["throughput"] = throughput(model, split, device, ctx, batch_size=args.batch_size, repeats=args.repeats)
+    if args.loops:
+        res["loops"] = depth_sweep(model, split, args.loops, device, ctx, args.batch_size)
     res["label_names"] = ckpt["data"]["label_names"]
     res["trained"] = {"dataset": ckpt["data"]["dataset"], "protocol": ckpt["data"].get("protocol"),
                       "iter_num": ckpt["iter_num"], "best_val_loss": ckpt["best_val_loss"]}
     return res
+
+
+def depth_sweep(model, split, loops, device, ctx, batch_size=256):
+    """Test-time depth: a looped encoder scored with each number of loops in `loops` (its weights as
+    trained; only how many times the shared stack is applied changes). Returns one row per count:
+    n_loops, the classification metrics and the forward FLOPs per sample at that depth."""
+    raw = raw_model(model)
+    if not hasattr(raw.cfg, "n_loops"):
+        raise ValueError(f"--loops needs a looped encoder; this is a {type(raw).__name__}")
+    trained = raw.cfg.n_loops
+    rows = []
+    try:
+        for k in loops:
+            if k < 1:
+                raise ValueError(f"--loops {k}: a model applies its layers at least once")
+            raw.cfg.n_loops, raw.depth = k, raw.cfg.n_layer * k
+            res = evaluate_classification(model, split, device, ctx, batch_size)
+            rows.append({"n_loops": k, "trained_loops": trained,
+                         **{m: res[m] for m in ("loss", "accuracy", "f1", "precision", "recall", "mcc")},
+                         "flops_per_sample": float(np.mean([raw.flops_per_forward(int(t)) for t in split.lengths]))})
+    finally:
+        raw.cfg.n_loops, raw.depth = trained, raw.cfg.n_layer * trained
+    return rows
 
 
 TOKENIZER_OF_VOCAB = {512: "tok512", 32000: "llama2"}  # llama2.c's files do not name their tokenizer
@@ -684,14 +745,28 @@ def zero_shot_report(model, ckpt, path, args, device, ctx):
     return res
 
 
+def mlm_report(model, ckpt, path, args, device, ctx):
+    """An encoder pretrained by masked-language modelling, on its corpus's validation split masked as in
+    training's evaluations (evaluate_mlm's fixed seed), with its size and FLOPs (the MLM head included).
+    No timing: what it is for is fine-tuning, and a fine-tuned classifier's report times that."""
+    if args.file:
+        raise ValueError(f"{path} is a masked-language model; --file takes labelled sentences for a classifier")
+    val = checkpoint_dataset(ckpt, path).splits["val"]
+    res = {"ckpt": path, "task": "mlm", **evaluate_mlm(model, val, device, ctx), **size_figures(model, path)}
+    res["flops_per_sample"] = float(np.mean([model.flops_per_forward(int(t), mlm=True) for t in val.lengths]))
+    res["trained"] = {"dataset": ckpt["data"]["dataset"], "protocol": ckpt["data"].get("protocol"),
+                      "iter_num": ckpt["iter_num"], "best_val_loss": ckpt["best_val_loss"]}
+    return res
+
+
 REPORTS = {"classification": classification_report, "lm": lm_report, "generate": generation_report,
-           "seq2seq": seq2seq_report}
+           "seq2seq": seq2seq_report, "mlm": mlm_report}
 
 ROWS = [  # (key, label, format)
     ("word_accuracy", "word accuracy", "{:.4f}"), ("char_accuracy", "char accuracy (teacher-forced)", "{:.4f}"),
     ("accuracy", "accuracy", "{:.4f}"), ("precision", "precision", "{:.4f}"), ("recall", "recall", "{:.4f}"),
     ("f1", "F1", "{:.4f}"), ("mcc", "MCC", "{:.4f}"), ("loss", "loss", "{:.4f}"), ("ppl", "perplexity", "{:.3f}"),
-    ("emb_norm", "mean ||X|| (block 1 input)", "{:.3f}"), ("n", "examples (LM: tokens)", "{:,}"),
+    ("emb_norm", "mean ||X|| (block 1 input)", "{:.3f}"), ("n", "examples (LM: tokens, MLM: masked)", "{:,}"),
     ("params_total", "params total", "{:,}"), ("params_embedding", "params embedding", "{:,}"),
     ("params_non_embedding", "params non-embedding", "{:,}"), ("size_mb", "size fp32 (MB)", "{:.2f}"),
     ("ckpt_bytes", "checkpoint bytes", "{:,}"), ("effective_depth", "effective depth", "{}"),
@@ -728,6 +803,9 @@ def print_table(results, max_errors=50):
         if "confusion_matrix" in r:
             print(f"confusion matrix of {name} (rows true {r['label_names']}, columns predicted): "
                   f"{r['confusion_matrix']}")
+        if "loops" in r:
+            print(f"test-time depth of {name} (trained with {r['loops'][0]['trained_loops']} loops): " +
+                  ", ".join(f"{row['n_loops']} loops acc {row['accuracy']:.4f}" for row in r["loops"]))
         if "prompt" in r:
             print(f"zero-shot prompt of {name} ({r['dataset']} {r['split']}, {r['tokenizer']} tokens): {r['prompt']!r}")
         if "by_rule" in r:
@@ -820,6 +898,8 @@ def parser():
     p.add_argument("--batch_size", type=int, default=256, help="batch size for metrics and throughput")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats (the median is reported)")
     p.add_argument("--no_timing", action="store_true", help="skip latency and throughput")
+    p.add_argument("--loops", type=int, nargs="+", default=None, help="classifiers: also score a looped encoder "
+                   "with each of these numbers of loops (test-time depth, no retraining), e.g. --loops 1 2 3 4")
     p.add_argument("--max_errors", type=int, default=50, help="seq2seq: wrong translations to print (all go to --json)")
     p.add_argument("--plots", default=None, help="seq2seq: write the attention maps and the embedding projection "
                    "(PNG) to this folder")
@@ -875,7 +955,7 @@ def main(argv=None):
                       "split": args.file or args.split, "repeats": args.repeats, "batch_size": args.batch_size}
         if device.startswith("cuda"):
             conditions["gpu"] = torch.cuda.get_device_name()
-        where = {"lm": "the validation windows", "generate": "a prompt",
+        where = {"lm": "the validation windows", "generate": "a prompt", "mlm": "the validation split, masked",
                  "zero-shot": f"{args.zero_shot} {args.split}"}.get(results[0]["task"], conditions["split"])
         print(f"evaluated on {where}: device {device} ({threads} threads), {args.dtype}, "
               f"torch {torch.__version__}; timing: median of {args.repeats} repeats")

@@ -395,14 +395,17 @@ def plan_cells(plan):
     return out
 
 
-def run_plan(plan, jobs=1, collect_only=False):
-    """Train every cell's unfinished runs, cell after cell (unless collect_only), then return
-    {cell name: (cell, runs, {(config name, seed): summary or None})}."""
+def run_plan(plan, jobs=1, collect_only=False, only=None):
+    """Train every cell's unfinished runs, cell after cell (unless collect_only; with `only`, just those
+    cells'), then return {cell name: (cell, runs, {(config name, seed): summary or None})}."""
     cells = plan_cells(plan)
+    unknown = sorted(set(only or ()) - set(cells))
+    if unknown:
+        raise ValueError(f"--cells {unknown}: the plan has {list(cells)}")
     out = {}
     for name, (cell, runs) in cells.items():
         todo = [key for key, (_, cfg) in runs.items() if finished_summary(cfg) is None]
-        if todo and not collect_only:
+        if todo and not collect_only and (not only or name in only):
             print(f"cell {name}: {len(runs)} runs, {len(todo)} to train")
             try:
                 run_pending(runs, todo, jobs)
@@ -428,7 +431,10 @@ def term_values(term, results, metric):
         summaries = results[cell][2]
         if not any(n == name for n, _ in summaries):
             raise ValueError(f"term {part!r}: cell {cell} has no config {name!r}")
-        values.append({seed: s[metric] for (n, seed), s in summaries.items() if n == name and s is not None})
+        done = {seed: s for (n, seed), s in summaries.items() if n == name and s is not None}
+        if any(metric not in s for s in done.values()):
+            raise ValueError(f"term {part!r}: its runs do not report {metric!r}")
+        values.append({seed: s[metric] for seed, s in done.items()})
     if len(values) == 1:
         return values[0]
     if len(values) != 2:
@@ -836,7 +842,7 @@ def plan_main(args):
     """study.py --plan: train what the plan lacks (or, with --collect_only, only read what is finished),
     measure the checkpoints, judge the claims and write the report."""
     plan = load_plan(args.plan)
-    results = run_plan(plan, args.jobs, args.collect_only)
+    results = run_plan(plan, args.jobs, args.collect_only, args.cells)
     done = sum(s is not None for _, _, summaries in results.values() for s in summaries.values())
     planned = sum(len(summaries) for _, _, summaries in results.values())
     print(f"plan {args.plan}: {done} of {planned} runs finished")
@@ -852,6 +858,8 @@ def main(argv=None):
     p.add_argument("--plan", help="a study plan (config/encoders_study.py): train its cells' unfinished runs in "
                    "order, then write the report (--report)")
     p.add_argument("--report", default="RESULTS.md", help="with --plan: the report to write (default RESULTS.md)")
+    p.add_argument("--cells", nargs="*", default=None, help="with --plan: train only these cells (the report "
+                   "still reads every finished run)")
     p.add_argument("--remeasure", action="store_true", help="with --plan: time the checkpoints again even if "
                    "their measurements are newer")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="the seeds (at least two)")

@@ -43,13 +43,16 @@ init_from = "scratch"  # 'scratch', 'resume' (from out_dir/last.pt), or a checkp
 log_interval = 50  # iterations between progress lines
 eval_interval = 0  # iterations between evaluations; 0 = once per epoch (the last iteration is always evaluated)
 # data
-dataset = "sst2"  # a name in data.DATASETS: 'sst2', 'sst5', 'cfimdb' (classification), 'shakespeare_char',
-# 'imdb_lm' (language modelling), 'piglatin' (seq2seq)
+dataset = "sst2"  # a name in data.DATASETS: 'sst2', 'imdb', 'yelp_polarity', 'multidomain', 'multidomain_uci',
+# 'sst5', 'cfimdb' (classification), 'shakespeare_char',
+# 'imdb_lm' (language modelling), 'piglatin' (seq2seq), 'sst2_mlm' (masked-language-model pretraining of the encoder)
 protocol = "glue"  # 'glue' (test = GLUE dev) or 'standard' (the seed's 80/10/10 split)
 vocab = "compact"  # 'compact' (ids seen in training) or 'full' (all 50,257 GPT-2 ids)
 tokenizer = ""  # sst5, cfimdb, imdb_lm: the Llama tokenizer, 'llama2' (32,000 pieces; the default for sst5 and
 # cfimdb) or 'tok512' (stories260K's; the default for imdb_lm)
 max_len = 256  # tokens per sequence incl. [CLS], the study's truncation
+subset = ""  # sst2, imdb, yelp_polarity, multidomain(_uci): '' = all, 'frac50'/'frac10' (of train, nested),
+# 'short30'/'long30' (the shortest / longest 30 % of every split by word count), 'sample2000' (per split)
 data_dir = ""  # '' = data/<dataset>_<protocol>_<vocab> (or data/<dataset>), prepared automatically if missing
 bucket = True  # classification: batch sentences of similar length together (less padding); batches stay shuffled
 eval_windows = 0  # language modelling: validation windows per evaluation; 0 = the whole split (fixed, the
@@ -120,6 +123,11 @@ def seq2seq_stream(split, model_cfg, cfg):
                               cfg["bucket"])
 
 
+def mlm_stream(split, model_cfg, cfg):
+    # the masks draw random word ids, so the stream needs the vocabulary's size
+    return data.MLMStream(split, model_cfg.vocab_size, cfg["batch_size"], cfg["grad_accum"], cfg["seed"], cfg["bucket"])
+
+
 def score_classifier(model, split, cfg, device, ctx):
     return evaluate.evaluate_classification(model, split, device, ctx)
 
@@ -132,10 +140,15 @@ def score_seq2seq(model, split, cfg, device, ctx):
     return evaluate.evaluate_seq2seq(model, split, device, ctx)
 
 
+def score_mlm(model, split, cfg, device, ctx):
+    return evaluate.evaluate_mlm(model, split, device, ctx)
+
+
 TASKS = {
     "classification": Task(evaluate.CLASSIFICATION_METRICS, classification_stream, score_classifier),
     "lm": Task(evaluate.LM_METRICS, lm_stream, score_lm),
     "seq2seq": Task(evaluate.SEQ2SEQ_METRICS, seq2seq_stream, score_seq2seq),
+    "mlm": Task(evaluate.MLM_METRICS, mlm_stream, score_mlm),
 }
 
 
@@ -229,6 +242,14 @@ def set_lr(optimizer, cfg, it, total_iters):
     return optimizer.param_groups[0]["lr"]
 
 
+def step_flops(model, micro_batches):
+    """Training FLOPs of one step: 3x the analytic forward FLOPs (the backward pass costs about twice the
+    forward) of each micro-batch of token ids `idx` (B, T) at its padded length; other inputs count 0."""
+    return float(sum(3 * model.flops_per_forward(x["idx"].size(1), x["idx"].size(0),
+                                                 **({"mlm": True} if "mlm_targets" in x else {}))
+                     for x, _, _ in micro_batches if "idx" in x))
+
+
 def train_step(model, micro_batches, optimizer, scaler, ctx, grad_clip):
     """One optimizer step over the micro-batches [(inputs, examples, tokens), ...]. Each micro-batch's
     loss is weighted by its share of the examples, so the gradient is the mean over all of them.
@@ -266,10 +287,11 @@ class RunState:
     grad_norm: float | None = None  # of the last step, before clipping
     last_eval: dict | None = None  # the last validation figures, with the iteration they were taken at
     stopped: str = ""  # why the run ended: 'max_epochs', 'max_iters', 'early stopping (...)' or 'interrupted'
+    train_flops: float = 0.0  # training FLOPs so far (step_flops; resumed from a checkpoint without it: since then)
 
     @classmethod
     def from_checkpoint(cls, ckpt):
-        return cls(**{f.name: ckpt[f.name] for f in fields(cls)})
+        return cls(**{f.name: ckpt.get(f.name, f.default) for f in fields(cls)})
 
 
 class StopRequest:
@@ -428,6 +450,7 @@ def train(cfg):
             model.train()
             micro = stream.step(state.epoch, state.step_in_epoch, dev)
             loss, state.grad_norm = train_step(fwd_model, micro, optimizer, scaler, ctx, cfg["grad_clip"])
+            state.train_flops += step_flops(model, micro)
             tokens_since_log += sum(n_tokens for _, _, n_tokens in micro)
             state.iter_num += 1
             state.step_in_epoch += 1
@@ -481,6 +504,7 @@ def summarize(state, task, dataset, counts, minutes):
     validation loss and the last gradient norm, with `metrics` saying how to label and compare each."""
     summary = {"task": dataset.task, "stopped": state.stopped, "iters": state.iter_num, "epochs": state.epoch,
                "best_val_loss": state.best_val_loss, "final_grad_norm": state.grad_norm, "train_minutes": minutes,
+               "train_flops": state.train_flops,
                "params": counts["total"], "params_non_embedding": counts["non_embedding"]}
     metrics = {}
     if state.last_eval is not None:

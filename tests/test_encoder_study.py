@@ -1,0 +1,379 @@
+"""
+The encoder study's tooling: McNemar's test and the claim verdicts on known cases, the Pareto frontier,
+the subsets (sizes, nesting, no train/test overlap), the new datasets (IMDB, Yelp polarity and the
+three-domain sets: download path on fixtures in their real formats, mirror path on the real UCI files),
+test-time depth, and a whole study plan on tiny runs: trained, resumed as finished, judged and reported.
+"""
+
+import io
+import json
+import math
+import os
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+
+import data
+import evaluate
+import model
+import study
+from conftest import fake_downloads, need_tokenizer
+from test_study import write_tiny_configs
+
+# -----------------------------------------------------------------------------
+# statistics
+
+
+def test_mcnemar_exact_p_on_known_cases():
+    # 10 against 2: 2 * P(X <= 2), X ~ Bin(12, 1/2) = 2 * (1 + 12 + 66) / 4096
+    assert study.mcnemar_p(10, 2) == pytest.approx(158 / 4096)
+    assert study.mcnemar_p(2, 10) == study.mcnemar_p(10, 2)  # two-sided: symmetric
+    assert study.mcnemar_p(0, 0) == 1.0 and study.mcnemar_p(5, 5) == 1.0  # capped at 1
+    assert study.mcnemar_p(0, 6) == pytest.approx(2 / 64)  # all six disagreements one way
+    # thousands of disagreements (a 6,823-example test set) do not underflow; the normal approximation
+    # with continuity correction agrees closely there
+    b, c = 1500, 1380
+    z = (abs(b - c) - 1) / math.sqrt(b + c)
+    assert study.mcnemar_p(b, c) == pytest.approx(math.erfc(z / math.sqrt(2)), rel=0.02)
+
+
+def test_mcnemar_counts_only_the_disagreements():
+    y = [0, 1, 1, 0, 1, 0, 1, 1]
+    a = [0, 1, 1, 0, 0, 1, 1, 1]  # wrong on examples 4, 5
+    b = [0, 1, 0, 1, 1, 0, 1, 0]  # wrong on examples 2, 3, 7
+    only_a, only_b, p = study.mcnemar(y, a, b)
+    assert (only_a, only_b) == (3, 2) and p == pytest.approx(study.mcnemar_p(3, 2))
+    with pytest.raises(ValueError, match="same examples"):
+        study.mcnemar(y, a, b[:-1])
+
+
+def test_claim_verdicts():
+    assert study.claim_verdict(0.01, 0.03, "higher") == "confirmed"
+    assert study.claim_verdict(-0.03, -0.01, "higher") == "refuted"
+    assert study.claim_verdict(-0.01, 0.03, "higher") == "inconclusive"
+    assert study.claim_verdict(-0.03, -0.01, "lower") == "confirmed"  # a loss: lower is better
+
+
+def test_pareto_front():
+    # (cost, value): (1, .80) and (3, .85) and (5, .90) are on it; (2, .79) and (4, .84) are dominated
+    points = [(3, 0.85), (2, 0.79), (5, 0.90), (1, 0.80), (4, 0.84), (5, 0.70)]
+    assert study.pareto_front(points) == [3, 0, 2]
+
+
+# -----------------------------------------------------------------------------
+# subsets
+
+
+def synthetic_splits():
+    rng = np.random.default_rng(0)
+    out = {}
+    for k, n in (("train", 200), ("val", 40), ("test", 40)):
+        texts = [" ".join(f"{k}{i}w{j}" for j in range(int(rng.integers(1, 30)))) for i in range(n)]
+        out[k] = (texts, [i % 2 for i in range(n)])
+    return out
+
+
+def test_fractions_are_seeded_nested_and_leave_val_and_test_whole():
+    splits = synthetic_splits()
+    half, tenth = (data.subset_splits(splits, s, seed=7) for s in ("frac50", "frac10"))
+    assert len(half["train"][0]) == 100 and len(tenth["train"][0]) == 20
+    assert set(tenth["train"][0]) <= set(half["train"][0]) <= set(splits["train"][0])  # nested
+    assert half["val"] == splits["val"] and tenth["test"] == splits["test"]
+    assert data.subset_splits(splits, "frac10", seed=7) == tenth  # seeded
+    assert data.subset_splits(splits, "frac10", seed=8)["train"] != tenth["train"]
+    order = [splits["train"][0].index(t) for t in tenth["train"][0]]
+    assert order == sorted(order)  # the split's own order is kept
+    labels = dict(zip(*splits["train"]))
+    assert all(labels[t] == lab for t, lab in zip(*tenth["train"]))  # labels travel with their texts
+
+
+@pytest.mark.parametrize("kind", ["short", "long"])
+def test_length_subsets_take_each_split_from_one_regime(kind):
+    splits = synthetic_splits()
+    sub = data.subset_splits(splits, f"{kind}30", seed=7)
+    for k, (texts, _) in splits.items():
+        kept = sub[k][0]
+        assert len(kept) == round(0.3 * len(texts))
+        words = sorted(len(t.split()) for t in texts)
+        n = len(kept)
+        if kind == "short":
+            assert max(len(t.split()) for t in kept) <= words[n - 1]
+        else:
+            assert min(len(t.split()) for t in kept) >= words[len(words) - n]
+    assert not set(sub["train"][0]) & set(sub["test"][0])  # no example moves between splits
+
+
+@pytest.mark.parametrize("bad", ["frac0", "frac101", "half", "short", "sample0"])
+def test_bad_subsets_are_refused(bad):
+    with pytest.raises(data.DataError, match="expected"):
+        data.subset_splits(synthetic_splits(), bad, seed=1)
+
+
+def test_folder_names_hold_subset_and_length():
+    assert data.dataset_dir("sst2", "glue", "compact") == os.path.join("data", "sst2_glue_compact")
+    assert data.dataset_dir("sst2", "standard", "compact", subset="short30", max_len=256) == \
+        os.path.join("data", "sst2_standard_compact_short30")
+    assert data.dataset_dir("imdb", vocab="compact", subset="sample1000", max_len=128) == \
+        os.path.join("data", "imdb_compact_sample1000_len128")
+    assert data.dataset_dir("sst5", tokenizer="llama2", max_len=128) == os.path.join("data", "sst5_llama2")
+
+
+def test_a_subset_of_a_dataset_without_subsets_is_an_error(tmp_path):
+    with pytest.raises(data.DataError, match="has no subsets"):
+        data.load_dataset({"dataset": "shakespeare_char", "subset": "frac10", "data_dir": str(tmp_path)})
+
+
+def test_sst2_subsets_on_the_fake_mirror(fixture_mirror, fixture_digests, tmp_path):
+    need_tokenizer()
+    with fixture_digests():
+        full = data.prepare_sst2("standard", mirror=fixture_mirror, out_dir=str(tmp_path / "all"), verbose=False)
+        short = data.prepare_sst2("standard", subset="short30", mirror=fixture_mirror, out_dir=str(tmp_path / "s"),
+                                  verbose=False)
+    assert short["subset"] == "short30"
+    for k in ("train", "val", "test"):
+        assert short["counts"][k]["n"] == round(0.3 * full["counts"][k]["n"])
+    assert short["counts"]["train"]["tokens"] < 0.3 * full["counts"]["train"]["tokens"]
+
+
+# -----------------------------------------------------------------------------
+# the new datasets
+
+
+def zhang_csv(rows):
+    """Rows in Zhang et al.'s CSV format: every field quoted, quotes doubled, line breaks as \\n."""
+    def q(field):
+        return '"' + field.replace('"', '""').replace("\n", "\\n") + '"'
+    return "".join(",".join([q(str(label))] + [q(f) for f in fields]) + "\n" for label, *fields in rows).encode()
+
+
+def tgz(files):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, payload in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    return buf.getvalue()
+
+
+def yelp_archive(n_train=40, n_test=20):
+    def rows(n, tag):
+        return [(1 + i % 2, f'{"great" if i % 2 else "awful"} place number {i} in {tag}, "quoted"\nsecond line')
+                for i in range(n)]
+    return tgz({"yelp_review_polarity_csv/train.csv": zhang_csv(rows(n_train, "train")),
+                "yelp_review_polarity_csv/test.csv": zhang_csv(rows(n_test, "test")),
+                "yelp_review_polarity_csv/readme.txt": b"fixture\n"})
+
+
+def test_zhang_csv_reader(tmp_path):
+    path = tmp_path / "yelp.tgz"
+    path.write_bytes(yelp_archive(4, 2))
+    rows = data.read_zhang_csv(str(path), "yelp_review_polarity_csv/train.csv", 2)
+    assert rows[0] == ('awful place number 0 in train, "quoted"\nsecond line', 0)
+    assert [lab for _, lab in rows] == [0, 1, 0, 1]
+    with pytest.raises(data.DataError, match="expected 3 quoted fields"):
+        data.read_zhang_csv(str(path), "yelp_review_polarity_csv/train.csv", 3)
+    with pytest.raises(data.DataError, match="no readable"):
+        data.read_zhang_csv(str(path), "yelp_review_polarity_csv/nothing.csv", 2)
+
+
+def test_yelp_polarity_downloads_checks_and_standardizes(tmp_path, monkeypatch):
+    """The download path: the canonical URL, once; the archive's sha256 checked; the seed's sizes
+    (scaled down here) drawn with train and val from train.csv and test from test.csv."""
+    need_tokenizer()
+    payload = yelp_archive()
+    monkeypatch.setitem(data.SOURCES["yelp_polarity"], "sha256", data.sha256(payload))
+    monkeypatch.setattr(data, "STANDARD_SIZES", {"train": 24, "val": 6, "test": 10})
+    calls = fake_downloads(monkeypatch, payload)
+    monkeypatch.chdir(tmp_path)
+    meta = data.prepare_yelp_polarity(verbose=False)
+    assert calls == ["https://s3.amazonaws.com/fast-ai-nlp/yelp_review_polarity_csv.tgz"]
+    assert {k: c["n"] for k, c in meta["counts"].items()} == {"train": 24, "val": 6, "test": 10}
+    assert meta["label_names"] == ["negative", "positive"] and meta["dataset"] == "yelp_polarity"
+    ds = data.Dataset(os.path.join("data", "yelp_polarity_compact"))
+    assert set(ds.splits["train"].labels) == {0, 1}
+    data.prepare_yelp_polarity(verbose=False, out_dir=str(tmp_path / "again"))
+    assert len(calls) == 1  # downloaded once
+    monkeypatch.setitem(data.SOURCES["yelp_polarity"], "sha256", "0" * 64)
+    with pytest.raises(data.DataError, match="expected 0000"):
+        data.prepare_yelp_polarity(verbose=False, out_dir=str(tmp_path / "bad"))
+
+
+def test_yelp_polarity_not_in_the_mirror_says_what_to_do(tmp_path):
+    with pytest.raises(data.DataError, match="yelp_review_polarity_csv.tgz: put a copy of https://s3"):
+        data.prepare_yelp_polarity(mirror=str(tmp_path), out_dir=str(tmp_path / "out"), verbose=False)
+
+
+def imdb_archive(n=12):
+    files = {}
+    for half in ("train", "test"):
+        for i in range(n):
+            pos = i % 2
+            files[f"aclImdb/{half}/{'pos' if pos else 'neg'}/{i}_{8 if pos else 2}.txt"] = \
+                f"A {'fine' if pos else 'dull'} film, review {i} of the {half} half.<br /><br />The end.".encode()
+    return tgz(files)
+
+
+def test_multidomain_from_three_downloaded_archives(tmp_path, monkeypatch):
+    """The seed's three-domain task: a third of every split from each source, the domain as the label,
+    test drawn from each source's test file."""
+    need_tokenizer()
+    payloads = {data.SOURCES["imdb"]["url"]: imdb_archive(), data.SOURCES["yelp_polarity"]["url"]: yelp_archive(),
+                data.SOURCES["amazon_polarity"]["url"]: tgz({
+                    f"amazon_review_polarity_csv/{h}.csv": zhang_csv([(1 + i % 2, f"title {i}", f"a {h} gadget {i}")
+                                                                      for i in range(30)]) for h in ("train", "test")})}
+    for name in ("imdb", "yelp_polarity", "amazon_polarity"):
+        monkeypatch.setitem(data.SOURCES[name], "sha256", data.sha256(payloads[data.SOURCES[name]["url"]]))
+
+    def download(url, dest, timeout=60):
+        with open(dest, "wb") as f:
+            f.write(payloads[url])
+
+    monkeypatch.setattr(data, "download", download)
+    monkeypatch.setattr(data, "STANDARD_SIZES", {"train": 15, "val": 6, "test": 9})
+    monkeypatch.chdir(tmp_path)
+    meta = data.prepare_multidomain(verbose=False)
+    assert meta["label_names"] == data.DOMAINS
+    assert {k: c["labels"] for k, c in meta["counts"].items()} == {"train": [5, 5, 5], "val": [2, 2, 2],
+                                                                   "test": [3, 3, 3]}
+    test = data.ClassificationSplit(os.path.join("data", "multidomain_compact"), "test")
+    assert len(test) == 9
+
+
+def test_multidomain_uci_on_the_real_mirror(real_mirror, tmp_path):
+    meta = data.prepare_multidomain_uci(mirror=real_mirror, out_dir=str(tmp_path / "uci"), verbose=False)
+    assert {k: c["labels"] for k, c in meta["counts"].items()} == {"train": [800, 800, 800], "val": [100] * 3,
+                                                                   "test": [100] * 3}
+    # the three splits partition each file's 1,000 lines
+    files = data.fetch("uci_sentences", real_mirror)
+    per_file = [len([x for x in files[rel].decode().split("\n") if x.strip()]) for rel in data._UCI_DOMAINS]
+    assert per_file == [1000, 1000, 1000]
+
+
+def test_uci_zip_download_path(tmp_path, monkeypatch, real_mirror):
+    """Downloaded, the UCI sentences come as a zip whose folder name has spaces; each file is checked."""
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for rel in data.SOURCES["uci_sentences"]["files"]:
+            z.writestr(f"sentiment labelled sentences/{os.path.basename(rel)}",
+                       open(os.path.join(real_mirror, rel), "rb").read())
+        z.writestr("__MACOSX/._imdb_labelled.txt", b"debris")
+    calls = fake_downloads(monkeypatch, buf.getvalue())
+    files = data.fetch("uci_sentences", cache_dir=str(tmp_path))
+    assert calls == [data.SOURCES["uci_sentences"]["url"]] and len(files) == 3
+
+
+def test_imdb_classification_from_an_archive(tmp_path, monkeypatch):
+    need_tokenizer()
+    payload = imdb_archive(20)
+    (tmp_path / "aclImdb_labelled.tar.gz").write_bytes(payload)
+    monkeypatch.setitem(data.SOURCES["imdb"], "mirror_sha256", data.sha256(payload))
+    meta = data.prepare_imdb(mirror=str(tmp_path), n_val=4, max_len=8, out_dir=str(tmp_path / "imdb"), verbose=False)
+    assert {k: c["n"] for k, c in meta["counts"].items()} == {"train": 16, "val": 4, "test": 20}
+    assert meta["max_len"] == 8 and meta["counts"]["test"]["truncated"] == 20  # every review cut to 8 tokens
+    ds = data.Dataset(str(tmp_path / "imdb"))
+    assert max(ds.splits["test"].lengths) == 8
+
+
+# -----------------------------------------------------------------------------
+# test-time depth
+
+
+def test_depth_sweep_scores_each_loop_count_and_restores_the_model(tiny_cfg):
+    torch.manual_seed(0)
+    cfg = tiny_cfg()
+    ds = data.load_dataset(cfg)
+    m = model.build_model("encoder", {**cfg, "n_loops": 2}, ds.facts())
+    split = ds.splits["test"]
+    rows = evaluate.depth_sweep(m, split, [1, 2, 3], "cpu", evaluate.autocast_context("cpu", "float32"))
+    assert [r["n_loops"] for r in rows] == [1, 2, 3] and all(r["trained_loops"] == 2 for r in rows)
+    assert m.cfg.n_loops == 2 and m.depth == 2 * m.cfg.n_layer  # restored
+    as_trained = evaluate.evaluate_classification(m, split, "cpu", evaluate.autocast_context("cpu", "float32"))
+    assert rows[1]["accuracy"] == as_trained["accuracy"] and rows[1]["loss"] == pytest.approx(as_trained["loss"])
+    assert rows[0]["flops_per_sample"] < rows[1]["flops_per_sample"] < rows[2]["flops_per_sample"]
+    with torch.no_grad():  # one loop by hand: the stack once, no cross-iteration residual
+        ids = torch.from_numpy(split[0][0])[None]
+        m.eval()
+        m.cfg.n_loops, m.depth = 1, m.cfg.n_layer
+        one = m(ids)[0]
+        m.cfg.n_loops, m.depth = 2, 2 * m.cfg.n_layer
+        assert not torch.allclose(one, m(ids)[0])
+
+
+# -----------------------------------------------------------------------------
+# a whole plan on tiny runs
+
+
+def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, capsys):
+    configs = write_tiny_configs(tmp_path, tiny_dataset)
+    plan_path = tmp_path / "plan.py"
+    plan_path.write_text(
+        f"out_root = {str(tmp_path / 'runs')!r}\nseeds = [1, 2]\n"
+        f"cells = [dict(name='a', configs={configs!r}, set=['max_iters=4'], test_set='tiny test', what='tiny')]\n"
+        "labels = {'tiny_plain': 'plain'}\n"
+        "verdicts = [dict(claim='looped beats plain', a='a/tiny_looped', b='a/tiny_plain'),\n"
+        "            dict(claim='difference of differences', a='a/tiny_looped - a/tiny_plain', "
+        "b='a/tiny_plain - a/tiny_looped')]\n"
+        "depth = ['a/tiny_looped']\ndepth_loops = [1, 2, 3]\n"
+        "targets = [dict(what='plain reaches 0', term='a/tiny_plain', at_least=0.0)]\n")
+    report = tmp_path / "RESULTS.md"
+    study.main(["--plan", str(plan_path), "--report", str(report), "--jobs", "2"])
+    text = report.read_text()
+    assert "| looped beats plain | test_accuracy | 2 |" in text
+    assert text.count("p=") == 2  # McNemar per seed, for the claim between two single runs on one test set
+    rows = [line for line in text.splitlines() if line.startswith("| difference of differences")]
+    assert len(rows) == 1 and "p=" not in rows[0] and rows[0].rstrip().endswith(
+        ("**confirmed** |", "**refuted** |", "**inconclusive** |"))
+    assert "| plain | 2 of 2 |" in text and "| plain reaches 0 |" in text and "| yes |" in text
+    assert "## Test-time depth" in text and "(trained: 2)" in text
+    for png in ("learning_curves.png", "test_time_depth.png", "frontier_tiny_test.png"):
+        assert f"(results/{png})" in text and os.path.isfile(tmp_path / "results" / png)
+    timing = json.loads((tmp_path / "runs" / "a" / "timing.json").read_text())
+    assert [r["ckpt"] for r in timing] == [str(tmp_path / "runs" / "a" / n / "seed1" / "ckpt.pt")
+                                           for n in ("tiny_plain", "tiny_looped")]
+    assert all(r["latency_ms"] > 0 for r in timing)
+
+    # the verdict row's figures, by hand from the summaries
+    def acc(cell, name, seed):
+        return json.loads((tmp_path / "runs" / cell / name / f"seed{seed}" / "summary.json").read_text())[
+            "test_accuracy"]
+    d = np.mean([acc("a", "tiny_looped", s) - acc("a", "tiny_plain", s) for s in (1, 2)])
+    assert f"| looped beats plain | test_accuracy | 2 | {d:+.4f} |" in text
+    assert f"| difference of differences | test_accuracy | 2 | {2 * d:+.4f} |" in text
+
+    # again: everything is finished and measured, so nothing is trained or timed
+    capsys.readouterr()
+    monkeypatch.setattr(study, "run_pending", lambda *a: pytest.fail("trained again"))
+    monkeypatch.setattr(study, "evaluate_script", lambda *a: pytest.fail("measured again"))
+    study.main(["--plan", str(plan_path), "--report", str(report)])
+    assert "4 of 4 runs finished" in capsys.readouterr().out
+    plan = study.load_plan(str(plan_path))
+    with pytest.raises(ValueError, match="do not report 'test_acuracy'"):
+        study.judge(dict(claim="typo", a="a/tiny_looped", b="a/tiny_plain", metric="test_acuracy"),
+                    study.run_plan(plan, collect_only=True), {})
+
+
+def test_a_plan_with_unknown_keys_or_no_cells_is_refused(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("cells = [dict(name='a', configs=[])]\nverdict = []\n")
+    with pytest.raises(ValueError, match="unknown plan keys \\['verdict'\\]"):
+        study.load_plan(str(bad))
+    bad.write_text("seeds = [1, 2]\n")
+    with pytest.raises(ValueError, match="plans no cells"):
+        study.load_plan(str(bad))
+
+
+def test_the_encoder_study_plan_loads():
+    plan = study.load_plan("config/encoders_study.py")
+    cells = study.plan_cells(plan)
+    assert "sst2_glue" in cells and len(cells["sst2_glue"][1]) == 6
+    with pytest.raises(ValueError, match="--cells \\['nope'\\]"):
+        study.run_plan(plan, only=["nope"])
+    names = {c["name"] for c in plan["cells"]}
+    for v in plan["verdicts"]:
+        for term in (v["a"], v["b"]):
+            assert all(part.strip().split("/")[0] in names for part in term.split(" - "))
