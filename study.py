@@ -347,8 +347,8 @@ def study_table(summaries, names, seeds, metrics, n_boot=10000):
 #              overrides `set`; test_set names the test examples (cells with the same one are compared on a
 #              plot); run in order, so a cell may start from a checkpoint an earlier cell trained
 #   labels     {config name: how tables call it}
-#   verdicts   [dict(claim, a, b, metric)]: a and b are "cell/config", or "cell/config - cell/config" (a
-#              difference per seed); the claim is that a beats b
+#   verdicts   [dict(claim, a, b, metric, cost)]: a and b are "cell/config", or "cell/config - cell/config"
+#              (a difference per seed); the claim is that a beats b; cost: a run A spent beyond B (pretraining)
 #   depth      ["cell/config"]: recurrent runs to score at test-time depths `depth_loops`
 #   targets    [dict(what, term, metric, at_least)] and `budget_note`, `notes`: text for the report
 
@@ -791,6 +791,15 @@ def write_report(plan, results, timing, depth, path):
         mc = "; ".join(f"{a}/{b}, p={p:.3g}" for a, b, p in r.get("mcnemar", [])) or "–"
         lines.append(f"| {r['claim']} | {r['metric']} | {r['n']} | {r['mean']:+.4f} | [{r['lo']:+.4f}, "
                      f"{r['hi']:+.4f}] | [{r['boot_lo']:+.4f}, {r['boot_hi']:+.4f}] | {mc} | **{r['verdict']}** |")
+    for claim in plan["verdicts"]:
+        if "cost" in claim:  # what A spent beyond B (a pretraining run), beside what it gained
+            cost, fine = (term_values(t, results, "train_flops") for t in (claim["cost"], claim["a"]))
+            minutes = term_values(claim["cost"], results, "train_minutes") if cost else {}
+            if cost and fine:
+                c, f = float(np.mean(list(cost.values()))), float(np.mean(list(fine.values())))
+                lines += ["", f"Cost of \"{claim['claim']}\": `{claim['cost']}` spent {c:.3g} training FLOPs "
+                              f"({float(np.mean(list(minutes.values()))):.1f} min), {c / f:.2f}× the {f:.3g} of "
+                              f"each fine-tuning run."]
     lines += ["", "A and B of each claim, as `cell/config`:", ""]
     lines += [f"- {c['claim']}: A = `{c['a']}`, B = `{c['b']}`" for c in plan["verdicts"]]
     lines += ["", "## Cells", ""]

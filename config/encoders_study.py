@@ -69,7 +69,7 @@ verdicts = [
     dict(claim="our tuned recipe beats the seed paper's (recurrent, standard protocol)", a=f"sst2_standard/{_R}",
          b="paper/sst2_recurrent_paper"),
     dict(claim="MLM pretraining beats training from scratch (recurrent, GLUE dev)",
-         a="mlm_finetune/sst2_recurrent_pretrained", b=f"sst2_glue/{_R}"),
+         a="mlm_finetune/sst2_recurrent_pretrained", b=f"sst2_glue/{_R}", cost="mlm_pretrain/sst2_mlm"),
 ]
 depth = [f"sst2_glue/{_R}", "width_depth/sst2_deep_recurrent"]
 depth_loops = [1, 2, 3, 4]

@@ -315,7 +315,7 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
         f"out_root = {str(tmp_path / 'runs')!r}\nseeds = [1, 2]\n"
         f"cells = [dict(name='a', configs={configs!r}, set=['max_iters=4'], test_set='tiny test', what='tiny')]\n"
         "labels = {'tiny_plain': 'plain'}\n"
-        "verdicts = [dict(claim='looped beats plain', a='a/tiny_looped', b='a/tiny_plain'),\n"
+        "verdicts = [dict(claim='looped beats plain', a='a/tiny_looped', b='a/tiny_plain', cost='a/tiny_plain'),\n"
         "            dict(claim='difference of differences', a='a/tiny_looped - a/tiny_plain', "
         "b='a/tiny_plain - a/tiny_looped')]\n"
         "depth = ['a/tiny_looped']\ndepth_loops = [1, 2, 3]\n"
@@ -330,6 +330,7 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
         ("**confirmed** |", "**refuted** |", "**inconclusive** |"))
     assert "| plain | 2 of 2 |" in text and "| plain reaches 0 |" in text and "| yes |" in text
     assert "## Test-time depth" in text and "(trained: 2)" in text
+    assert 'Cost of "looped beats plain": `a/tiny_plain` spent' in text  # training FLOPs beside the gain
     for png in ("learning_curves.png", "test_time_depth.png", "frontier_tiny_test.png"):
         assert f"(results/{png})" in text and os.path.isfile(tmp_path / "results" / png)
     timing = json.loads((tmp_path / "runs" / "a" / "timing.json").read_text())
