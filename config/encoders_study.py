@@ -25,6 +25,8 @@ cells = [
          test_set="SST-2 standard test, longest 30 %", what="SST-2 standard, the longest 30 % of every split"),
     dict(name="sst2_standard_frac10", configs=_PAIR, set=_BUDGET + ["protocol=standard", "subset=frac10"],
          test_set=_STANDARD, what="SST-2 standard, 10 % of train (5,458 examples), full val and test"),
+    dict(name="sst2_standard_frac50", configs=_PAIR, set=_BUDGET + ["protocol=standard", "subset=frac50"],
+         test_set=_STANDARD, what="SST-2 standard, 50 % of train (27,288 examples; holds frac10's), full val and test"),
     dict(name="width_depth", configs=["config/sst2_deep_recurrent.py", "config/sst2_wide.py"], test_set=_GLUE,
          set=["max_iters=150", "warmup_iters=15", "eval_interval=50", "max_epochs=100"],
          what="width vs depth: 384 wide, 3 layers x 2 loops against 512 wide, 6 layers (SST-2 GLUE)"),
@@ -56,7 +58,7 @@ _R, _B = "sst2_recurrent", "sst2_baseline"
 verdicts = [
     *[dict(claim=f"recurrent beats baseline: {cell}", a=f"{cell}/{_R}", b=f"{cell}/{_B}")
       for cell in ("sst2_glue", "sst2_standard", "multidomain_uci", "imdb", "yelp_polarity", "multidomain",
-                   "sst2_standard_frac10", "sst2_standard_short30", "sst2_standard_long30")],
+                   "sst2_standard_frac50", "sst2_standard_frac10", "sst2_standard_short30", "sst2_standard_long30")],
     dict(claim="data size: recurrent's edge over baseline is larger on 10 % of train than on all of it",
          a=f"sst2_standard_frac10/{_R} - sst2_standard_frac10/{_B}", b=f"sst2_standard/{_R} - sst2_standard/{_B}"),
     dict(claim="data size: the recurrent model loses accuracy on 10 % of train (all beats 10 %)",
