@@ -212,6 +212,15 @@ def evaluate_lm(model, split, device, ctx, max_windows=0, batch_size=64):
 MLM_EVAL_SEED = 0  # the seed of the validation masks: the same positions in every evaluation of every run
 
 
+def scored_token_sums(logits, targets):
+    """(summed cross-entropy, correct argmaxes, count) over the positions whose target is not -100: the
+    per-token figures that the masked-LM and seq2seq evaluators add up over a split."""
+    scored = targets != -100
+    logits, targets = logits.float()[scored], targets[scored]
+    return (F.cross_entropy(logits, targets, reduction="sum").item(), (logits.argmax(-1) == targets).sum().item(),
+            targets.numel())
+
+
 @torch.no_grad()
 def evaluate_mlm(model, split, device, ctx, batch_size=64):
     """Masked-token cross-entropy, perplexity exp(loss) and accuracy (argmax = the original token) over a
@@ -230,15 +239,11 @@ def evaluate_mlm(model, split, device, ctx, batch_size=64):
         targets = data.pad_rows([y[0] for _, y in rows], -100).to(device)
         with ctx:
             logits, _ = model(idx, idx != data.PAD, mlm_targets=targets)
-        scored = targets != -100
-        logits, targets = logits.float()[scored], targets[scored]
-        loss_sum += F.cross_entropy(logits, targets, reduction="sum").item()
-        correct += (logits.argmax(-1) == targets).sum().item()
-        n += targets.numel()
+        loss, right, count = scored_token_sums(logits, targets)
+        loss_sum, correct, n = loss_sum + loss, correct + right, n + count
     if n == 0:
         raise ValueError("the split to evaluate has no word to mask")
     return {"loss": loss_sum / n, "accuracy": correct / n, "ppl": math.exp(loss_sum / n), "n": n}
-
 
 
 @torch.no_grad()
@@ -274,17 +279,15 @@ def evaluate_seq2seq(model, split, device, ctx, batch_size=256):
         targets = inputs.pop("targets")
         with ctx:
             logits, _ = model(**inputs)
-        scored = targets != -100
-        logits, targets = logits.float()[scored], targets[scored]
-        loss_sum += F.cross_entropy(logits, targets, reduction="sum").item()
-        correct += (logits.argmax(-1) == targets).sum().item()
-        n_chars += targets.numel()
+        loss, right, count = scored_token_sums(logits, targets)
+        loss_sum, correct, n_chars = loss_sum + loss, correct + right, n_chars + count
     if n_chars == 0:
         raise ValueError("the split to evaluate is empty")
     predictions = translate_split(model, split, device, ctx, batch_size)
     right = sum(pred == split[j][1].tolist() for j, pred in enumerate(predictions))
     return {"loss": loss_sum / n_chars, "word_accuracy": right / len(split), "char_accuracy": correct / n_chars,
             "n": len(split), "n_chars": n_chars, "predictions": predictions}
+
 
 @torch.no_grad()
 def label_log_likelihoods(model, prompts, label_ids, device, batch_size=32):
