@@ -641,17 +641,20 @@ def draw_plots(plan, results, timing, depth, folder, label):
             xy = [(r[key], r["test_accuracy"][0]) for _, r in pts]
             sizes = [40 * (r.get("size_mb") or 10) ** 0.8 for _, r in pts] if key == "latency_ms" else 40
             ax.scatter([p[0] for p in xy], [p[1] for p in xy], s=sizes, alpha=0.45, edgecolors="k")
+            ax.errorbar([p[0] for p in xy], [p[1] for p in xy], fmt="none", ecolor="grey", lw=0.8,
+                        yerr=[0 if math.isnan(r["test_accuracy"][1]) else r["test_accuracy"][1] for _, r in pts])
             for (n, r), (x, y) in zip(pts, xy):
                 ax.annotate(f"{label(r['config'])} [{n}]", (x, y), fontsize=7, xytext=(4, 4),
                             textcoords="offset points")
             front = pareto_front(xy)
             if front:
-                ax.plot([xy[i][0] for i in front], [xy[i][1] for i in front], "r--", lw=1, label="Pareto frontier")
+                ax.plot([xy[i][0] for i in front], [xy[i][1] for i in front], "r--x", lw=1, label="Pareto frontier")
                 ax.legend(fontsize=7, loc="lower right")
             ax.set_xscale("log")
+            ax.margins(0.25)
             ax.set_xlabel(xlabel)
             ax.set_ylabel("test accuracy (mean over seeds)")
-        axes[0].set_title("bubble area = fp32 size", fontsize=9)
+        axes[0].set_title("bubble area = fp32 size; bars: 95 % CI over seeds", fontsize=9)
         fig.suptitle(f"test set: {test_set}", fontsize=10)
         save(fig, f"frontier_{re.sub(r'[^A-Za-z0-9]+', '_', test_set).strip('_')}.png",
              f"Accuracy against latency and non-embedding parameters ({test_set})")
