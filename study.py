@@ -402,8 +402,7 @@ def run_plan(plan, jobs=1, collect_only=False, only=None):
     unknown = sorted(set(only or ()) - set(cells))
     if unknown:
         raise ValueError(f"--cells {unknown}: the plan has {list(cells)}")
-    out = {}
-    for name, (cell, runs) in cells.items():
+    for name, (cell, runs) in list(cells.items()):
         todo = [key for key, (_, cfg) in runs.items() if finished_summary(cfg) is None]
         if todo and not collect_only and (not only or name in only):
             print(f"cell {name}: {len(runs)} runs, {len(todo)} to train")
@@ -411,9 +410,10 @@ def run_plan(plan, jobs=1, collect_only=False, only=None):
                 run_pending(runs, todo, jobs)
             except RuntimeError as e:  # a cell that cannot run (its data cannot be had) does not stop the rest
                 print(f"cell {name} stopped: {e}")
-                cell = {**cell, "error": str(e)}
-        out[name] = (cell, runs, {key: finished_summary(cfg) for key, (_, cfg) in runs.items()})
-    return out
+                cells[name] = ({**cell, "error": str(e)}, runs)
+    # collected after all the training: runs that finished meanwhile elsewhere (another core's queue) count
+    return {name: (cell, runs, {key: finished_summary(cfg) for key, (_, cfg) in runs.items()})
+            for name, (cell, runs) in cells.items()}
 
 
 def finished_seeds(summaries, name):
