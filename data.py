@@ -694,13 +694,18 @@ def split_sst2(train, dev, protocol, seed):
     return {k: ([src[0][i] for i in idx], [src[1][i] for i in idx]) for k, (src, idx) in parts.items()}
 
 
+def sst2_splits(protocol, seed, mirror=None):
+    """SST-2's {split: (sentences, labels)} under a protocol: the verified source files, parsed and split."""
+    files = fetch("sst2", mirror)
+    train, dev = parse_sst2_tsv(files["SST-2/train.tsv"]), parse_sst2_tsv(files["SST-2/dev.tsv"])
+    return split_sst2(train, dev, protocol, seed)
+
+
 def prepare_sst2(protocol="glue", vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
                  verbose=True, **_ignored):
     """Build the SST-2 dataset folder and return its meta dict."""
     out_dir = out_dir or dataset_dir("sst2", protocol, vocab, subset=subset, max_len=max_len)
-    files = fetch("sst2", mirror)
-    train, dev = parse_sst2_tsv(files["SST-2/train.tsv"]), parse_sst2_tsv(files["SST-2/dev.tsv"])
-    splits = subset_splits(split_sst2(train, dev, protocol, seed), subset, seed)
+    splits = subset_splits(sst2_splits(protocol, seed, mirror), subset, seed)
     return write_classification(out_dir, splits, ["negative", "positive"], vocab, max_len, verbose,
                                 dataset="sst2", protocol=protocol, seed=seed, subset=subset, sources=SOURCES["sst2"])
 
@@ -1223,9 +1228,7 @@ def prepare_sst2_mlm(protocol="glue", vocab="compact", max_len=128, mirror=None,
         raise DataError(f"{sst2_dir} was split with protocol {sst2_meta.get('protocol')!r}, seed "
                         f"{sst2_meta.get('seed')}; this corpus asks for {protocol!r}, {seed}, and needs the same "
                         f"split (its train sentences must be the classifier's)")
-    files = fetch("sst2", mirror)
-    train, dev = parse_sst2_tsv(files["SST-2/train.tsv"]), parse_sst2_tsv(files["SST-2/dev.tsv"])
-    splits = split_sst2(train, dev, protocol, seed)
+    splits = sst2_splits(protocol, seed, mirror)
     held_out = {clean_text(s) for k in ("val", "test") for s in splits[k][0]}
     texts = [("sst2", s) for s in splits["train"][0]]
     texts += [("imdb", text) for text, _, _ in read_imdb(archive_file("imdb", mirror), "train")]
@@ -1326,6 +1329,13 @@ def dataset_dir(dataset, protocol=None, vocab=None, tokenizer=None, subset="", m
     return os.path.join("data", "_".join(parts))
 
 
+def check_subset(dataset, subset):
+    """DataError if a subset is asked of a (registered) dataset that has none."""
+    if subset and dataset in DATASETS and not DATASETS[dataset].subsets:
+        raise DataError(f"subset={subset!r}: {dataset} has no subsets (they are for "
+                        f"{', '.join(k for k, v in DATASETS.items() if v.subsets)})")
+
+
 def resolve_tokenizer(dataset, tokenizer):
     """The tokenizer setting a dataset is prepared with ('' picks its default), or DataError."""
     spec = DATASETS.get(dataset)
@@ -1384,9 +1394,7 @@ def load_dataset(cfg):
     name = cfg["dataset"]
     tokenizer = resolve_tokenizer(name, cfg.get("tokenizer", ""))
     subset = cfg.get("subset", "")
-    if subset and name in DATASETS and not DATASETS[name].subsets:
-        raise DataError(f"subset={subset!r}: {name} has no subsets (they are for "
-                        f"{', '.join(k for k, v in DATASETS.items() if v.subsets)})")
+    check_subset(name, subset)
     folder = cfg.get("data_dir") or dataset_dir(name, cfg.get("protocol"), cfg.get("vocab"), tokenizer, subset,
                                                 cfg.get("max_len"))
     if not os.path.isfile(os.path.join(folder, "meta.json")):
@@ -1615,8 +1623,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     try:
         tokenizer = resolve_tokenizer(a.dataset, a.tokenizer)
-        if a.subset and not DATASETS[a.dataset].subsets:
-            raise DataError(f"--subset: {a.dataset} has no subsets")
+        check_subset(a.dataset, a.subset)
         DATASETS[a.dataset].prepare(protocol=a.protocol, vocab=a.vocab, tokenizer=tokenizer, max_len=a.max_len,
                                     subset=a.subset, mirror=a.mirror, out_dir=a.out_dir, seed=a.seed)
     except DataError as e:

@@ -491,17 +491,20 @@ def evaluate_script(argv, json_path):
     return out if isinstance(out, list) else [out]
 
 
-def measured(path):
-    """The checkpoints an evaluate.py JSON file measured, in order ([] if there is none)."""
-    if not os.path.isfile(path):
-        return []
-    with open(path) as f:
-        rows = json.load(f)
-    return [r["ckpt"] for r in (rows if isinstance(rows, list) else [rows])]
-
-
-def fresh(path, inputs):
-    return os.path.isfile(path) and all(os.path.getmtime(path) >= os.path.getmtime(p) for p in inputs)
+def cached_evaluation(out, ckpts, argv, what, remeasure=False):
+    """The rows of an evaluate.py JSON file `out` for the checkpoints `ckpts`, in order: read from `out` if
+    it measured exactly these and is newer than each (and not `remeasure`), else measured now with
+    `evaluate.py --ckpt CKPTS ARGV` (announced as `what`). None if there are none for these checkpoints."""
+    rows = None
+    if os.path.isfile(out):
+        with open(out) as f:
+            rows = json.load(f)
+        rows = rows if isinstance(rows, list) else [rows]
+    if remeasure or rows is None or [r["ckpt"] for r in rows] != ckpts or \
+            any(os.path.getmtime(out) < os.path.getmtime(p) for p in ckpts):
+        print(what)
+        rows = evaluate_script(["--ckpt", *ckpts, *argv], out)
+    return rows
 
 
 def measure(results, plan, remeasure=False):
@@ -517,32 +520,23 @@ def measure(results, plan, remeasure=False):
             path = seeds and os.path.join(runs[(config, seeds[0])][1]["out_dir"], "ckpt.pt")
             if path and os.path.isfile(path) and summaries[(config, seeds[0])].get("test_n"):
                 ckpts[config] = path
-        if not ckpts:
-            continue
-        out = os.path.join(plan["out_root"], name, "timing.json")
-        if remeasure or not fresh(out, ckpts.values()) or measured(out) != list(ckpts.values()):
-            print(f"measuring {name}: {', '.join(ckpts)}")
-            evaluate_script(["--ckpt", *ckpts.values(), "--split", "test"], out)
-        if os.path.isfile(out):
-            with open(out) as f:
-                rows = json.load(f)
-            timing[name] = dict(zip(ckpts, rows if isinstance(rows, list) else [rows]))
+        if ckpts:
+            rows = cached_evaluation(os.path.join(plan["out_root"], name, "timing.json"), list(ckpts.values()),
+                                     ["--split", "test"], f"measuring {name}: {', '.join(ckpts)}", remeasure)
+            if rows:
+                timing[name] = dict(zip(ckpts, rows))
     for term in plan["depth"]:
         cell, _, config = term.partition("/")
         if cell not in results:
             raise ValueError(f"depth {term!r}: no cell {cell!r}")
         _, runs, summaries = results[cell]
         paths = [os.path.join(runs[(config, s)][1]["out_dir"], "ckpt.pt") for s in finished_seeds(summaries, config)]
-        if len(paths) < 1:
-            continue
-        out = os.path.join(plan["out_root"], cell, f"depth_{config}.json")
-        if remeasure or not fresh(out, paths) or measured(out) != paths:
-            print(f"test-time depth of {term}: loops {plan['depth_loops']}")
-            evaluate_script(["--ckpt", *paths, "--no_timing", "--loops", *map(str, plan["depth_loops"])], out)
-        if os.path.isfile(out):
-            with open(out) as f:
-                rows = json.load(f)
-            depth[term] = rows if isinstance(rows, list) else [rows]
+        if paths:
+            rows = cached_evaluation(os.path.join(plan["out_root"], cell, f"depth_{config}.json"), paths,
+                                     ["--no_timing", "--loops", *map(str, plan["depth_loops"])],
+                                     f"test-time depth of {term}: loops {plan['depth_loops']}", remeasure)
+            if rows:
+                depth[term] = rows
     return timing, depth
 
 
@@ -572,19 +566,17 @@ def cell_rows(name, results, timing):
         seeds = finished_seeds(summaries, config)
         done = [summaries[(config, s)] for s in seeds]
         row = {"config": config, "seeds": seeds, "planned": sum(1 for n, _ in runs if n == config)}
-        if done and all(m in done[0] for m in TEST_METRICS):
-            for m in TEST_METRICS:
-                values = [s[m] for s in done]
-                row[m] = mean_ci(values) if len(values) > 1 else (values[0], math.nan)
+        if done:
             row.update(params=done[0]["params"], params_non_embedding=done[0]["params_non_embedding"],
                        train_minutes=float(np.mean([s["train_minutes"] for s in done])),
                        train_flops=float(np.mean([s.get("train_flops", math.nan) for s in done])),
                        iters=sorted({s["iters"] for s in done}))
+        if done and all(m in done[0] for m in TEST_METRICS):
+            for m in TEST_METRICS:
+                values = [s[m] for s in done]
+                row[m] = mean_ci(values) if len(values) > 1 else (values[0], math.nan)
         elif done:  # a run without a test split (a pretraining run)
-            row.update(params=done[0]["params"], params_non_embedding=done[0]["params_non_embedding"],
-                       train_minutes=float(np.mean([s["train_minutes"] for s in done])),
-                       train_flops=float(np.mean([s.get("train_flops", math.nan) for s in done])),
-                       iters=sorted({s["iters"] for s in done}), best_val_loss=done[0]["best_val_loss"])
+            row["best_val_loss"] = done[0]["best_val_loss"]
         row.update({k: timing.get(name, {}).get(config, {}).get(k) for k in
                     ("size_mb", "flops_per_sample", "latency_ms", "throughput")})
         rows.append(row)

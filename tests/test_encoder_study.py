@@ -123,6 +123,8 @@ def test_folder_names_hold_subset_and_length():
 def test_a_subset_of_a_dataset_without_subsets_is_an_error(tmp_path):
     with pytest.raises(data.DataError, match="has no subsets"):
         data.load_dataset({"dataset": "shakespeare_char", "subset": "frac10", "data_dir": str(tmp_path)})
+    with pytest.raises(SystemExit, match="shakespeare_char has no subsets"):  # the same check on the command line
+        data.main(["shakespeare_char", "--subset", "frac10", "--out_dir", str(tmp_path)])
 
 
 def test_sst2_subsets_on_the_fake_mirror(fixture_mirror, fixture_digests, tmp_path):
