@@ -34,6 +34,9 @@ is a scalar loop), `scan --compile` 4 to 8 more (compiling), `precision` under o
 early at --budget seconds, and the tables say so.
 """
 
+# annotations stay strings: the Triton kernels' `tl.constexpr` must not be evaluated where triton is absent
+from __future__ import annotations
+
 import argparse
 import json
 import math
@@ -227,6 +230,693 @@ def selective_scan(a, b, impl="sequential", h0=None):
     if impl not in _SCAN_FNS:
         raise ValueError(f"unknown scan impl {impl!r}: expected one of {', '.join(map(repr, SCANS))}")
     return _SCAN_FNS[impl](a, b, h0=h0)
+
+
+# -----------------------------------------------------------------------------
+# Triton kernels: RMSNorm, LayerNorm, SwiGLU and flash attention, each forward and backward
+#
+# Each public *_triton function is an autograd Function whose forward and backward are hand-written
+# Triton kernels, and each has a *_reference beside it: the same math in plain PyTorch, which the tests
+# (tests/test_triton_kernels.py) prove equal in value and gradient on odd sizes. model.py holds the
+# switch that picks one.
+#
+# Triton is optional (Linux; CUDA builds of torch bring it), so it is imported at the first call of a
+# Triton function, never at `import kernels`. That first call also decorates the kernels with
+# triton.jit, for the same reason twice over: Triton decides once, when it is imported, whether it
+# compiles kernels for the GPU or runs them in its interpreter (TRITON_INTERPRET=1, read then: its own
+# library functions such as tl.zeros are triton.jit-decorated at that moment), and triton.jit reads
+# the variable again for each function it decorates. So the variable must be set before anything
+# imports triton (torch.compile does); tests/conftest.py sets it first thing on a machine without CUDA.
+# The interpreter runs each program of the grid in turn with NumPy, on CPU tensors: slow, but exact
+# enough to test the kernels' arithmetic and masks on a laptop.
+#
+# Conventions in the kernels: every reduction and accumulator is float32, whatever the inputs; a block
+# is a power of two at least as long as what it covers (tl.arange needs a power of two), and loads and
+# stores past the true length are masked, so any size works.
+
+_TRITON = None  # the jitted kernels (a namespace), made by _triton_kernels() at the first call
+triton = tl = None  # the modules, set by _triton_kernels(); the kernels' bodies read `tl` from here
+
+# The longest row the norm kernels take: one program holds a whole row (a power-of-two block of it) in
+# registers. The lab's widths are at most 1536; a longer row would need a loop over column blocks.
+MAX_NORM_WIDTH = 16384
+
+
+def _interpreting():
+    """True when Triton runs kernels in its interpreter (TRITON_INTERPRET=1). triton.knobs (Triton >=
+    3.4) reads the environment, as Triton does; older Tritons are asked through the variable itself."""
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+def _triton_kernels():
+    """Import Triton and jit every kernel, once; return them as a namespace. Raises RuntimeError, saying
+    how to install it, where Triton is missing."""
+    global _TRITON, triton, tl
+    if _TRITON is None:
+        try:
+            import triton as triton_module
+            import triton.language as tl_module
+        except ImportError as e:
+            raise RuntimeError("kernels.py's Triton kernels need Triton: pip install triton (Linux only; torch's "
+                               "CUDA wheels already bring it). The *_reference functions need nothing.") from e
+        triton, tl = triton_module, tl_module
+        from types import SimpleNamespace
+        _TRITON = SimpleNamespace(**{fn.__name__: triton.jit(fn) for fn in _KERNELS})
+    return _TRITON
+
+
+def triton_available():
+    """True if Triton imports and can run here: on a CUDA device, or in its interpreter (TRITON_INTERPRET=1)
+    on the CPU."""
+    try:
+        _triton_kernels()
+    except RuntimeError:
+        return False
+    return torch.cuda.is_available() or _interpreting()
+
+
+def _prepare(name, floats, others=()):
+    """The kernels, after checking that the tensors can reach them: one device, float32, float16 or
+    bfloat16 for `floats` (the masks in `others` are checked by their caller), and a CUDA device unless
+    Triton interprets (the interpreter takes CPU tensors)."""
+    kernels = _triton_kernels()
+    devices = {t.device for t in (*floats, *others)}
+    if len(devices) > 1:
+        raise ValueError(f"{name}: all tensors must be on one device, got {sorted(map(str, devices))}")
+    device = devices.pop()
+    if device.type != "cuda" and not _interpreting():
+        raise RuntimeError(f"{name}: Triton runs on CUDA tensors, got {device}. On the CPU, set TRITON_INTERPRET=1 "
+                           f"before anything imports triton to run the kernels in Triton's interpreter (slow).")
+    for t in floats:
+        if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(f"{name}: expected float32, float16 or bfloat16 tensors, got {t.dtype}")
+    return kernels
+
+
+def _row_warps(block):
+    """Warps for a one-row-per-program kernel: about 256 elements per warp (8 per thread), 1 to 8 warps."""
+    return min(max(block // 256, 1), 8)
+
+
+def _n_row_programs(n_rows, device):
+    """How many programs the norms' backward runs. Each walks a strided share of the rows and keeps its
+    own float32 partial sum of dweight (a row of the (programs, C) buffer that torch then sums): a few
+    programs per streaming multiprocessor fill the GPU without a partial buffer as tall as the input.
+    In the interpreter, 4 programs, so that each of the tests' few rows is not its own program and the
+    stride loop is exercised."""
+    if device.type == "cuda":
+        return max(1, min(n_rows, 4 * torch.cuda.get_device_properties(device).multi_processor_count))
+    return max(1, min(n_rows, 4))
+
+
+def _as_rows(x, name):
+    """x viewed as a contiguous (rows, C) matrix for the row kernels."""
+    C = x.shape[-1]
+    if C > MAX_NORM_WIDTH:
+        raise ValueError(f"{name}: the last dim is {C}, above MAX_NORM_WIDTH={MAX_NORM_WIDTH} (one row per program)")
+    return x.reshape(-1, C).contiguous()  # (M, C)
+
+
+# --- RMSNorm (Zhang & Sennrich 2019, eq. 4): y = x / sqrt(mean(x^2) + eps) * w over the last dim
+
+
+def rms_norm_reference(x, weight, eps):
+    """The reference RMSNorm, as model.RMSNorm computes it: statistics in float32, output in x's dtype."""
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return (y * weight.float()).to(x.dtype)
+
+
+def _rms_norm_fwd(X, W, Y, RSTD, C, eps, BLOCK_C: tl.constexpr):
+    """One row per program: r = 1 / sqrt(mean(x^2) + eps), y = x * r * w. Saves r for the backward."""
+    row = tl.program_id(0).to(tl.int64)  # 64-bit offsets: rows * C may pass 2^31 in a large batch
+    cols = tl.arange(0, BLOCK_C)
+    inside = cols < C
+    x = tl.load(X + row * C + cols, mask=inside, other=0.0).to(tl.float32)  # the padding adds 0 to the sum
+    w = tl.load(W + cols, mask=inside, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / C + eps)  # divide by the true C, not the block
+    tl.store(Y + row * C + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=inside)
+    tl.store(RSTD + row, rstd)
+
+
+def _rms_norm_bwd(X, W, DY, RSTD, DX, DW_PART, M, C, BLOCK_C: tl.constexpr):
+    """With x^ = x r and g = dy * w, y = x^ w gives
+        dx = r (g - x^ mean(g x^)),     dw = sum over rows of dy x^.
+    (The mean term is the gradient through r: dr/dx = -r^3 x / C.) Each program takes rows pid,
+    pid + P, pid + 2P, ... and writes its float32 share of dw to row pid of DW_PART."""
+    pid = tl.program_id(0).to(tl.int64)
+    n_programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_C)
+    inside = cols < C
+    w = tl.load(W + cols, mask=inside, other=0.0).to(tl.float32)
+    dw = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    for i in range(0, tl.cdiv(M - pid, n_programs)):
+        row = pid + i * n_programs
+        x = tl.load(X + row * C + cols, mask=inside, other=0.0).to(tl.float32)
+        dy = tl.load(DY + row * C + cols, mask=inside, other=0.0).to(tl.float32)
+        rstd = tl.load(RSTD + row)
+        x_hat = x * rstd
+        g = dy * w
+        dx = (g - x_hat * (tl.sum(g * x_hat, axis=0) / C)) * rstd
+        tl.store(DX + row * C + cols, dx.to(DX.dtype.element_ty), mask=inside)
+        dw += dy * x_hat
+    tl.store(DW_PART + pid * C + cols, dw, mask=inside)
+
+
+class _RMSNormTriton(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        kernels = _prepare("rms_norm_triton", (x, weight))
+        x2 = _as_rows(x, "rms_norm_triton")  # (M, C)
+        weight = weight.contiguous()
+        M, C = x2.shape
+        y = torch.empty_like(x2)
+        rstd = torch.empty(M, dtype=torch.float32, device=x.device)
+        block = triton.next_power_of_2(C)
+        kernels._rms_norm_fwd[(M,)](x2, weight, y, rstd, C, eps, BLOCK_C=block, num_warps=_row_warps(block))
+        ctx.save_for_backward(x2, weight, rstd)
+        ctx.x_shape = x.shape
+        return y.view(x.shape)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        x2, weight, rstd = ctx.saved_tensors
+        M, C = x2.shape
+        dy2 = dy.reshape(M, C).contiguous()  # (M, C)
+        dx = torch.empty_like(x2)
+        programs = _n_row_programs(M, x2.device)
+        dw_part = torch.empty((programs, C), dtype=torch.float32, device=x2.device)
+        block = triton.next_power_of_2(C)
+        _TRITON._rms_norm_bwd[(programs,)](x2, weight, dy2, rstd, dx, dw_part, M, C, BLOCK_C=block,
+                                           num_warps=_row_warps(block))
+        return dx.view(ctx.x_shape), dw_part.sum(0).to(weight.dtype), None
+
+
+def rms_norm_triton(x, weight, eps):
+    """RMSNorm (Zhang & Sennrich 2019): y = x / sqrt(mean(x^2) + eps) * w over the last dim, fused into
+    one Triton kernel forward and one backward (dx, and dweight summed from per-program float32 parts).
+
+    x: any leading shape, last dim C (any C up to MAX_NORM_WIDTH); weight: (C,). Statistics in float32;
+    returns x's dtype. float32, float16, bfloat16. Equals `rms_norm_reference`."""
+    return _RMSNormTriton.apply(x, weight, eps)
+
+
+# --- LayerNorm (Ba et al. 2016): y = (x - mean) / sqrt(var + eps) * w + b, biased variance
+
+
+def layer_norm_reference(x, weight, bias, eps):
+    """The reference LayerNorm, as model.LayerNorm computes it: biased variance (divide by C, as
+    torch.nn.LayerNorm), statistics in float32, output in x's dtype. bias may be None."""
+    xf = x.float()
+    mean = xf.mean(dim=-1, keepdim=True)
+    var = (xf - mean).pow(2).mean(dim=-1, keepdim=True)
+    y = (xf - mean) * torch.rsqrt(var + eps) * weight.float()
+    return (y if bias is None else y + bias.float()).to(x.dtype)
+
+
+def _layer_norm_fwd(X, W, B, Y, MEAN, RSTD, C, eps, HAS_BIAS: tl.constexpr, BLOCK_C: tl.constexpr):
+    """One row per program: mean, r = 1 / sqrt(var + eps), y = (x - mean) r w + b. Saves mean and r."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_C)
+    inside = cols < C
+    x = tl.load(X + row * C + cols, mask=inside, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / C
+    xc = tl.where(inside, x - mean, 0.0)  # the padding must not add mean^2 to the variance
+    rstd = tl.rsqrt(tl.sum(xc * xc, axis=0) / C + eps)
+    y = xc * rstd * tl.load(W + cols, mask=inside, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        y += tl.load(B + cols, mask=inside, other=0.0).to(tl.float32)
+    tl.store(Y + row * C + cols, y.to(Y.dtype.element_ty), mask=inside)
+    tl.store(MEAN + row, mean)
+    tl.store(RSTD + row, rstd)
+
+
+def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW_PART, DB_PART, M, C, HAS_BIAS: tl.constexpr,
+                    BLOCK_C: tl.constexpr):
+    """With x^ = (x - mean) r and g = dy * w, y = x^ w + b gives
+        dx = r (g - mean(g) - x^ mean(g x^)),    dw = sum over rows of dy x^,    db = sum over rows of dy.
+    (mean(g) is the gradient through the mean, x^ mean(g x^) the one through r.) Rows are shared out as
+    in _rms_norm_bwd, each program writing its float32 parts of dw and db."""
+    pid = tl.program_id(0).to(tl.int64)
+    n_programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_C)
+    inside = cols < C
+    w = tl.load(W + cols, mask=inside, other=0.0).to(tl.float32)
+    dw = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    db = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    for i in range(0, tl.cdiv(M - pid, n_programs)):
+        row = pid + i * n_programs
+        x = tl.load(X + row * C + cols, mask=inside, other=0.0).to(tl.float32)
+        dy = tl.load(DY + row * C + cols, mask=inside, other=0.0).to(tl.float32)
+        mean = tl.load(MEAN + row)
+        rstd = tl.load(RSTD + row)
+        x_hat = tl.where(inside, (x - mean) * rstd, 0.0)
+        g = dy * w  # 0 in the padding, since dy and w load as 0 there
+        dx = (g - tl.sum(g, axis=0) / C - x_hat * (tl.sum(g * x_hat, axis=0) / C)) * rstd
+        tl.store(DX + row * C + cols, dx.to(DX.dtype.element_ty), mask=inside)
+        dw += dy * x_hat
+        db += dy
+    tl.store(DW_PART + pid * C + cols, dw, mask=inside)
+    if HAS_BIAS:
+        tl.store(DB_PART + pid * C + cols, db, mask=inside)
+
+
+class _LayerNormTriton(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        kernels = _prepare("layer_norm_triton", [t for t in (x, weight, bias) if t is not None])
+        x2 = _as_rows(x, "layer_norm_triton")  # (M, C)
+        weight = weight.contiguous()
+        has_bias = bias is not None
+        bias = bias.contiguous() if has_bias else weight  # without a bias, any pointer: it is never read
+        M, C = x2.shape
+        y = torch.empty_like(x2)
+        mean = torch.empty(M, dtype=torch.float32, device=x.device)
+        rstd = torch.empty(M, dtype=torch.float32, device=x.device)
+        block = triton.next_power_of_2(C)
+        kernels._layer_norm_fwd[(M,)](x2, weight, bias, y, mean, rstd, C, eps, HAS_BIAS=has_bias, BLOCK_C=block,
+                                      num_warps=_row_warps(block))
+        ctx.save_for_backward(x2, weight, mean, rstd)
+        ctx.x_shape, ctx.has_bias, ctx.bias_dtype = x.shape, has_bias, bias.dtype
+        return y.view(x.shape)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        x2, weight, mean, rstd = ctx.saved_tensors
+        M, C = x2.shape
+        dy2 = dy.reshape(M, C).contiguous()  # (M, C)
+        dx = torch.empty_like(x2)
+        programs = _n_row_programs(M, x2.device)
+        dw_part = torch.empty((programs, C), dtype=torch.float32, device=x2.device)
+        db_part = torch.empty((programs, C), dtype=torch.float32, device=x2.device) if ctx.has_bias else dw_part
+        block = triton.next_power_of_2(C)
+        _TRITON._layer_norm_bwd[(programs,)](x2, weight, dy2, mean, rstd, dx, dw_part, db_part, M, C,
+                                             HAS_BIAS=ctx.has_bias, BLOCK_C=block, num_warps=_row_warps(block))
+        db = db_part.sum(0).to(ctx.bias_dtype) if ctx.has_bias else None
+        return dx.view(ctx.x_shape), dw_part.sum(0).to(weight.dtype), db, None
+
+
+def layer_norm_triton(x, weight, bias, eps):
+    """LayerNorm (Ba et al. 2016): y = (x - mean) / sqrt(var + eps) * w + b over the last dim, with the
+    biased variance of torch.nn.LayerNorm, fused into one Triton kernel forward and one backward (dx,
+    and dweight and dbias summed from per-program float32 parts).
+
+    x: any leading shape, last dim C (up to MAX_NORM_WIDTH); weight: (C,); bias: (C,) or None.
+    Statistics in float32; returns x's dtype. float32, float16, bfloat16. Equals `layer_norm_reference`."""
+    return _LayerNormTriton.apply(x, weight, bias, eps)
+
+
+# --- SwiGLU (Shazeer 2020, "GLU variants improve transformer", eq. 6): silu(gate) * value
+
+
+def swiglu_reference(gate, value):
+    """The reference: silu(gate) * value, silu(a) = a * sigmoid(a) (the Swish_1 of eq. 6)."""
+    return torch.nn.functional.silu(gate) * value
+
+
+SWIGLU_BLOCK = 1024  # elements per program: elementwise work, so any size that keeps the loads wide
+
+
+def _swiglu_fwd(A, V, Y, N, BLOCK: tl.constexpr):
+    """y = a * sigmoid(a) * v, elementwise; the sigmoid in float32."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < N
+    a = tl.load(A + offs, mask=inside, other=0.0).to(tl.float32)
+    v = tl.load(V + offs, mask=inside, other=0.0).to(tl.float32)
+    tl.store(Y + offs, (a * tl.sigmoid(a) * v).to(Y.dtype.element_ty), mask=inside)
+
+
+def _swiglu_bwd(A, V, DY, DA, DV, N, BLOCK: tl.constexpr):
+    """With s = sigmoid(a): dy/dv = a s, and dy/da = v s (1 + a (1 - s)) (as ds/da = s (1 - s)).
+    a and v are re-read rather than saving silu(a): recomputing the sigmoid costs less than the memory."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < N
+    a = tl.load(A + offs, mask=inside, other=0.0).to(tl.float32)
+    v = tl.load(V + offs, mask=inside, other=0.0).to(tl.float32)
+    dy = tl.load(DY + offs, mask=inside, other=0.0).to(tl.float32)
+    s = tl.sigmoid(a)
+    tl.store(DA + offs, (dy * v * s * (1.0 + a * (1.0 - s))).to(DA.dtype.element_ty), mask=inside)
+    tl.store(DV + offs, (dy * a * s).to(DV.dtype.element_ty), mask=inside)
+
+
+class _SwiGLUTriton(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate, value):
+        kernels = _prepare("swiglu_triton", (gate, value))
+        if gate.shape != value.shape or gate.dtype != value.dtype:
+            raise ValueError(f"swiglu_triton: gate and value must have one shape and dtype (no broadcasting), got "
+                             f"{tuple(gate.shape)} {gate.dtype} and {tuple(value.shape)} {value.dtype}")
+        a, v = gate.contiguous(), value.contiguous()
+        y = torch.empty_like(a)
+        n = a.numel()
+        kernels._swiglu_fwd[(triton.cdiv(n, SWIGLU_BLOCK),)](a, v, y, n, BLOCK=SWIGLU_BLOCK, num_warps=4)
+        ctx.save_for_backward(a, v)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        a, v = ctx.saved_tensors
+        dy = dy.contiguous()
+        da, dv = torch.empty_like(a), torch.empty_like(v)
+        n = a.numel()
+        _TRITON._swiglu_bwd[(triton.cdiv(n, SWIGLU_BLOCK),)](a, v, dy, da, dv, n, BLOCK=SWIGLU_BLOCK, num_warps=4)
+        return da, dv
+
+
+def swiglu_triton(gate, value):
+    """SwiGLU's gating (Shazeer 2020, eq. 6): silu(gate) * value, elementwise, one Triton kernel forward and
+    one backward (d gate, d value). gate and value: one shape (any) and dtype, float32, float16 or
+    bfloat16; the arithmetic is float32. Equals `swiglu_reference`."""
+    return _SwiGLUTriton.apply(gate, value)
+
+
+# --- Flash attention (Dao 2023, FlashAttention-2, Algorithms 1 and 2)
+#
+# softmax(q k^T / sqrt(hs) + M) v without the (Tq, Tk) matrix: each program owns a block of queries and
+# walks the keys a block at a time, keeping for each query the running max m of its scores, the running
+# sum l of exp(score - m), and the running output acc, all rescaled when m grows ("online softmax").
+# Memory is O(T), not O(T^2). The forward saves each row's logsumexp, L = m + log l, from which the
+# backward recomputes every probability exactly, p = exp(score - L), block by block.
+#
+#   code name     meaning
+#   B, nh, nkv    batch, query heads, key/value heads (grouped-query attention: nh % nkv == 0, and query
+#                 head h reads kv head h // (nh // nkv); the kernels index it, nothing is copied)
+#   Tq, Tk, hs    query length, key length, head size
+#   BLOCK_M/N/D   queries per block, keys per block, head size padded to a power of two (>= 16: tl.dot's
+#                 smallest tile)
+#   s, p          scores and probabilities of one (BLOCK_M, BLOCK_N) tile
+#   lse           L, per query row; kept in base 2 (the kernels use exp2, which is what the GPU computes
+#                 natively: exp(x) = exp2(x log2 e), so the scale folds log2 e into 1/sqrt(hs))
+#   delta         D_i = rowsum(dO_i * O_i) of Algorithm 2, per query row
+#
+# The mask: key j is allowed for query i if key_mask[b, j] (padding False) and, when causal, if
+# j <= Tk - Tq + i (query i sits at position Tk - Tq + i among the keys: the model's
+# `torch.ones(T, S).tril(S - T)`). A row with no allowed key gets output 0, L = +inf (so every p of the
+# row, exp2(s - inf), is 0 in the backward) and gradient 0: no NaN, though the row is padding nobody reads.
+# There is no dropout: callers run it with dropout 0 (or in eval), or take another path.
+
+
+def attention_reference(q, k, v, key_mask=None, causal=False):
+    """The reference attention, softmax(q k^T / sqrt(hs) + M) v (Vaswani et al. 2017, eq. 1), with the
+    mask and grouped-query heads of `flash_attention_triton` (k and v repeated to nh heads), softmax in
+    float32, and rows with no allowed key set to 0 (where model.manual_attention would give NaN)."""
+    B, nh, Tq, hs = q.shape
+    Tk = k.shape[2]
+    k = k.repeat_interleave(nh // k.shape[1], dim=1)  # (B, nh, Tk, hs): query head h reads kv head h // group
+    v = v.repeat_interleave(nh // v.shape[1], dim=1)  # (B, nh, Tk, hs)
+    allowed = torch.ones(B, 1, Tq, Tk, dtype=torch.bool, device=q.device)  # (B, 1, Tq, Tk)
+    if key_mask is not None:
+        allowed = allowed & key_mask[:, None, None, :]
+    if causal:
+        allowed = allowed & torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril(Tk - Tq)
+    scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(hs)  # (B, nh, Tq, Tk)
+    empty = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1): rows with nothing to attend to
+    # an empty row is softmaxed over zeros (not over -inf, which is NaN) and then zeroed by the mask
+    scores = scores.masked_fill(~allowed, float("-inf")).masked_fill(empty, 0.0)
+    weights = torch.softmax(scores, dim=-1).masked_fill(~allowed, 0.0).to(q.dtype)  # (B, nh, Tq, Tk)
+    return weights @ v  # (B, nh, Tq, hs)
+
+
+def _attn_fwd(Q, K, V, OUT, LSE, KEY_MASK,
+              sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sob, soh, sot, sod,
+              n_head, group, Tq, Tk, HS, qk_scale,
+              HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """FlashAttention-2's forward (Algorithm 1) for one block of BLOCK_M queries of one (batch, head)."""
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // n_head).to(tl.int64)
+    h = bh % n_head
+    hk = h // group  # the kv head this query head reads
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HS
+    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :] * sqd,
+                mask=(offs_m[:, None] < Tq) & d_ok[None, :], other=0.0)  # (BLOCK_M, BLOCK_D)
+    k_base = K + b * skb + hk * skh
+    v_base = V + b * svb + hk * svh
+    m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    q_pos = offs_m + (Tk - Tq)  # each query's position among the keys
+    hi = Tk
+    if CAUSAL:  # keys past the block's last query are masked for every row: skip their blocks
+        hi = tl.minimum(Tk, (start_m + 1) * BLOCK_M + (Tk - Tq))
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k_ok = offs_n < Tk
+        kT = tl.load(k_base + offs_n[None, :] * skt + offs_d[:, None] * skd,
+                     mask=k_ok[None, :] & d_ok[:, None], other=0.0)  # (BLOCK_D, BLOCK_N): k transposed
+        s = tl.dot(q, kT, input_precision=PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N), base-2 scores
+        allowed = (offs_m[:, None] < Tq) & k_ok[None, :]  # (BLOCK_M, BLOCK_N)
+        if HAS_MASK:
+            real = tl.load(KEY_MASK + b * Tk + offs_n, mask=k_ok, other=0)
+            allowed = allowed & (real[None, :] != 0)
+        if CAUSAL:
+            allowed = allowed & (offs_n[None, :] <= q_pos[:, None])
+        s = tl.where(allowed, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        # a row with nothing allowed yet has m = -inf, and s - m would be -inf - (-inf) = NaN: subtract 0
+        # instead, which keeps its p (exp2(-inf) = 0) and its rescaling factor (exp2(m_i - 0) = 0) at 0
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(s - m_sub[:, None])  # (BLOCK_M, BLOCK_N)
+        alpha = tl.exp2(m_i - m_sub)  # rescales what was summed under the old max
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_base + offs_n[:, None] * svt + offs_d[None, :] * svd,
+                    mask=k_ok[:, None] & d_ok[None, :], other=0.0)  # (BLOCK_N, BLOCK_D)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+    empty = l_i == 0.0  # no allowed key at all (l >= 1 otherwise: the max's own term is exp2(0))
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    tl.store(OUT + b * sob + h * soh + offs_m[:, None] * sot + offs_d[None, :] * sod, out.to(OUT.dtype.element_ty),
+             mask=(offs_m[:, None] < Tq) & d_ok[None, :])
+    lse = tl.where(empty, float("inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
+    tl.store(LSE + bh.to(tl.int64) * Tq + offs_m, lse, mask=offs_m < Tq)
+
+
+def _attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, KEY_MASK, DK, DV,
+                   sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sdob, sdoh, sdot, sdod,
+                   n_head, n_kv_head, group, Tq, Tk, HS, qk_scale, sm_scale,
+                   HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """dk and dv (FlashAttention-2, Algorithm 2) for one block of BLOCK_N keys of one (batch, kv head),
+    walking every query block of every query head in its group, so grouped-query sums need no atomics:
+        p = exp(s - L),  dv = sum p^T dO,  dp = dO v^T,  ds = p (dp - D),  dk = sm_scale sum ds^T q.
+    The tiles are kept transposed (keys along rows), so no tl.trans of the (BLOCK_N, BLOCK_D) blocks."""
+    start_n = tl.program_id(0)
+    bhk = tl.program_id(1)
+    b = (bhk // n_kv_head).to(tl.int64)
+    hk = bhk % n_kv_head
+    offs_n = start_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HS
+    k_ok = offs_n < Tk
+    kv_mask = k_ok[:, None] & d_ok[None, :]
+    k = tl.load(K + b * skb + hk * skh + offs_n[:, None] * skt + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
+    v = tl.load(V + b * svb + hk * svh + offs_n[:, None] * svt + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
+    key_allowed = k_ok
+    if HAS_MASK:
+        real = tl.load(KEY_MASK + b * Tk + offs_n, mask=k_ok, other=0)
+        key_allowed = key_allowed & (real != 0)
+    dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    lo = 0
+    if CAUSAL:  # the first query that sees key start_n * BLOCK_N is at index start_n * BLOCK_N - (Tk - Tq)
+        lo = (tl.maximum(start_n * BLOCK_N - (Tk - Tq), 0) // BLOCK_M) * BLOCK_M
+    for h in range(hk * group, hk * group + group):
+        q_base = Q + b * sqb + h * sqh
+        do_base = DO + b * sdob + h * sdoh
+        row_base = (b * n_head + h) * Tq  # into LSE and DELTA, (B, nh, Tq) contiguous
+        for start_m in range(lo, Tq, BLOCK_M):
+            offs_m = start_m + tl.arange(0, BLOCK_M)
+            m_ok = offs_m < Tq
+            q_mask = m_ok[:, None] & d_ok[None, :]
+            q = tl.load(q_base + offs_m[:, None] * sqt + offs_d[None, :] * sqd, mask=q_mask, other=0.0)
+            do = tl.load(do_base + offs_m[:, None] * sdot + offs_d[None, :] * sdod, mask=q_mask, other=0.0)
+            lse = tl.load(LSE + row_base + offs_m, mask=m_ok, other=float("inf"))
+            delta = tl.load(DELTA + row_base + offs_m, mask=m_ok, other=0.0)
+            sT = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale  # (BLOCK_N, BLOCK_M)
+            allowed = key_allowed[:, None] & m_ok[None, :]
+            if CAUSAL:
+                allowed = allowed & (offs_n[:, None] <= offs_m[None, :] + (Tk - Tq))
+            pT = tl.where(allowed, tl.exp2(sT - lse[None, :]), 0.0)  # (BLOCK_N, BLOCK_M)
+            dv += tl.dot(pT.to(do.dtype), do, input_precision=PRECISION)
+            dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M)
+            dsT = pT * (dpT - delta[None, :])
+            dk += tl.dot(dsT.to(q.dtype), q, input_precision=PRECISION)
+    out_mask = k_ok[:, None] & d_ok[None, :]
+    out_offs = (b * n_kv_head + hk) * Tk * HS + offs_n[:, None] * HS + offs_d[None, :]  # DK, DV contiguous
+    tl.store(DK + out_offs, (dk * sm_scale).to(DK.dtype.element_ty), mask=out_mask)
+    tl.store(DV + out_offs, dv.to(DV.dtype.element_ty), mask=out_mask)
+
+
+def _attn_bwd_dq(Q, K, V, DO, LSE, DELTA, KEY_MASK, DQ,
+                 sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sdob, sdoh, sdot, sdod,
+                 n_head, group, Tq, Tk, HS, qk_scale, sm_scale,
+                 HAS_MASK: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """dq (FlashAttention-2, Algorithm 2) for one block of BLOCK_M queries of one (batch, head), walking the
+    keys as the forward does: dq = sm_scale sum ds k, with p and ds recomputed as in _attn_bwd_dkdv.
+    A separate pass instead of Algorithm 2's atomic adds into dq: deterministic, and no float32 dq buffer."""
+    start_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // n_head).to(tl.int64)
+    h = bh % n_head
+    hk = h // group
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HS
+    m_ok = offs_m < Tq
+    q_mask = m_ok[:, None] & d_ok[None, :]
+    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :] * sqd, mask=q_mask, other=0.0)
+    do = tl.load(DO + b * sdob + h * sdoh + offs_m[:, None] * sdot + offs_d[None, :] * sdod, mask=q_mask, other=0.0)
+    row = bh.to(tl.int64) * Tq + offs_m
+    lse = tl.load(LSE + row, mask=m_ok, other=float("inf"))
+    delta = tl.load(DELTA + row, mask=m_ok, other=0.0)
+    k_base = K + b * skb + hk * skh
+    v_base = V + b * svb + hk * svh
+    dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    hi = Tk
+    if CAUSAL:
+        hi = tl.minimum(Tk, (start_m + 1) * BLOCK_M + (Tk - Tq))
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k_ok = offs_n < Tk
+        kv_mask = k_ok[:, None] & d_ok[None, :]
+        k = tl.load(k_base + offs_n[:, None] * skt + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * svt + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
+        allowed = m_ok[:, None] & k_ok[None, :]
+        if HAS_MASK:
+            real = tl.load(KEY_MASK + b * Tk + offs_n, mask=k_ok, other=0)
+            allowed = allowed & (real[None, :] != 0)
+        if CAUSAL:
+            allowed = allowed & (offs_n[None, :] <= offs_m[:, None] + (Tk - Tq))
+        p = tl.where(allowed, tl.exp2(s - lse[:, None]), 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+    tl.store(DQ + bh.to(tl.int64) * Tq * HS + offs_m[:, None] * HS + offs_d[None, :],
+             (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
+
+
+MAX_HEAD_SIZE = 128  # one (BLOCK, hs) tile of q, k and v each must fit a program's registers and shared memory
+
+
+def _attn_config(hs_pad, interpreting):
+    """(BLOCK_M, BLOCK_N) for the forward and for the backward, and num_warps. On a GPU, the sizes of the
+    FlashAttention-2 paper's Triton versions: 64-query, 64-key tiles, halved where a tile of hs 128 in
+    float32 would crowd shared memory; the backward holds twice the tiles (k, v and their gradients),
+    so its query tiles are smaller. In the interpreter, 16 (tl.dot's smallest): the tests' sequences
+    of 7 and 37 then span several tiles and a ragged last one, which is where online softmax and the
+    masks can go wrong, and small tiles cost the interpreter nothing."""
+    if interpreting:
+        return (16, 16), (16, 16), 4
+    if hs_pad <= 64:
+        return (64, 64), (32, 64), 4
+    return (64, 32), (32, 32), 4
+
+
+def _matmul_precision(dtype):
+    """tl.dot's precision for float32 inputs follows torch's own switch: TF32 only where
+    torch.set_float32_matmul_precision allows it for torch's matmuls too ('high' or 'medium');
+    'ieee' (exact float32 products) by default. 16-bit inputs ignore it."""
+    return "ieee" if dtype != torch.float32 or torch.get_float32_matmul_precision() == "highest" else "tf32"
+
+
+def _check_attention(q, k, v, key_mask):
+    if q.dim() != 4 or k.dim() != 4 or v.shape != k.shape:
+        raise ValueError(f"flash_attention_triton: expected q (B, nh, Tq, hs) and k, v (B, nkv, Tk, hs) of one "
+                         f"shape, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    B, nh, Tq, hs = q.shape
+    _, nkv, Tk, hs_k = k.shape
+    if k.shape[0] != B or hs_k != hs or nkv == 0 or nh % nkv:
+        raise ValueError(f"flash_attention_triton: k and v must match q's batch and head size, with nh % nkv == 0; "
+                         f"got q {tuple(q.shape)} and k {tuple(k.shape)}")
+    if hs > MAX_HEAD_SIZE:
+        raise ValueError(f"flash_attention_triton: head size {hs} > MAX_HEAD_SIZE={MAX_HEAD_SIZE}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"flash_attention_triton: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if key_mask is not None and (key_mask.dtype != torch.bool or tuple(key_mask.shape) != (B, Tk)):
+        raise ValueError(f"flash_attention_triton: key_mask must be bool (B, Tk) = ({B}, {Tk}), "
+                         f"got {key_mask.dtype} {tuple(key_mask.shape)}")
+
+
+class _FlashAttentionTriton(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, key_mask, causal):
+        _check_attention(q, k, v, key_mask)
+        kernels = _prepare("flash_attention_triton", (q, k, v), () if key_mask is None else (key_mask,))
+        B, nh, Tq, hs = q.shape
+        nkv, Tk = k.shape[1], k.shape[2]
+        hs_pad = max(16, triton.next_power_of_2(hs))
+        (bm, bn), _, warps = _attn_config(hs_pad, _interpreting())
+        # the mask as bytes (a free view: bool is one byte); without one, any pointer, never read
+        mask_bytes = key_mask.contiguous().view(torch.uint8) if key_mask is not None else q
+        o = torch.empty((B, nh, Tq, hs), dtype=q.dtype, device=q.device)
+        lse = torch.empty((B, nh, Tq), dtype=torch.float32, device=q.device)
+        sm_scale = 1.0 / math.sqrt(hs)
+        precision = _matmul_precision(q.dtype)
+        kernels._attn_fwd[(triton.cdiv(Tq, bm), B * nh)](
+            q, k, v, o, lse, mask_bytes, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+            nh, nh // nkv, Tq, Tk, hs, sm_scale * math.log2(math.e),
+            HAS_MASK=key_mask is not None, CAUSAL=bool(causal), PRECISION=precision,
+            BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=hs_pad, num_warps=warps)
+        ctx.save_for_backward(q, k, v, o, lse, mask_bytes)
+        ctx.has_mask, ctx.causal, ctx.precision = key_mask is not None, bool(causal), precision
+        return o
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, do):
+        q, k, v, o, lse, mask_bytes = ctx.saved_tensors
+        B, nh, Tq, hs = q.shape
+        nkv, Tk = k.shape[1], k.shape[2]
+        hs_pad = max(16, triton.next_power_of_2(hs))
+        _, (bm, bn), warps = _attn_config(hs_pad, _interpreting())
+        # D_i = rowsum(dO_i * O_i) (Algorithm 2, line 4: equal to rowsum(P_i * dP_i)), in float32; one
+        # small pass over (B, nh, Tq, hs), O(T) memory like everything else here
+        delta = (do.float() * o.float()).sum(-1).contiguous()  # (B, nh, Tq)
+        dq = torch.empty((B, nh, Tq, hs), dtype=q.dtype, device=q.device)
+        dk = torch.empty((B, nkv, Tk, hs), dtype=k.dtype, device=k.device)
+        dv = torch.empty((B, nkv, Tk, hs), dtype=v.dtype, device=v.device)
+        sm_scale = 1.0 / math.sqrt(hs)
+        common = dict(HAS_MASK=ctx.has_mask, CAUSAL=ctx.causal, PRECISION=ctx.precision,
+                      BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=hs_pad, num_warps=warps)
+        strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
+        _TRITON._attn_bwd_dkdv[(triton.cdiv(Tk, bn), B * nkv)](
+            q, k, v, do, lse, delta, mask_bytes, dk, dv, *strides,
+            nh, nkv, nh // nkv, Tq, Tk, hs, sm_scale * math.log2(math.e), sm_scale, **common)
+        _TRITON._attn_bwd_dq[(triton.cdiv(Tq, bm), B * nh)](
+            q, k, v, do, lse, delta, mask_bytes, dq, *strides,
+            nh, nh // nkv, Tq, Tk, hs, sm_scale * math.log2(math.e), sm_scale, **common)
+        return dq, dk, dv, None, None
+
+
+def flash_attention_triton(q, k, v, key_mask=None, causal=False):
+    """softmax(q k^T / sqrt(hs) + M) v by FlashAttention-2 (Dao 2023): tiled, online softmax, O(T) memory,
+    float32 accumulation; the backward is Algorithm 2, recomputing the probabilities from q, k and the
+    saved row logsumexp in two Triton kernels (dk and dv per key block, dq per query block).
+
+    q: (B, nh, Tq, hs); k, v: (B, nkv, Tk, hs) with nh % nkv == 0 (grouped-query attention: query head h
+    reads kv head h // (nh // nkv); dk and dv sum over the query heads of their group); hs <= 128, any
+    Tq and Tk. key_mask: bool (B, Tk), True for real keys, or None. causal: query i sits at position
+    Tk - Tq + i and sees the keys at positions <= that. Scale 1/sqrt(hs). A query row with no allowed
+    key returns 0 (and passes no gradient). No dropout. float32 (exact float32 products unless
+    torch.set_float32_matmul_precision allows TF32), float16, bfloat16. Returns (B, nh, Tq, hs) in q's
+    dtype. Equals `attention_reference`."""
+    return _FlashAttentionTriton.apply(q, k, v, key_mask, causal)
+
+
+# Every kernel above, jitted together by _triton_kernels() at the first call
+_KERNELS = (_rms_norm_fwd, _rms_norm_bwd, _layer_norm_fwd, _layer_norm_bwd, _swiglu_fwd, _swiglu_bwd,
+            _attn_fwd, _attn_bwd_dkdv, _attn_bwd_dq)
 
 
 # -----------------------------------------------------------------------------
@@ -462,6 +1152,128 @@ def _plot(plot_fn, out_dir, *args):
         sys.exit("--plot needs matplotlib (pip install matplotlib); the tables above are complete")
 
 
+# -----------------------------------------------------------------------------
+# Benchmark of the Triton kernels: `python kernels.py triton` (time against their PyTorch counterparts)
+
+
+def triton_bench_cases(batch, T, n_embd, n_head, ffn, device, dtype, seed=0):
+    """The kernels at one sequence length, each beside the PyTorch op a model would call instead:
+    [(name, torch op's name, torch_fn, triton_fn, inputs)], where fn(*inputs) returns the output and the
+    inputs are leaves that require grad. Shapes are the lab's: x (B, T, C) for the norms, (B, T, ffn) for
+    SwiGLU, (B, n_head, T, C / n_head) for attention. The masked case pads a random tail of each row
+    (lengths from T/2 to T, as a length-bucketed batch has), given to SDPA as a (B, 1, 1, T) bool mask."""
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(seed)
+
+    def leaf(*shape):
+        return torch.randn(shape, generator=g).to(device=device, dtype=dtype).requires_grad_(True)
+
+    C, hs, eps = n_embd, n_embd // n_head, 1e-5
+    lengths = torch.randint(T // 2 + 1, T + 1, (batch,), generator=g)
+    key_mask = (torch.arange(T)[None, :] < lengths[:, None]).to(device)  # (B, T): True for real keys
+    x, w, b = leaf(batch, T, C), leaf(C), leaf(C)
+    gate, value = leaf(batch, T, ffn), leaf(batch, T, ffn)
+    q, k, v = leaf(batch, n_head, T, hs), leaf(batch, n_head, T, hs), leaf(batch, n_head, T, hs)
+    sdpa = F.scaled_dot_product_attention
+    return [
+        ("rms_norm", "F.rms_norm", lambda x, w: F.rms_norm(x, (C,), w, eps),
+         lambda x, w: rms_norm_triton(x, w, eps), (x, w)),
+        ("layer_norm", "F.layer_norm", lambda x, w, b: F.layer_norm(x, (C,), w, b, eps),
+         lambda x, w, b: layer_norm_triton(x, w, b, eps), (x, w, b)),
+        ("swiglu", "F.silu(a) * b", lambda a, b: F.silu(a) * b, swiglu_triton, (gate, value)),
+        ("attention", "SDPA", sdpa, flash_attention_triton, (q, k, v)),
+        ("attention, key mask", "SDPA, bool mask", lambda q, k, v: sdpa(q, k, v, attn_mask=key_mask[:, None, None, :]),
+         lambda q, k, v: flash_attention_triton(q, k, v, key_mask=key_mask), (q, k, v)),
+        ("attention, causal", "SDPA, is_causal", lambda q, k, v: sdpa(q, k, v, is_causal=True),
+         lambda q, k, v: flash_attention_triton(q, k, v, causal=True), (q, k, v)),
+    ]
+
+
+def time_triton(lengths, batch, n_embd, n_head, ffn, device, dtype, repeats=10, budget_s=5.0, seed=0):
+    """Times each case of `triton_bench_cases` at each length, the PyTorch op and the Triton kernel on the
+    same inputs: forward (under no_grad) and forward+backward (from a fixed random output gradient).
+    Returns {name: {T: {'torch_op', 'torch_fwd', 'torch_fwd_runs', ..., 'triton_fwd_bwd', 'max_abs_diff'}}},
+    where max_abs_diff compares the two forward outputs: a wrong kernel shows here, not as a fast one."""
+    results = {}
+    for T in lengths:
+        for name, op_name, torch_fn, triton_fn, inputs in triton_bench_cases(batch, T, n_embd, n_head, ffn, device,
+                                                                            dtype, seed):
+            with torch.no_grad():
+                diff = (torch_fn(*inputs).float() - triton_fn(*inputs).float()).abs().max().item()
+            r = {"torch_op": op_name, "max_abs_diff": diff}
+            for impl, fn in (("torch", torch_fn), ("triton", triton_fn)):
+                grad = torch.randn_like(fn(*inputs))
+
+                def forward():
+                    with torch.no_grad():
+                        fn(*inputs)
+
+                def forward_backward():
+                    for t in inputs:
+                        t.grad = None
+                    fn(*inputs).backward(grad)
+
+                for key, run in (("fwd", forward), ("fwd_bwd", forward_backward)):
+                    r[f"{impl}_{key}"], r[f"{impl}_{key}_runs"] = _median_ms(run, device, repeats, budget_s)
+            results.setdefault(name, {})[T] = r
+            print(f"  {name} T={T}: torch {r['torch_fwd_bwd']:.3f} ms, triton {r['triton_fwd_bwd']:.3f} ms "
+                  f"(fwd+bwd)", file=sys.stderr)
+    return results
+
+
+def triton_table(results, lengths, repeats):
+    """Markdown table: per kernel and length, the PyTorch op's and the kernel's times and their ratio
+    (> 1: the kernel is faster), forward and forward+backward. A median of fewer than `repeats` runs
+    (the point hit its budget) shows the count, as in time_table."""
+    def ms(r, key):
+        runs = r[f"{key}_runs"]
+        return f"{r[key]:.3f}" + (f" ({runs})" if runs < repeats else "")
+
+    lines = ["| kernel | T | torch op | torch fwd ms | triton fwd ms | fwd speedup | torch fwd+bwd ms | "
+             "triton fwd+bwd ms | fwd+bwd speedup | max abs diff |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, by_T in results.items():
+        for T in lengths:
+            r = by_T[T]
+            lines.append(f"| {name} | {T} | {r['torch_op']} | {ms(r, 'torch_fwd')} | {ms(r, 'triton_fwd')} | "
+                         f"{r['torch_fwd'] / r['triton_fwd']:.2f}x | {ms(r, 'torch_fwd_bwd')} | "
+                         f"{ms(r, 'triton_fwd_bwd')} | {r['torch_fwd_bwd'] / r['triton_fwd_bwd']:.2f}x | "
+                         f"{r['max_abs_diff']:.1e} |")
+    return lines
+
+
+def triton_command(p, args):
+    """`python kernels.py triton`: checks that the kernels can run here, then times and prints them."""
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error("--device cuda, but torch.cuda.is_available() is False")
+    try:
+        _triton_kernels()
+    except RuntimeError as e:
+        p.error(str(e))
+    if not args.device.startswith("cuda") and not _interpreting():
+        p.error("the Triton kernels run on a CUDA device (--device cuda). On the CPU they run only in Triton's "
+                "interpreter, TRITON_INTERPRET=1, whose timings measure Python, not the kernels: run "
+                "`TRITON_INTERPRET=1 python kernels.py triton --batch 1 --lengths 16` only to see the command work")
+    dtype = getattr(torch, args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32"))
+    if args.n_embd % args.n_head:
+        p.error(f"--n_embd {args.n_embd} is not a multiple of --n_head {args.n_head}")
+    cond = conditions(args.device, dtype)
+    cond.update(triton=triton.__version__, interpreter=_interpreting(), batch=args.batch, n_embd=args.n_embd,
+                n_head=args.n_head, ffn=args.ffn, repeats=args.repeats, budget_s=args.budget, seed=args.seed,
+                float32_matmul_precision=torch.get_float32_matmul_precision())
+    print("conditions: " + ", ".join(f"{k}={v}" for k, v in cond.items()))
+    if _interpreting():
+        print("Triton's interpreter is on (TRITON_INTERPRET=1): these timings measure Python and NumPy, "
+              "not the kernels, and mean nothing")
+    results = time_triton(args.lengths, args.batch, args.n_embd, args.n_head, args.ffn, args.device, dtype,
+                          args.repeats, args.budget, args.seed)
+    print(f"\nmedian of {args.repeats} runs after a warm-up (fewer in parentheses, where a point hit "
+          f"--budget={args.budget:g} s); speedup = torch time / triton time; max abs diff between the outputs:\n")
+    print("\n".join(triton_table(results, args.lengths, args.repeats)))
+    if args.json:
+        _write_json(args.json, {"conditions": cond, "lengths": args.lengths, "results": results})
+
+
 GOAL_LENGTH, GOAL_SPEEDUP = 1024, 10.0  # the issue's goal: parallel >= 10x faster than sequential at T=1024
 
 
@@ -496,9 +1308,26 @@ def main(argv=None):
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--json", help="write the errors and their conditions to this file")
     q.add_argument("--plot", metavar="DIR", help="write an error-vs-length PNG into DIR")
+    t = sub.add_parser("triton", help="time the Triton kernels against their PyTorch counterparts (needs CUDA)")
+    t.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda (or cpu, "
+                   "only under TRITON_INTERPRET=1, to see the command work)")
+    t.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                   help="default bfloat16 on CUDA (the lab's training dtype), float32 on the CPU")
+    t.add_argument("--lengths", type=int, nargs="+", default=[64, 128, 256], help="sequence lengths T")
+    # the lab's shapes: the baseline encoder's width and heads, SwiGLU's hidden size 4C, a batch of 64
+    t.add_argument("--batch", type=int, default=64)
+    t.add_argument("--n_embd", type=int, default=384)
+    t.add_argument("--n_head", type=int, default=6)
+    t.add_argument("--ffn", type=int, default=1536, help="SwiGLU's hidden size")
+    t.add_argument("--repeats", type=int, default=20, help="timed runs per point at most (the median is reported)")
+    t.add_argument("--budget", type=float, default=5.0, help="seconds of timed runs per point at most")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--json", help="write the timings and their conditions to this file")
     args = p.parse_args(argv)
     if min(args.lengths) < 1:
         p.error("--lengths must be positive")
+    if args.command == "triton":
+        return triton_command(p, args)
 
     if args.command == "scan":
         if args.device.startswith("cuda") and not torch.cuda.is_available():

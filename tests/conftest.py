@@ -35,6 +35,12 @@ if REPO_ROOT not in sys.path:
 
 import torch  # noqa: E402
 
+# Without CUDA, kernels.py's Triton kernels run in Triton's interpreter (tests/test_triton_kernels.py). Triton
+# reads TRITON_INTERPRET once, when it is first imported, and anything may import it (torch.compile does), so
+# the variable is set here, before the imports below.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import data  # noqa: E402
 
 # The models here are tiny (width <= 64): one thread is faster than several fighting over the cores,
