@@ -1418,8 +1418,26 @@ def load_dataset(cfg):
 # -----------------------------------------------------------------------------
 # Batch streams. A stream cuts a training split into optimizer steps: `steps_per_epoch` (None for a
 # stream that draws at random and so has no epochs: all its steps are in epoch 0), and
-# `step(epoch, i, device)` -> the micro-batches of step i of that epoch, each a tuple (model inputs as
-# keyword arguments, examples, tokens), a pure function of (seed, epoch, i).
+# `step(epoch, i, device, rank=0, world=1)` -> the micro-batches of step i of that epoch, each a tuple
+# (model inputs as keyword arguments, examples, tokens), a pure function of (seed, epoch, i). With
+# `world` processes training together (DDP), process `rank` takes the step's micro-batches rank,
+# rank + world, rank + 2 world, ...: together they take the same micro-batches as one process would.
+# Counts are made on the CPU, before the copy to the device, so that reading them never waits for it.
+
+
+def to_device(t, device):
+    """A CPU tensor on `device`. To a GPU through pinned (page-locked) memory with a non-blocking copy: the
+    host goes on building the next batch while this one travels, and a copy from pinned memory is one DMA
+    with no staging. (The pinned buffer stays reserved until the copy is done: torch's pinned-memory
+    allocator records the copy's stream.) On any other device, t.to(device), as before."""
+    if str(device).startswith("cuda"):
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def shard(micro_batches, rank, world):
+    """Process `rank`'s share of a step's micro-batches (any list): rank, rank + world, ..."""
+    return micro_batches[rank::world]
 
 
 def collate(items, device):
@@ -1432,7 +1450,7 @@ def collate(items, device):
     idx = torch.from_numpy(idx)
     mask = idx != PAD
     labels = torch.tensor([lab for _, lab in items], dtype=torch.long)
-    return idx.to(device), mask.to(device), labels.to(device)
+    return to_device(idx, device), to_device(mask, device), to_device(labels, device)
 
 
 def epoch_batches(split, batch_size, seed, epoch, bucket=True):
@@ -1460,18 +1478,22 @@ class ClassificationStream:
         self.steps_per_epoch = math.ceil(len(split) / (batch_size * grad_accum))
         self._plan = (None, None)  # (epoch, its steps): one epoch's plan, made once
 
-    def step(self, epoch, i, device):
+    def step(self, epoch, i, device, rank=0, world=1):
+        """Step i's micro-batches, or process `rank`'s share of them (the last step of an epoch may hold
+        fewer than `world`, leaving a process none)."""
         if self._plan[0] != epoch:
             batches = epoch_batches(self.split, self.batch_size, self.seed, epoch, self.bucket)
             self._plan = (epoch, [batches[j:j + self.grad_accum] for j in range(0, len(batches), self.grad_accum)])
         return [self.micro_batch([self.split[j] for j in b], device, (epoch, i, m))
-                for m, b in enumerate(self._plan[1][i])]
+                for m, b in shard(list(enumerate(self._plan[1][i])), rank, world)]
 
     def micro_batch(self, items, device, where):
         """(model inputs, examples, tokens) for the split's items [(ids, label), ...]; `where` is the
         micro-batch's place, (epoch, step, index in the step), for a subclass that draws at random."""
-        idx, mask, labels = collate(items, device)
-        return {"idx": idx, "key_mask": mask, "targets": labels}, len(items), int(mask.sum())
+        idx, mask, labels = collate(items, "cpu")
+        inputs = {"idx": idx, "key_mask": mask, "targets": labels}
+        return {k: to_device(v, device) for k, v in inputs.items()}, len(items), int(mask.sum())
+
 
 def seq2seq_collate(pairs, layout, device):
     """[(source ids, target ids), ...] -> a seq2seq model's inputs as keyword arguments (see model.py's
@@ -1482,14 +1504,14 @@ def seq2seq_collate(pairs, layout, device):
     if layout == "pair":
         rows = [(list(s) + [EOS], [SOS] + list(t), list(t) + [EOS]) for s, t in pairs]
         src = pad_rows([r[0] for r in rows], PAD)
-        return {"src": src.to(device), "src_mask": (src != PAD).to(device),
-                "idx": pad_rows([r[1] for r in rows], PAD).to(device),
-                "targets": pad_rows([r[2] for r in rows], -100).to(device)}
-    if layout == "joined":
+        out = {"src": src, "src_mask": src != PAD, "idx": pad_rows([r[1] for r in rows], PAD),
+               "targets": pad_rows([r[2] for r in rows], -100)}
+    elif layout == "joined":
         rows = [(list(s) + [EOS, SOS] + list(t), [-100] * (len(s) + 1) + list(t) + [EOS]) for s, t in pairs]
-        return {"idx": pad_rows([r[0] for r in rows], PAD).to(device),
-                "targets": pad_rows([r[1] for r in rows], -100).to(device)}
-    raise ValueError(f"seq2seq layout {layout!r}: expected 'pair' or 'joined'")
+        out = {"idx": pad_rows([r[0] for r in rows], PAD), "targets": pad_rows([r[1] for r in rows], -100)}
+    else:
+        raise ValueError(f"seq2seq layout {layout!r}: expected 'pair' or 'joined'")
+    return {k: to_device(v, device) for k, v in out.items()}
 
 
 def pad_rows(rows, value):
@@ -1511,9 +1533,10 @@ class Seq2SeqStream(ClassificationStream):
 
     def micro_batch(self, items, device, where):
         """(model inputs, scored target tokens, tokens the model reads) for [(source, target), ...]."""
-        inputs = seq2seq_collate(items, self.layout, device)
+        inputs = seq2seq_collate(items, self.layout, "cpu")
         n_tokens = sum(len(src) + len(tgt) + 2 for src, tgt in items)  # with [EOS] and [SOS]
-        return inputs, int((inputs["targets"] != -100).sum()), n_tokens
+        n_scored = int((inputs["targets"] != -100).sum())
+        return {k: to_device(v, device) for k, v in inputs.items()}, n_scored, n_tokens
 
 
 def mlm_mask(idx, vocab_size, rng, rate=MLM_RATE):
@@ -1553,8 +1576,8 @@ class MLMStream(ClassificationStream):
         idx, mask, _ = collate(items, "cpu")
         inputs, targets = mlm_mask(idx.numpy(), self.vocab_size, np.random.default_rng([self.seed, *where]))
         targets = torch.from_numpy(targets)
-        return ({"idx": torch.from_numpy(inputs).to(device), "key_mask": mask.to(device),
-                 "mlm_targets": targets.to(device)}, int((targets != -100).sum()), int(mask.sum()))
+        return ({"idx": to_device(torch.from_numpy(inputs), device), "key_mask": to_device(mask, device),
+                 "mlm_targets": to_device(targets, device)}, int((targets != -100).sum()), int(mask.sum()))
 
 
 def lm_windows(tokens, starts, block_size, device):
@@ -1562,7 +1585,7 @@ def lm_windows(tokens, starts, block_size, device):
     copied out of the memory-mapped split as int64."""
     x = np.stack([tokens[s:s + block_size] for s in starts]).astype(np.int64)
     y = np.stack([tokens[s + 1:s + 1 + block_size] for s in starts]).astype(np.int64)
-    return torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+    return to_device(torch.from_numpy(x), device), to_device(torch.from_numpy(y), device)
 
 
 def lm_batch(tokens, block_size, batch_size, seed, step, device):
@@ -1596,10 +1619,11 @@ class LMStream:
         self.tokens, self.block_size, self.batch_size = split.tokens, block_size, batch_size
         self.grad_accum, self.seed = grad_accum, seed
 
-    def step(self, epoch, i, device):
+    def step(self, epoch, i, device, rank=0, world=1):
+        """Step i's micro-batches, or process `rank`'s share of them."""
         assert epoch == 0, "an LMStream has no epochs"
         out = []
-        for m in range(self.grad_accum):
+        for m in shard(range(self.grad_accum), rank, world):
             x, y = lm_batch(self.tokens, self.block_size, self.batch_size, self.seed, (i, m), device)
             out.append(({"idx": x, "targets": y}, x.size(0), x.numel()))
         return out
