@@ -67,6 +67,47 @@ def resolve_dtype(name, device_type):
     return "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
 
 
+def peak_flops(device, dtype_name):
+    """(peak FLOP/s, its source) of one GPU for matmuls in `dtype_name`, dense (without 2:4 sparsity, which
+    the datasheets' headline figures assume), looked up by torch.cuda.get_device_name; None for a CPU, an
+    MPS device or a GPU not in the table, or a dtype the GPU has no tensor cores for. 'float32' is the
+    TF32 tensor-core rate where the GPU has one (train.py allows TF32 on CUDA), else the plain FP32 rate.
+    The denominator of MFU (model FLOPs utilization, PaLM, Chowdhery et al. 2022, appendix B)."""
+    import re  # only here: the rest of this file needs no patterns
+
+    if not str(device).startswith("cuda"):
+        return None
+    name = torch.cuda.get_device_name(device)
+    # (pattern in the device name, TFLOP/s by dtype, source); the first match wins, so the specific
+    # variants (PCIe, NVL) come before their family. The datasheets print sparse figures with an
+    # asterisk; the dense ones are half of those.
+    table = [
+        (r"H100.*PCIe", {"bfloat16": 756, "float16": 756, "float32": 378}, "NVIDIA H100 datasheet, H100 PCIe"),
+        (r"H100 NVL", {"bfloat16": 835, "float16": 835, "float32": 418}, "NVIDIA H100 datasheet, H100 NVL"),
+        (r"H200 NVL", {"bfloat16": 835, "float16": 835, "float32": 418}, "NVIDIA H200 datasheet, H200 NVL"),
+        (r"GH200", {"bfloat16": 989, "float16": 989, "float32": 494}, "NVIDIA GH200 datasheet"),
+        (r"H200", {"bfloat16": 989, "float16": 989, "float32": 494}, "NVIDIA H200 datasheet, H200 SXM"),
+        (r"H100", {"bfloat16": 989, "float16": 989, "float32": 494}, "NVIDIA H100 datasheet, H100 SXM"),
+        (r"A100", {"bfloat16": 312, "float16": 312, "float32": 156}, "NVIDIA A100 datasheet"),
+        (r"\bL4\b", {"bfloat16": 121, "float16": 121, "float32": 60}, "NVIDIA L4 datasheet"),
+        (r"\bA10\b", {"bfloat16": 125, "float16": 125, "float32": 62.5}, "NVIDIA A10 datasheet"),
+        (r"RTX 4090", {"bfloat16": 165.2, "float16": 165.2, "float32": 82.6},
+         "NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090, FP32 accumulate"),
+        (r"V100S", {"float16": 130, "float32": 16.4}, "NVIDIA V100 datasheet, V100S PCIe"),  # Volta: no bf16, no TF32
+        (r"V100.*PCIE", {"float16": 112, "float32": 14}, "NVIDIA V100 datasheet, V100 PCIe"),
+        (r"V100", {"float16": 125, "float32": 15.7}, "NVIDIA V100 datasheet, V100 SXM2"),
+        (r"\bT4\b", {"float16": 65, "float32": 8.1}, "NVIDIA T4 datasheet"),  # Turing: no bf16, no TF32
+    ]
+    for pattern, tflops, source in table:
+        if re.search(pattern, name, re.IGNORECASE):
+            if dtype_name not in tflops:
+                return None
+            # a GPU with bf16 tensor cores (Ampere on) has TF32 ones too: its float32 rate is TF32's
+            what = "TF32" if dtype_name == "float32" and "bfloat16" in tflops else dtype_name
+            return float(round(tflops[dtype_name] * 1e12)), f"{source}, {what} dense ({name})"
+    return None
+
+
 def autocast_context(device_type, dtype_name):
     """Mixed precision: matmuls in bf16/fp16, the rest (norm statistics, softmax, loss) in fp32."""
     if dtype_name == "float32":
