@@ -283,6 +283,11 @@ def _triton_kernels():
             raise RuntimeError("kernels.py's Triton kernels need Triton: pip install triton (Linux only; torch's "
                                "CUDA wheels already bring it). The *_reference functions need nothing.") from e
         triton, tl = triton_module, tl_module
+        if _interpreting() and isinstance(tl.zeros, triton.runtime.JITFunction):
+            # Triton's library was decorated for compiling: the variable came after triton's first import
+            raise RuntimeError("TRITON_INTERPRET=1 was set after triton was first imported (torch.compile, for "
+                               "one, imports it), so Triton's own functions are compiled ones and the interpreter "
+                               "cannot run: set the variable before anything imports triton")
         from types import SimpleNamespace
         _TRITON = SimpleNamespace(**{fn.__name__: triton.jit(fn) for fn in _KERNELS})
     return _TRITON
@@ -617,8 +622,9 @@ def swiglu_triton(gate, value):
 #
 # The mask: key j is allowed for query i if key_mask[b, j] (padding False) and, when causal, if
 # j <= Tk - Tq + i (query i sits at position Tk - Tq + i among the keys: the model's
-# `torch.ones(T, S).tril(S - T)`). A row with no allowed key gets output 0, L = +inf (so every p of the
-# row, exp2(s - inf), is 0 in the backward) and gradient 0: no NaN, though the row is padding nobody reads.
+# `torch.ones(T, S).tril(S - T)`). A row with no allowed key gets output 0 and gradient 0, no NaN, though
+# the row is padding nobody reads; its L is +inf, so that exp2(s - L) is 0 in the backward even before the
+# mask zeroes it (L = -inf would compute infinities, then discard them).
 # There is no dropout: callers run it with dropout 0 (or in eval), or take another path.
 
 
@@ -810,24 +816,25 @@ MAX_HEAD_SIZE = 128  # one (BLOCK, hs) tile of q, k and v each must fit a progra
 
 
 def _attn_config(hs_pad, interpreting):
-    """(BLOCK_M, BLOCK_N) for the forward and for the backward, and num_warps. On a GPU, the sizes of the
-    FlashAttention-2 paper's Triton versions: 64-query, 64-key tiles, halved where a tile of hs 128 in
-    float32 would crowd shared memory; the backward holds twice the tiles (k, v and their gradients),
-    so its query tiles are smaller. In the interpreter, 16 (tl.dot's smallest): the tests' sequences
-    of 7 and 37 then span several tiles and a ragged last one, which is where online softmax and the
-    masks can go wrong, and small tiles cost the interpreter nothing."""
+    """(BLOCK_M, BLOCK_N) for the forward, the same for the backward, and the launch options. On a GPU,
+    64-query, 64-key tiles, the usual size for FlashAttention-2 in Triton; for hs up to 128 the key tiles
+    halve and the warps double, so that float32 tiles still fit shared memory (with two pipeline stages,
+    not three) and registers. The backward holds more per program (k, v, dk, dv, and q, dO tiles), so
+    its query tiles are halved. Not tuned: no GPU was at hand when they were chosen. In the
+    interpreter, 16 (tl.dot's smallest): the tests' sequences of 7 and 37 then span several tiles and a
+    ragged last one, which is where online softmax and the masks can go wrong."""
     if interpreting:
-        return (16, 16), (16, 16), 4
+        return (16, 16), (16, 16), {}
     if hs_pad <= 64:
-        return (64, 64), (32, 64), 4
-    return (64, 32), (32, 32), 4
+        return (64, 64), (32, 64), {"num_warps": 4, "num_stages": 3}
+    return (64, 32), (32, 32), {"num_warps": 8, "num_stages": 2}
 
 
 def _matmul_precision(dtype):
-    """tl.dot's precision for float32 inputs follows torch's own switch: TF32 only where
-    torch.set_float32_matmul_precision allows it for torch's matmuls too ('high' or 'medium');
-    'ieee' (exact float32 products) by default. 16-bit inputs ignore it."""
-    return "ieee" if dtype != torch.float32 or torch.get_float32_matmul_precision() == "highest" else "tf32"
+    """tl.dot's precision for float32 inputs follows torch's own switch: 'ieee' (exact float32 products)
+    by default, TF32 only where torch.set_float32_matmul_precision('high' or 'medium') allows it for
+    torch's matmuls too. 16-bit inputs take the tensor cores' 16-bit path either way."""
+    return "ieee" if dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest" else "tf32"
 
 
 def _check_attention(q, k, v, key_mask):
@@ -856,7 +863,7 @@ class _FlashAttentionTriton(torch.autograd.Function):
         B, nh, Tq, hs = q.shape
         nkv, Tk = k.shape[1], k.shape[2]
         hs_pad = max(16, triton.next_power_of_2(hs))
-        (bm, bn), _, warps = _attn_config(hs_pad, _interpreting())
+        (bm, bn), _, launch = _attn_config(hs_pad, _interpreting())
         # the mask as bytes (a free view: bool is one byte); without one, any pointer, never read
         mask_bytes = key_mask.contiguous().view(torch.uint8) if key_mask is not None else q
         o = torch.empty((B, nh, Tq, hs), dtype=q.dtype, device=q.device)
@@ -867,7 +874,7 @@ class _FlashAttentionTriton(torch.autograd.Function):
             q, k, v, o, lse, mask_bytes, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
             nh, nh // nkv, Tq, Tk, hs, sm_scale * math.log2(math.e),
             HAS_MASK=key_mask is not None, CAUSAL=bool(causal), PRECISION=precision,
-            BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=hs_pad, num_warps=warps)
+            BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=hs_pad, **launch)
         ctx.save_for_backward(q, k, v, o, lse, mask_bytes)
         ctx.has_mask, ctx.causal, ctx.precision = key_mask is not None, bool(causal), precision
         return o
@@ -879,7 +886,7 @@ class _FlashAttentionTriton(torch.autograd.Function):
         B, nh, Tq, hs = q.shape
         nkv, Tk = k.shape[1], k.shape[2]
         hs_pad = max(16, triton.next_power_of_2(hs))
-        _, (bm, bn), warps = _attn_config(hs_pad, _interpreting())
+        _, (bm, bn), launch = _attn_config(hs_pad, _interpreting())
         # D_i = rowsum(dO_i * O_i) (Algorithm 2, line 4: equal to rowsum(P_i * dP_i)), in float32; one
         # small pass over (B, nh, Tq, hs), O(T) memory like everything else here
         delta = (do.float() * o.float()).sum(-1).contiguous()  # (B, nh, Tq)
@@ -888,7 +895,7 @@ class _FlashAttentionTriton(torch.autograd.Function):
         dv = torch.empty((B, nkv, Tk, hs), dtype=v.dtype, device=v.device)
         sm_scale = 1.0 / math.sqrt(hs)
         common = dict(HAS_MASK=ctx.has_mask, CAUSAL=ctx.causal, PRECISION=ctx.precision,
-                      BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=hs_pad, num_warps=warps)
+                      BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=hs_pad, **launch)
         strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
         _TRITON._attn_bwd_dkdv[(triton.cdiv(Tk, bn), B * nkv)](
             q, k, v, do, lse, delta, mask_bytes, dk, dv, *strides,

@@ -1,0 +1,325 @@
+"""
+Tests of kernels.py's Triton kernels: each equals its plain reference, forward and gradient, on odd sizes.
+
+On a machine without CUDA the kernels run in Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1
+before anything imports triton) on CPU tensors; with CUDA they run compiled, on the GPU. The whole module
+skips where triton is not installed.
+
+The references (kernels.*_reference) are first checked against model.py's own hand-written math; the kernels
+are then compared with the references run in float64 on the same inputs, so the measured error is the
+kernel's alone. Sizes are odd on purpose: widths 37 and 48 (not powers of two: masked columns), sequences of
+7 and 37 (ragged last tiles; in the interpreter the attention tiles are 16, so 37 spans three), head sizes
+16, 48, 64 (48 pads to 64). Tolerances are normwise, max |x - x_ref| <= tol * max(max |x_ref|, 1). Measured
+in the interpreter, over every value and gradient here: float32 at most 6e-7 (tolerance 1e-4, room for a
+GPU's approximate exp2 and rsqrt); float16 6e-4 (tolerance 5e-3) and bfloat16 8e-3 (tolerance 3e-2), set by
+rounding the outputs, and attention's probabilities before their matmul, to 11 and 8 bits.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="the Triton kernels need triton (pip install triton; Linux)")
+
+import kernels  # noqa: E402
+import model  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not kernels.triton_available(),
+                                reason="Triton can run neither on CUDA here nor in its interpreter "
+                                       "(TRITON_INTERPRET=1 must be set before triton is first imported)")
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+INTERPRETER_BF16_DOT = ("Triton's interpreter (3.9) multiplies bfloat16 tiles in tl.dot as their raw 16-bit "
+                        "integers, so bfloat16 attention is checked only on CUDA")
+TOL = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+
+
+@pytest.fixture(autouse=True)
+def exact_float32_matmuls():
+    """float32 tl.dot follows torch's matmul precision (TF32 when it is 'high'); the tolerances assume exact
+    float32, so pin 'highest' for each test, whatever another test file set."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    yield
+    torch.set_float32_matmul_precision(before)
+
+
+def randn(*shape, seed, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g, dtype=torch.float64).to(device=DEVICE, dtype=dtype)
+
+
+def value_and_grads(fn, inputs, grad_out, dtype=None):
+    """fn(*inputs) and the gradients of sum(grad_out * output) w.r.t. each input (None stays None), the
+    inputs first cast to dtype if one is given."""
+    leaves = [None if x is None else x.detach().to(dtype or x.dtype).requires_grad_(True) for x in inputs]
+    out = fn(*leaves)
+    out.backward(grad_out.to(out.dtype))
+    return out, [None if x is None else x.grad for x in leaves]
+
+
+def assert_close(x, ref, tol, what):
+    err = (x.detach().double() - ref.detach().double()).abs().max().item()
+    scale = max(ref.abs().max().item(), 1.0)
+    assert err <= tol * scale, f"{what}: max error {err:.3e} > {tol:g} * {scale:.3g}"
+
+
+def check_against_float64(triton_fn, reference_fn, inputs, names, dtype=torch.float32):
+    """triton_fn on the inputs rounded to dtype vs reference_fn in float64 on the same rounded numbers: the
+    output (shape, dtype, value) and every input's gradient. The output has the first input's shape."""
+    rounded = [None if x is None else x.to(dtype) for x in inputs]
+    grad_out = randn(*inputs[0].shape, seed=99)
+    out, grads = value_and_grads(triton_fn, rounded, grad_out)
+    ref, ref_grads = value_and_grads(reference_fn, rounded, grad_out, torch.float64)
+    assert out.dtype == dtype and out.shape == ref.shape
+    assert_close(out, ref, TOL[dtype], "output")
+    for name, x, g, g_ref in zip(names, rounded, grads, ref_grads):
+        if x is not None:
+            assert g is not None and g.dtype == x.dtype and g.shape == x.shape, f"d{name}: {g}"
+            assert_close(g, g_ref, TOL[dtype], f"d{name}")
+    return out, grads
+
+
+# -----------------------------------------------------------------------------
+# the references are the model's math
+
+
+def test_references_match_model():
+    """kernels' references compute what model.py's hand-written RMSNorm, LayerNorm and manual_attention do
+    (where the latter is defined: every query row has a key), so the kernels tested against them below
+    stand in for the model's own paths."""
+    x, w, b = randn(2, 5, 37, seed=1), randn(37, seed=2), randn(37, seed=3)
+    rms = model.RMSNorm(37, eps=1e-5).to(DEVICE)
+    ln = model.LayerNorm(37, eps=1e-5).to(DEVICE)
+    ln_nobias = model.LayerNorm(37, eps=1e-5, bias=False).to(DEVICE)
+    with torch.no_grad():
+        for m in (rms, ln, ln_nobias):
+            m.weight.copy_(w)
+        ln.bias.copy_(b)
+        torch.testing.assert_close(kernels.rms_norm_reference(x, w, 1e-5), rms(x))
+        torch.testing.assert_close(kernels.layer_norm_reference(x, w, b, 1e-5), ln(x))
+        torch.testing.assert_close(kernels.layer_norm_reference(x, w, None, 1e-5), ln_nobias(x))
+        # attention: 4 query heads reading 2 kv heads; causal, Tq < Tk, the second sequence padded
+        q, k, v = randn(2, 4, 5, 16, seed=4), randn(2, 2, 37, 16, seed=5), randn(2, 2, 37, 16, seed=6)
+        key_mask = torch.ones(2, 37, dtype=torch.bool, device=DEVICE)
+        key_mask[1, 27:] = False
+        mask = key_mask[:, None, None, :] & torch.ones(5, 37, dtype=torch.bool, device=DEVICE).tril(37 - 5)
+        expected, _ = model.manual_attention(q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1), mask)
+        torch.testing.assert_close(kernels.attention_reference(q, k, v, key_mask, causal=True), expected)
+
+
+# -----------------------------------------------------------------------------
+# RMSNorm, LayerNorm and SwiGLU
+
+
+def norm_case(kind, shape, seed=0):
+    """(inputs, names, triton_fn, reference_fn) for one norm on x of `shape`; weights far from 1 and a
+    bias far from 0, so a kernel that drops either fails."""
+    C = shape[-1]
+    x = randn(*shape, seed=seed) * 3 + 1  # an offset, so LayerNorm's centring matters
+    w, b = randn(C, seed=seed + 1), randn(C, seed=seed + 2)
+    eps = 1e-5
+    if kind == "rms":
+        return ((x, w), "xw", lambda x, w: kernels.rms_norm_triton(x, w, eps),
+                lambda x, w: kernels.rms_norm_reference(x, w, eps))
+    bias = b if kind == "layer" else None
+    return ((x, w, bias), "xwb", lambda x, w, b: kernels.layer_norm_triton(x, w, b, eps),
+            lambda x, w, b: kernels.layer_norm_reference(x, w, b, eps))
+
+
+NORMS = ("rms", "layer", "layer_no_bias")
+
+
+@pytest.mark.parametrize("shape", [(3, 37), (2, 5, 48), (2, 3, 384)])
+@pytest.mark.parametrize("kind", NORMS)
+def test_norm_matches_reference(kind, shape):
+    """Value, dx, dweight (and dbias) in float32 vs the float64 reference. 10 and 6 rows run on at most 4
+    programs in the interpreter, so the backward's strided row loop and per-program dweight parts are used."""
+    inputs, names, fn, ref = norm_case(kind, shape)
+    check_against_float64(fn, ref, inputs, names)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kind", NORMS)
+def test_norm_16_bit(kind, dtype):
+    inputs, names, fn, ref = norm_case(kind, (2, 5, 48), seed=10)
+    check_against_float64(fn, ref, inputs, names, dtype)
+
+
+def test_norm_bfloat16_input_float32_weight():
+    """Under autocast the weight stays float32 and x is bfloat16: the output takes x's dtype and each
+    gradient its input's."""
+    x, w = randn(4, 37, seed=20, dtype=torch.bfloat16), randn(37, seed=21)
+    grad = randn(4, 37, seed=22, dtype=torch.bfloat16)
+    y, (dx, dw) = value_and_grads(lambda x, w: kernels.rms_norm_triton(x, w, 1e-5), (x, w), grad)
+    y_ref, (dx_ref, dw_ref) = value_and_grads(lambda x, w: kernels.rms_norm_reference(x, w, 1e-5), (x, w), grad,
+                                              torch.float64)
+    assert (y.dtype, dx.dtype, dw.dtype) == (torch.bfloat16, torch.bfloat16, torch.float32)
+    for got, want, what in ((y, y_ref, "y"), (dx, dx_ref, "dx"), (dw, dw_ref, "dw")):
+        assert_close(got, want, TOL[torch.bfloat16], what)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(3, 37), (2, 7, 384)])
+def test_swiglu_matches_reference(shape, dtype):
+    """(2, 7, 384) is 5,376 elements: five full blocks of 1,024 and a ragged sixth."""
+    gate, value = randn(*shape, seed=30) * 3, randn(*shape, seed=31)  # gates well into silu's curved range
+    check_against_float64(kernels.swiglu_triton, kernels.swiglu_reference, (gate, value), ("gate", "value"), dtype)
+
+
+def test_swiglu_rejects_broadcasting():
+    with pytest.raises(ValueError, match="one shape"):
+        kernels.swiglu_triton(randn(3, 37, seed=0), randn(1, 37, seed=1))
+
+
+# -----------------------------------------------------------------------------
+# flash attention
+
+# (nkv, Tq, Tk, hs, padded, causal) with B=2, nh=4: every kv-head count (4: plain; 2, 1: grouped-query),
+# sequences of 7 and 37, decoding (Tq = 1 or 5 queries against 37 keys), head sizes 16, 48 (padded to 64
+# in the kernel) and 64, right padding, causal masking, and both
+ATTENTION_CASES = [
+    (4, 7, 7, 16, False, False),
+    (4, 37, 37, 64, True, False),
+    (2, 37, 37, 48, False, True),
+    (1, 37, 37, 16, True, True),
+    (2, 7, 7, 48, True, True),
+    (1, 7, 7, 64, False, False),
+    (2, 1, 37, 64, True, True),
+    (4, 5, 37, 48, False, True),
+    (1, 5, 37, 16, True, False),
+]
+
+
+def attention_inputs(nkv, Tq, Tk, hs, padded, seed=0, B=2, nh=4):
+    """q, k, v and a key mask (None unless padded: then the second sequence's last third is padding, and
+    the first sequence is full, so one batch has both kinds)."""
+    q, k, v = randn(B, nh, Tq, hs, seed=seed), randn(B, nkv, Tk, hs, seed=seed + 1), randn(B, nkv, Tk, hs,
+                                                                                              seed=seed + 2)
+    key_mask = None
+    if padded:
+        key_mask = torch.ones(B, Tk, dtype=torch.bool, device=DEVICE)
+        key_mask[1, Tk - Tk // 3:] = False
+    return q, k, v, key_mask
+
+
+def attention_fns(key_mask, causal):
+    return (lambda q, k, v: kernels.flash_attention_triton(q, k, v, key_mask=key_mask, causal=causal),
+            lambda q, k, v: kernels.attention_reference(q, k, v, key_mask=key_mask, causal=causal))
+
+
+@pytest.mark.parametrize("nkv, Tq, Tk, hs, padded, causal", ATTENTION_CASES)
+def test_attention_matches_reference(nkv, Tq, Tk, hs, padded, causal):
+    """Output, dq, dk and dv in float32 vs the float64 reference; with nkv < nh, dk and dv sum over the
+    query heads of each group (the reference repeats k and v, so autograd sums them)."""
+    q, k, v, key_mask = attention_inputs(nkv, Tq, Tk, hs, padded)
+    check_against_float64(*attention_fns(key_mask, causal), (q, k, v), ("q", "k", "v"))
+
+
+def test_attention_rows_with_no_key():
+    """A row with nothing to attend to (all its keys padding, or, causal with Tq > Tk, a query placed
+    before the first key) gives output 0, gradient 0 and no NaN, and the other rows are unaffected."""
+    q, k, v = randn(2, 4, 37, 16, seed=40), randn(2, 2, 7, 16, seed=41), randn(2, 2, 7, 16, seed=42)
+    key_mask = torch.ones(2, 7, dtype=torch.bool, device=DEVICE)
+    key_mask[1] = False  # the second sequence is all padding
+    out, (dq, dk, dv) = check_against_float64(*attention_fns(key_mask, True), (q, k, v), ("q", "k", "v"))
+    # causal, Tq=37 > Tk=7: query i sits at position i - 30, so queries 0..29 precede every key
+    assert torch.isfinite(out).all() and all(torch.isfinite(g).all() for g in (dq, dk, dv))
+    assert (out[1] == 0).all() and (out[0, :, :30] == 0).all() and (out[0, :, 30:] != 0).all()
+    assert (dq[1] == 0).all() and (dq[0, :, :30] == 0).all() and (dk[1] == 0).all() and (dv[1] == 0).all()
+
+
+def test_attention_strided_inputs():
+    """q, k, v and the output gradient as the model makes them, transposed views of (B, T, nh, hs): the
+    kernels read through the strides, and must give exactly what contiguous copies give."""
+    def strided(*shape, seed):  # (B, T, h, hs) -> a (B, h, T, hs) view
+        return randn(shape[0], shape[2], shape[1], shape[3], seed=seed).transpose(1, 2)
+
+    q, k, v, grad = strided(2, 4, 37, 48, seed=50), strided(2, 2, 37, 48, seed=51), strided(2, 2, 37, 48, seed=52), \
+        strided(2, 4, 37, 48, seed=53)
+    assert not q.is_contiguous() and not grad.is_contiguous()
+    fn = attention_fns(None, True)[0]
+    out, grads = value_and_grads(fn, (q, k, v), grad)
+    out_c, grads_c = value_and_grads(fn, [x.contiguous() for x in (q, k, v)], grad.contiguous())
+    assert torch.equal(out, out_c)
+    for g, g_c in zip(grads, grads_c):
+        assert torch.equal(g, g_c)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_attention_16_bit(dtype):
+    if dtype == torch.bfloat16 and DEVICE == "cpu":
+        pytest.skip(INTERPRETER_BF16_DOT)
+    q, k, v, key_mask = attention_inputs(2, 37, 37, 48, padded=True, seed=60)
+    check_against_float64(*attention_fns(key_mask, True), (q, k, v), ("q", "k", "v"), dtype)
+
+
+def test_attention_rejects_bad_shapes():
+    q, k, v, _ = attention_inputs(2, 7, 7, 16, padded=False)
+    with pytest.raises(ValueError, match="nh % nkv"):
+        kernels.flash_attention_triton(randn(2, 3, 7, 16, seed=0), k, v)  # 3 query heads, 2 kv heads
+    with pytest.raises(ValueError, match="MAX_HEAD_SIZE"):
+        kernels.flash_attention_triton(randn(1, 1, 7, 160, seed=0), randn(1, 1, 7, 160, seed=1),
+                                       randn(1, 1, 7, 160, seed=2))
+    with pytest.raises(ValueError, match="key_mask must be bool"):
+        kernels.flash_attention_triton(q, k, v, key_mask=torch.ones(2, 7, device=DEVICE))  # float, not bool
+    with pytest.raises(ValueError, match="key_mask must be bool"):
+        kernels.flash_attention_triton(q, k, v, key_mask=torch.ones(2, 6, dtype=torch.bool, device=DEVICE))
+
+
+# -----------------------------------------------------------------------------
+# without Triton, or without a way to run it
+
+
+def test_import_without_triton():
+    """`import kernels` works where triton is missing (macOS, CPU installs); the Triton functions then say
+    how to install it, and the references still run. In a fresh interpreter, with triton blocked."""
+    code = ("import sys; sys.modules['triton'] = None\n"
+            "import torch, kernels\n"
+            "assert not kernels.triton_available()\n"
+            "print(kernels.rms_norm_reference(torch.ones(2, 3), torch.ones(3), 1e-5).shape)\n"
+            "try:\n"
+            "    kernels.rms_norm_triton(torch.ones(2, 3), torch.ones(3), 1e-5)\n"
+            "except RuntimeError as e:\n"
+            "    print('refused:', e)\n")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "torch.Size([2, 3])" in r.stdout and "refused:" in r.stdout and "pip install triton" in r.stdout
+
+
+def test_cpu_tensors_need_the_interpreter(monkeypatch, capsys):
+    """Compiled Triton takes CUDA tensors only: CPU tensors without the interpreter are refused with the
+    way out, and so is the benchmark."""
+    monkeypatch.setattr(kernels, "_interpreting", lambda: False)
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+        kernels.rms_norm_triton(torch.ones(2, 3), torch.ones(3), 1e-5)
+    with pytest.raises(SystemExit):
+        kernels.main(["triton", "--device", "cpu"])
+    assert "interpreter" in capsys.readouterr().err
+
+
+# -----------------------------------------------------------------------------
+# the benchmark command
+
+
+def test_triton_benchmark_command(tmp_path, capsys):
+    """`python kernels.py triton` at a tiny size: one table row per kernel, and the Triton outputs agree with
+    the PyTorch ops they are timed against."""
+    path = tmp_path / "triton.json"
+    kernels.main(["triton", "--device", DEVICE, "--dtype", "float32", "--batch", "1", "--lengths", "16",
+                  "--n_embd", "32", "--n_head", "2", "--ffn", "48", "--repeats", "1", "--json", str(path)])
+    out = capsys.readouterr().out
+    saved = json.loads(path.read_text())
+    names = ["rms_norm", "layer_norm", "swiglu", "attention", "attention, key mask", "attention, causal"]
+    assert list(saved["results"]) == names
+    assert saved["conditions"]["interpreter"] == (DEVICE == "cpu")
+    for name in names:
+        r = saved["results"][name]["16"]
+        assert r["max_abs_diff"] < 1e-4, (name, r)
+        assert r["triton_fwd"] > 0 and r["triton_fwd_bwd"] > 0 and r["torch_fwd_bwd"] > 0
+        assert f"| {name} | 16 |" in out
