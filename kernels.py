@@ -1,7 +1,17 @@
 """
 Fast paths for model.py, each beside the plain reference it must equal. model.py calls the public
-functions here; a switch (`impl=...`) forces either path, and tests/test_kernels.py proves them equal
-in value and gradient on odd sizes. Later kernels (Triton) join this file the same way.
+functions here; a switch (`impl=...` here, or model.py's config) forces either path, and the tests
+(tests/test_kernels.py, tests/test_triton_kernels.py) prove them equal in value and gradient on odd sizes.
+Two sections: the selective scans of Mamba (below), and hand-written Triton kernels, each an autograd
+Function with a Triton forward and backward, beside a `*_reference` of the same math:
+    rms_norm_triton(x, weight, eps)                 RMSNorm (Zhang & Sennrich 2019)
+    layer_norm_triton(x, weight, bias, eps)         LayerNorm (Ba et al. 2016), bias may be None
+    swiglu_triton(gate, value)                      silu(gate) * value (Shazeer 2020, eq. 6)
+    flash_attention_triton(q, k, v, key_mask=None, causal=False)
+                                                    FlashAttention-2 (Dao 2023) with key padding, causal
+                                                    masking and grouped-query heads; no dropout
+Triton is optional: it is imported at the first call of a Triton function (triton_available() says whether
+one can run: on CUDA, or on the CPU in Triton's interpreter, TRITON_INTERPRET=1 set before triton's import).
 
 The first problem: the selective scan of Mamba (Gu & Dao 2023, eq. 2a), the linear recurrence
 
@@ -27,7 +37,9 @@ Benchmarks (timings are not tests; see main() for every option):
     python kernels.py scan --compile         # ... and under torch.compile
     python kernels.py scan --device cuda --lengths 256 1024 4096 --batch 8 --d 128 --n 16
     python kernels.py precision              # float32 error of each scan vs the float64 reference
-Both take --json FILE (the numbers with their conditions) and --plot DIR (PNGs; needs matplotlib).
+    python kernels.py triton --device cuda   # each Triton kernel vs its PyTorch op (F.rms_norm, SDPA, ...)
+All take --json FILE (the numbers with their conditions); scan and precision take --plot DIR (PNGs;
+needs matplotlib).
 Default sizes (B, D, N) = (4, 64, 16), 4,096 numbers per time step, T from 16 to 4096: `scan` takes
 about 1.5 minutes on one CPU core (most of it the log-space scan at T=4096: torch's CPU logcumsumexp
 is a scalar loop), `scan --compile` 4 to 8 more (compiling), `precision` under one. Slow points stop
@@ -241,14 +253,14 @@ def selective_scan(a, b, impl="sequential", h0=None):
 # switch that picks one.
 #
 # Triton is optional (Linux; CUDA builds of torch bring it), so it is imported at the first call of a
-# Triton function, never at `import kernels`. That first call also decorates the kernels with
-# triton.jit, for the same reason twice over: Triton decides once, when it is imported, whether it
-# compiles kernels for the GPU or runs them in its interpreter (TRITON_INTERPRET=1, read then: its own
-# library functions such as tl.zeros are triton.jit-decorated at that moment), and triton.jit reads
-# the variable again for each function it decorates. So the variable must be set before anything
-# imports triton (torch.compile does); tests/conftest.py sets it first thing on a machine without CUDA.
-# The interpreter runs each program of the grid in turn with NumPy, on CPU tensors: slow, but exact
-# enough to test the kernels' arithmetic and masks on a laptop.
+# Triton function, never at `import kernels`, and the kernels below are plain functions until that call
+# decorates them with triton.jit (which needs triton). Compiled or interpreted: triton.jit picks one when
+# it decorates a function, by reading TRITON_INTERPRET, and Triton's own library functions (tl.zeros,
+# tl.sum, ...) are decorated when triton is first imported. So the variable must be set before anything
+# imports triton (torch.compile does); tests/conftest.py sets it first thing on a machine without CUDA,
+# and _triton_kernels refuses, saying so, when it came too late. The interpreter runs each program of the
+# grid in turn with NumPy, on CPU tensors: slow, but exact enough to test the kernels' arithmetic and
+# masks on a laptop.
 #
 # Conventions in the kernels: every reduction and accumulator is float32, whatever the inputs; a block
 # is a power of two at least as long as what it covers (tl.arange needs a power of two), and loads and
@@ -337,11 +349,15 @@ def _n_row_programs(n_rows, device):
     return max(1, min(n_rows, 4))
 
 
-def _as_rows(x, name):
-    """x viewed as a contiguous (rows, C) matrix for the row kernels."""
+def _as_rows(x, name, *params):
+    """x viewed as a contiguous (rows, C) matrix for the row kernels, after checking that each of `params`
+    (weight, bias) is (C,): the kernels read C numbers from each, whatever their size."""
     C = x.shape[-1]
     if C > MAX_NORM_WIDTH:
         raise ValueError(f"{name}: the last dim is {C}, above MAX_NORM_WIDTH={MAX_NORM_WIDTH} (one row per program)")
+    for p in params:
+        if p is not None and tuple(p.shape) != (C,):
+            raise ValueError(f"{name}: weight and bias must have shape ({C},), x's last dim; got {tuple(p.shape)}")
     return x.reshape(-1, C).contiguous()  # (M, C)
 
 
@@ -349,7 +365,9 @@ def _as_rows(x, name):
 
 
 def rms_norm_reference(x, weight, eps):
-    """The reference RMSNorm, as model.RMSNorm computes it: statistics in float32, output in x's dtype."""
+    """The reference RMSNorm: model.RMSNorm's math, statistics in float32, output in x's dtype. (The weight
+    is applied in float32 before the cast, as in the kernel; model.RMSNorm applies it after, which differs
+    by one rounding in 16-bit formats and not at all in float32.)"""
     xf = x.float()
     y = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
     return (y * weight.float()).to(x.dtype)
@@ -395,7 +413,7 @@ class _RMSNormTriton(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
         kernels = _prepare("rms_norm_triton", (x, weight))
-        x2 = _as_rows(x, "rms_norm_triton")  # (M, C)
+        x2 = _as_rows(x, "rms_norm_triton", weight)  # (M, C)
         weight = weight.contiguous()
         M, C = x2.shape
         y = torch.empty_like(x2)
@@ -434,8 +452,9 @@ def rms_norm_triton(x, weight, eps):
 
 
 def layer_norm_reference(x, weight, bias, eps):
-    """The reference LayerNorm, as model.LayerNorm computes it: biased variance (divide by C, as
-    torch.nn.LayerNorm), statistics in float32, output in x's dtype. bias may be None."""
+    """The reference LayerNorm: model.LayerNorm's math, biased variance (divide by C, as torch.nn.LayerNorm),
+    statistics in float32, output in x's dtype (weight and bias applied before the cast, as for
+    rms_norm_reference). bias may be None."""
     xf = x.float()
     mean = xf.mean(dim=-1, keepdim=True)
     var = (xf - mean).pow(2).mean(dim=-1, keepdim=True)
@@ -494,7 +513,7 @@ class _LayerNormTriton(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
         kernels = _prepare("layer_norm_triton", [t for t in (x, weight, bias) if t is not None])
-        x2 = _as_rows(x, "layer_norm_triton")  # (M, C)
+        x2 = _as_rows(x, "layer_norm_triton", weight, bias)  # (M, C)
         weight = weight.contiguous()
         has_bias = bias is not None
         bias = bias.contiguous() if has_bias else weight  # without a bias, any pointer: it is never read

@@ -171,6 +171,15 @@ def test_swiglu_matches_reference(shape, dtype):
     check_against_float64(kernels.swiglu_triton, kernels.swiglu_reference, (gate, value), ("gate", "value"), dtype)
 
 
+def test_norms_reject_a_weight_of_another_width():
+    """The kernels read C numbers of the weight and bias whatever their size: a wrong one must be refused."""
+    x = randn(3, 37, seed=0)
+    with pytest.raises(ValueError, match=r"shape \(37,\)"):
+        kernels.rms_norm_triton(x, randn(36, seed=1), 1e-5)
+    with pytest.raises(ValueError, match=r"shape \(37,\)"):
+        kernels.layer_norm_triton(x, randn(37, seed=1), randn(48, seed=2), 1e-5)
+
+
 def test_swiglu_rejects_broadcasting():
     with pytest.raises(ValueError, match="one shape"):
         kernels.swiglu_triton(randn(3, 37, seed=0), randn(1, 37, seed=1))
