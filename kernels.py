@@ -788,7 +788,8 @@ def _attn_bwd_dq(Q, K, V, DO, LSE, DELTA, KEY_MASK, DQ,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """dq (FlashAttention-2, Algorithm 2) for one block of BLOCK_M queries of one (batch, head), walking the
     keys as the forward does: dq = sm_scale sum ds k, with p and ds recomputed as in _attn_bwd_dkdv.
-    A separate pass instead of Algorithm 2's atomic adds into dq: deterministic, and no float32 dq buffer."""
+    A pass of its own, rather than every key block's program adding into dq (atomic adds, as Algorithm 2's
+    loop over key blocks would need in parallel): deterministic, and no float32 dq buffer to convert."""
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = (bh // n_head).to(tl.int64)
@@ -906,7 +907,7 @@ class _FlashAttentionTriton(torch.autograd.Function):
         nkv, Tk = k.shape[1], k.shape[2]
         hs_pad = max(16, triton.next_power_of_2(hs))
         _, (bm, bn), launch = _attn_config(hs_pad, _interpreting())
-        # D_i = rowsum(dO_i * O_i) (Algorithm 2, line 4: equal to rowsum(P_i * dP_i)), in float32; one
+        # D_i = rowsum(dO_i * O_i) (Algorithm 2; it equals rowsum(P_i * dP_i)), in float32; one
         # small pass over (B, nh, Tq, hs), O(T) memory like everything else here
         delta = (do.float() * o.float()).sum(-1).contiguous()  # (B, nh, Tq)
         dq = torch.empty((B, nh, Tq, hs), dtype=q.dtype, device=q.device)

@@ -89,9 +89,9 @@ def check_against_float64(triton_fn, reference_fn, inputs, names, dtype=torch.fl
 
 
 def test_references_match_model():
-    """kernels' references compute what model.py's hand-written RMSNorm, LayerNorm and manual_attention do
-    (where the latter is defined: every query row has a key), so the kernels tested against them below
-    stand in for the model's own paths."""
+    """kernels' references compute what model.py's hand-written RMSNorm, LayerNorm (norm_impl='manual') and
+    manual_attention do (where the latter is defined: every query row has a key), so the kernels tested
+    against them below stand in for the model's own paths."""
     x, w, b = randn(2, 5, 37, seed=1), randn(37, seed=2), randn(37, seed=3)
     rms = model.RMSNorm(37, eps=1e-5).to(DEVICE)
     ln = model.LayerNorm(37, eps=1e-5).to(DEVICE)
@@ -99,6 +99,7 @@ def test_references_match_model():
     with torch.no_grad():
         for m in (rms, ln, ln_nobias):
             m.weight.copy_(w)
+            m.impl = "manual"  # the hand-written math (norm_impl='manual'), not F.rms_norm / F.layer_norm
         ln.bias.copy_(b)
         torch.testing.assert_close(kernels.rms_norm_reference(x, w, 1e-5), rms(x))
         torch.testing.assert_close(kernels.layer_norm_reference(x, w, b, 1e-5), ln(x))
