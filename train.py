@@ -5,11 +5,14 @@ Train a model. One file, read top to bottom:
     python train.py config/sst2_baseline.py --device=cpu --max_epochs=2
     python train.py config/sst2_recurrent.py --init_from=resume     # continue an interrupted run
     python train.py config/shakespeare_char_baseline.py             # the char-level GPT (a language model)
+    torchrun --nproc_per_node=2 train.py config/sst2_recurrent.py --grad_accum=2   # DDP: 2 processes (GPUs or CPU)
 
 Two settings pick what is trained: `dataset` (whose task, in data.py's registry, says how batches
 are cut and how the model is scored: TASKS below) and `model` (the family, in model.py's
 registry, whose config fields become settings too). Every task shares the one loop in `train()`:
-AMP, clipping, schedules, evaluation, checkpoints, early stopping, resume.
+AMP, clipping, schedules, evaluation, checkpoints, early stopping, resume, and data-parallel training
+over several processes under torchrun (DDP: `processes` below), which trains the same model as one
+process would: a step's batch is batch_size x grad_accum examples however many processes share it.
 
 The defaults below are the settings; a config file and --key=value arguments override them through
 configurator.py. Everything is an importable function, and the run itself sits behind
@@ -22,7 +25,7 @@ import os
 import signal
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext, redirect_stdout
 from dataclasses import asdict, dataclass, fields
 from typing import Callable
 
@@ -84,7 +87,9 @@ early_stop_min_delta = 1e-3
 device = "auto"  # 'auto' picks cuda, then mps, then cpu
 dtype = "auto"  # 'float32', 'bfloat16', 'float16'; 'auto' = bfloat16 on a GPU that has it, else float32
 compile = False  # torch.compile the model
-seed = 1337
+peak_tflops = 0.0  # one device's peak TFLOP/s, the denominator of the MFU in the progress lines; 0 = look the GPU
+# up (evaluate.peak_flops); a CPU or an unknown GPU has none, and then no MFU is shown
+seed = 1337  # the same in every process of a DDP run, so that they all start from the same weights
 # -----------------------------------------------------------------------------
 DEFAULTS = {k: v for k, v in globals().items()  # the lower-case names above (not imported CONSTANTS)
             if k.islower() and not k.startswith("_") and isinstance(v, (bool, int, float, str))}
@@ -244,31 +249,220 @@ def set_lr(optimizer, cfg, it, total_iters):
 
 def step_flops(model, micro_batches):
     """Training FLOPs of one step: 3x the analytic forward FLOPs (the backward pass costs about twice the
-    forward) of each micro-batch of token ids `idx` (B, T) at its padded length; other inputs count 0."""
+    forward) of each micro-batch of token ids `idx` (B, T) at its padded length; other inputs count 0, and
+    so does a micro-batch of 0 examples (a DDP process's stand-in, see `my_micro_batches`)."""
     return float(sum(3 * model.flops_per_forward(x["idx"].size(1), x["idx"].size(0),
                                                  **({"mlm": True} if "mlm_targets" in x else {}))
-                     for x, _, _ in micro_batches if "idx" in x))
+                     for x, n, _ in micro_batches if "idx" in x and n))
 
 
-def train_step(model, micro_batches, optimizer, scaler, ctx, grad_clip):
+def train_step(model, micro_batches, optimizer, scaler, ctx, grad_clip, n_examples=None, world=1):
     """One optimizer step over the micro-batches [(inputs, examples, tokens), ...]. Each micro-batch's
-    loss is weighted by its share of the examples, so the gradient is the mean over all of them.
-    Returns (mean loss, total gradient L2 norm before clipping)."""
-    n_examples = sum(n for _, n, _ in micro_batches)
-    loss_sum = 0.0
-    for inputs, n, _ in micro_batches:
-        with ctx:
-            _, loss = model(**inputs)
-        scaler.scale(loss * (n / n_examples)).backward()
-        loss_sum += loss.item() * n
+    loss is weighted by its share of the step's examples, so the gradient is the mean over all of them.
+    Under DDP, `micro_batches` are this process's, `n_examples` counts the examples of all `world`
+    processes' (default: these micro-batches'), and DDP's all-reduce averages the processes' gradients:
+    each share is multiplied by `world`, so that the average is the sum over all the step's micro-batches.
+    Only the last backward all-reduces; the others accumulate locally (no_sync).
+    Returns ([(loss, examples) for each micro-batch], total gradient L2 norm before clipping), the losses
+    and the norm as device tensors: reading them waits for the device, so the loop reads them only when
+    it logs or evaluates (mean_loss, .item())."""
+    if n_examples is None:
+        n_examples = sum(n for _, n, _ in micro_batches)
+    no_sync = getattr(model, "no_sync", nullcontext)  # DistributedDataParallel's (through a compile wrapper too)
+    losses = []
+    for k, (inputs, n, _) in enumerate(micro_batches):
+        with no_sync() if k < len(micro_batches) - 1 else nullcontext():
+            with ctx:
+                _, loss = model(**inputs)
+            scaler.scale(loss * (n * world / n_examples)).backward()
+        losses.append((loss.detach(), n))
     scaler.unscale_(optimizer)
     # the total gradient L2 norm before clipping (max_norm=inf measures without clipping); frozen
     # parameters have no gradient and do not count
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float("inf")).item()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float("inf"))
     scaler.step(optimizer)
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
-    return loss_sum / n_examples, grad_norm
+    return losses, grad_norm
+
+
+def mean_loss(losses, n_examples, procs):
+    """A step's loss, the mean over its n_examples (all processes'), from train_step's per-micro-batch
+    losses: one copy from the device, then the same sum in float64 that one process makes."""
+    values = torch.stack([loss for loss, _ in losses]).tolist()
+    total = sum(v * n for v, (_, n) in zip(values, losses))
+    return procs.sum([total])[0] / n_examples
+
+
+# -----------------------------------------------------------------------------
+# processes: this one alone, or one of several that torchrun started (data parallel, DDP)
+#
+# Each of `world` processes holds the whole model and takes grad_accum / world of every step's
+# micro-batches (data.py's streams: rank, rank + world, ...); DistributedDataParallel averages the
+# gradients over the processes in the last backward of the step, and every process then takes the
+# same optimizer step. A step's batch is batch_size x grad_accum examples for any `world`, so a config
+# trains the same model on 1 or N processes (to rounding). Rank 0 alone prints and writes files.
+
+
+@dataclass
+class Processes:
+    """The processes training together, and this one's place among them; a plain run is rank 0 of 1."""
+    rank: int = 0
+    world: int = 1
+    device: str = "cpu"  # this process's: cuda:LOCAL_RANK for DDP on GPUs
+    cpu_group: object = None  # a gloo group for the small sums of CPU numbers below: summing them there waits
+    # for no GPU (with nccl, the default group's collectives run on the GPU's queue); None = the default group
+
+    @property
+    def main(self):
+        """Rank 0: the process that prints and writes the log, the checkpoints and the summary."""
+        return self.rank == 0
+
+    def sum(self, values):
+        """Each of a list of numbers summed over the processes (as floats); one process: the list itself."""
+        if self.world == 1:
+            return values
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64)
+        torch.distributed.all_reduce(t, group=self.cpu_group)
+        return t.tolist()
+
+    def from_main(self, value):
+        """Rank 0's value of a float, on every process."""
+        if self.world == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.float64)
+        torch.distributed.broadcast(t, src=0, group=self.cpu_group)
+        return t.item()
+
+    def barrier(self):
+        if self.world > 1:
+            torch.distributed.barrier(group=self.cpu_group)
+
+    @contextmanager
+    def main_first(self):
+        """Rank 0 runs the block first (preparing a missing dataset, say), then the others do."""
+        if not self.main:
+            self.barrier()
+        yield
+        if self.main:
+            self.barrier()
+
+
+def torchrun_env():
+    """(rank, local rank, world size) from the environment torchrun sets for each process it starts, or
+    None for a plain run."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", os.environ["RANK"])), int(os.environ["WORLD_SIZE"])
+
+
+def check_world(cfg, world):
+    """A step's grad_accum micro-batches must split evenly over the processes."""
+    if cfg["grad_accum"] % world:
+        batch = cfg["batch_size"] * cfg["grad_accum"]
+        fit = next((m for m in range(world, batch + 1, world) if batch % m == 0), None)
+        keep = f" (grad_accum={fit} with batch_size={batch // fit} keeps the step's {batch} examples)" if fit else ""
+        raise configurator.ConfigError(
+            f"grad_accum={cfg['grad_accum']} does not split over {world} processes, which take grad_accum / {world} "
+            f"micro-batches of each step each: set grad_accum to a multiple of {world}{keep}")
+
+
+@contextmanager
+def processes(cfg):
+    """The run's Processes. Under torchrun: joins the process group (nccl when the device is CUDA, each
+    process on cuda:LOCAL_RANK; gloo on the CPU), silences the other ranks' prints, and at the end waits
+    for all the processes (rank 0 may still be scoring the test split) and leaves the group, which it
+    also leaves on an error. A plain run: just the device."""
+    dev = evaluate.resolve_device(cfg["device"])
+    env = torchrun_env()
+    if env is None:
+        yield Processes(device=dev)
+        return
+    rank, local_rank, world = env
+    check_world(cfg, world)
+    device_type = dev.split(":")[0]
+    if device_type not in ("cuda", "cpu"):
+        raise configurator.ConfigError(f"device={dev!r}: DDP runs on CUDA GPUs (nccl) or the CPU (gloo)")
+    if device_type == "cuda":
+        dev = f"cuda:{local_rank}"
+        torch.cuda.set_device(dev)
+    torch.distributed.init_process_group("nccl" if device_type == "cuda" else "gloo")
+    try:
+        cpu_group = torch.distributed.new_group(backend="gloo") if device_type == "cuda" else None
+        procs = Processes(rank, world, dev, cpu_group)
+        with ExitStack() as stack:
+            if not procs.main:
+                stack.enter_context(redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
+            yield procs
+        procs.barrier()  # not on an error: the others may never get here
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def my_micro_batches(stream, epoch, i, procs):
+    """This process's micro-batches of step i (all of them for a plain run). The last step of an epoch can
+    hold fewer micro-batches than there are processes; a process left without one still has to join the
+    gradient all-reduce of the step, so it gets the step's first micro-batch with 0 examples, a weight of 0."""
+    micro = stream.step(epoch, i, procs.device, procs.rank, procs.world)
+    if micro:
+        return micro
+    inputs, _, _ = stream.step(epoch, i, procs.device)[0]
+    return [(inputs, 0, 0)]
+
+
+def unused_parameters(model, micro_batch, ctx):
+    """Names of the trainable parameters that get no gradient from a forward and backward pass of one
+    micro-batch (the encoder's classification head while it pretrains as a masked LM). DDP waits for every
+    parameter's gradient unless told which never come. The random state is restored afterwards, so that
+    the run draws the same dropout masks as without this pass."""
+    inputs, _, _ = micro_batch
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        model.train()
+        with ctx:
+            _, loss = model(**inputs)
+        loss.backward()
+    names = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    model.zero_grad(set_to_none=True)
+    return names
+
+
+def compiled(model, cfg, task_name):
+    """torch.compile(model) when compile=True, else the model. Classification, seq2seq and MLM batches are
+    padded to their bucket's longest sequence, so their length changes from batch to batch (and so does
+    the batch size, at the end of an epoch or a split): dynamic=True traces one graph with symbolic sizes
+    from the start, where the default would specialize on the first length, recompile on the second, and
+    count each against dynamo's recompile limit (past it, a shape runs uncompiled). A language model's
+    windows all have block_size tokens: the default keeps its graph specialized to that shape."""
+    if not cfg["compile"]:
+        return model
+    return torch.compile(model, dynamic=None if task_name == "lm" else True)
+
+
+def models(model, cfg, task_name, procs, probe, ctx):
+    """(the module that trains, the module that evaluates) over `model`, the plain module whose weights
+    the checkpoints keep. One process: both are the model, compiled when compile=True. DDP: the training
+    module is DistributedDataParallel(model), compiled (dynamo then splits the graph at DDP's gradient
+    buckets, so their all-reduces overlap the backward pass); evaluation runs the plain model, compiled
+    on its own, in every process alike. `probe` is a micro-batch for unused_parameters."""
+    if procs.world == 1:
+        module = compiled(model, cfg, task_name)
+        return module, module
+    unused = unused_parameters(model, probe, ctx)
+    if unused:
+        print(f"DDP: no gradient reaches {', '.join(unused)} (find_unused_parameters=True)")
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[procs.device] if procs.device.startswith("cuda") else None,
+        find_unused_parameters=bool(unused))
+    return compiled(ddp, cfg, task_name), compiled(model, cfg, task_name)
+
+
+def device_peak(cfg, dev, dtype_name):
+    """(one device's peak FLOP/s, its source) for the MFU, or None: the peak_tflops setting, or the GPU's
+    datasheet figure (evaluate.peak_flops)."""
+    if cfg["peak_tflops"] > 0:
+        return cfg["peak_tflops"] * 1e12, "the peak_tflops setting"
+    return evaluate.peak_flops(dev, dtype_name)
 
 
 # -----------------------------------------------------------------------------
@@ -333,14 +527,18 @@ def check_settings(cfg):
     for key in ("batch_size", "grad_accum", "log_interval", "max_epochs"):
         if cfg[key] < 1:
             raise configurator.ConfigError(f"{key}={cfg[key]} must be at least 1")
+    if cfg["peak_tflops"] < 0:
+        raise configurator.ConfigError(f"peak_tflops={cfg['peak_tflops']}: expected a device's peak TFLOP/s, or 0 to "
+                                       f"look it up")
 
 
-def start(cfg, dataset, dev, paths):
+def start(cfg, dataset, dev, paths, writer=True):
     """A new model and state, or (init_from='resume') both from last.pt with the checkpoint itself,
-    which also holds the optimizer, schedulers and RNG to restore. Returns (model, state, ckpt or None)."""
+    which also holds the optimizer, schedulers and RNG to restore. Returns (model, state, ckpt or None).
+    `writer`: this process writes the run's files (rank 0 of a DDP run)."""
     if cfg["init_from"] != "resume":
         for path in (paths["log"], paths["summary"]):
-            if os.path.exists(path):
+            if writer and os.path.exists(path):
                 os.remove(path)  # a new run starts a new log (its checkpoints replace the old ones too)
         return new_model(cfg, dataset).to(dev), RunState(), None
     model, ckpt = load_checkpoint(paths["last"], dev)
@@ -358,11 +556,15 @@ def start(cfg, dataset, dev, paths):
     return model, state, ckpt
 
 
-def validate(model, task, dataset, cfg, state, plateau, device, ctx):
+def validate(model, task, dataset, cfg, state, plateau, device, ctx, procs=Processes()):
     """Score the model on the validation split and record it in the state: the last figures, the best
     loss, the count of evaluations without improvement; step the plateau schedule on the loss.
-    Returns (figures, whether this is the best validation loss so far)."""
+    Returns (figures, whether this is the best validation loss so far).
+    Under DDP every process scores the whole split, the same way (it is small next to training, and the
+    schedule and early stopping need the loss everywhere); all then take rank 0's loss, so that a
+    difference in the last bit between two GPUs cannot make them decide differently."""
     figures = task.evaluate(model, dataset.splits["val"], cfg, device, ctx)
+    figures["loss"] = procs.from_main(figures["loss"])
     state.last_eval = {"iter": state.iter_num, "n": figures["n"], **{k: figures[k] for k in task.metrics}}
     loss = figures["loss"]
     state.bad_evals = 0 if loss < state.best_val_loss - cfg["early_stop_min_delta"] else state.bad_evals + 1
@@ -387,116 +589,154 @@ def train(cfg):
     """Run one training job described by the config dict `cfg` (make_config's output). Returns the
     summary (why it stopped, the final validation figures, the best checkpoint's test figures when the
     dataset has a test split, and `metrics`: each figure's label and better direction), which is also
-    written to out_dir/summary.json with the config."""
+    written to out_dir/summary.json with the config. Under torchrun this is one of its processes (see
+    `processes`): they train together, and rank 0 prints, writes the files and scores the test split."""
     check_settings(cfg)
-    dev = evaluate.resolve_device(cfg["device"])
-    device_type = dev.split(":")[0]
-    dtype_name = evaluate.resolve_dtype(cfg["dtype"], device_type)
-    ctx = evaluate.autocast_context(device_type, dtype_name)
-    torch.manual_seed(cfg["seed"])
+    with processes(cfg) as procs:
+        dev = procs.device
+        device_type = dev.split(":")[0]
+        dtype_name = evaluate.resolve_dtype(cfg["dtype"], device_type)
+        ctx = evaluate.autocast_context(device_type, dtype_name)
+        if device_type == "cuda":
+            # TF32 tensor cores for float32 matmuls (a 10-bit mantissa, several times float32's rate from the
+            # A100 on): the float32 runs, and what bf16 autocast leaves in float32. cuDNN's convolutions use
+            # TF32 by default already. This setting is the process's, and only CUDA runs change it.
+            torch.set_float32_matmul_precision("high")
+        torch.manual_seed(cfg["seed"])
 
-    dataset = data.load_dataset(cfg)
-    task = TASKS[dataset.task]
-    os.makedirs(cfg["out_dir"], exist_ok=True)
-    paths = {k: os.path.join(cfg["out_dir"], f) for k, f in
-             (("last", "last.pt"), ("best", "ckpt.pt"), ("log", "log.jsonl"), ("summary", "summary.json"))}
-    model, state, resume = start(cfg, dataset, dev, paths)
-    if resume is not None and resume["config"].get("init_from", "resume") != "resume":
-        # a resumed run is the run it continues: its log, checkpoints and summary say how that one started
-        # (from scratch, stories260K, a checkpoint), so study.py knows it for the run it planned
-        cfg = {**cfg, "init_from": resume["config"]["init_from"]}
-    counts = model.param_counts()
-    frozen = f", {counts['trainable']:,} trainable" if counts["trainable"] < counts["total"] else ""
-    print(f"model: {counts['total']:,} parameters ({counts['non_embedding']:,} non-embedding{frozen}); "
-          f"device {dev}, dtype {dtype_name}")
+        with procs.main_first():  # rank 0 prepares a missing dataset; then the others read it
+            dataset = data.load_dataset(cfg)
+        task = TASKS[dataset.task]
+        os.makedirs(cfg["out_dir"], exist_ok=True)
+        paths = {k: os.path.join(cfg["out_dir"], f) for k, f in
+                 (("last", "last.pt"), ("best", "ckpt.pt"), ("log", "log.jsonl"), ("summary", "summary.json"))}
+        model, state, resume = start(cfg, dataset, dev, paths, writer=procs.main)
+        if resume is not None and resume["config"].get("init_from", "resume") != "resume":
+            # a resumed run is the run it continues: its log, checkpoints and summary say how that one started
+            # (from scratch, stories260K, a checkpoint), so study.py knows it for the run it planned
+            cfg = {**cfg, "init_from": resume["config"]["init_from"]}
+        counts = model.param_counts()
+        frozen = f", {counts['trainable']:,} trainable" if counts["trainable"] < counts["total"] else ""
+        peak = device_peak(cfg, dev, dtype_name)  # (FLOP/s, source) or None
+        print(f"model: {counts['total']:,} parameters ({counts['non_embedding']:,} non-embedding{frozen}); "
+              f"device {dev}, dtype {dtype_name}" + (", TF32 matmuls" if device_type == "cuda" else "")
+              + (f"; {procs.world} processes (DDP, {torch.distributed.get_backend()})" if procs.world > 1 else "")
+              + (f"; MFU of a peak {peak[0] / 1e12:,.1f} TFLOP/s per device ({peak[1]})" if peak else
+                 "; no MFU (no peak FLOP/s known for this device; peak_tflops sets one)"))
 
-    optimizer = make_optimizer(model, cfg, device_type)
-    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=cfg["plateau_factor"],
-                                                         patience=cfg["plateau_patience"])
-    scaler = torch.amp.GradScaler(device_type, enabled=(dtype_name == "float16"))
-    if resume is not None:
-        optimizer.load_state_dict(resume["optimizer"])
-        plateau.load_state_dict(resume["plateau"])
-        scaler.load_state_dict(resume["scaler"])
-        torch.set_rng_state(resume["rng_cpu"].cpu())  # load_checkpoint moved it to `dev` with the rest
-    fwd_model = torch.compile(model) if cfg["compile"] else model
-    stream = task.stream(dataset.splits["train"], model.cfg, cfg)
-    epoch_steps = stream.steps_per_epoch or math.inf  # a stream of random draws has no epochs
-    total_iters = min(cfg["max_epochs"] * epoch_steps, cfg["max_iters"] or math.inf)
-    eval_every = cfg["eval_interval"] or epoch_steps
+        optimizer = make_optimizer(model, cfg, device_type)
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=cfg["plateau_factor"],
+                                                             patience=cfg["plateau_patience"])
+        scaler = torch.amp.GradScaler(device_type, enabled=(dtype_name == "float16"))
+        if resume is not None:
+            optimizer.load_state_dict(resume["optimizer"])
+            plateau.load_state_dict(resume["plateau"])
+            scaler.load_state_dict(resume["scaler"])
+            torch.set_rng_state(resume["rng_cpu"].cpu())  # load_checkpoint moved it to `dev` with the rest
+        stream = task.stream(dataset.splits["train"], model.cfg, cfg)
+        epoch_steps = stream.steps_per_epoch or math.inf  # a stream of random draws has no epochs
+        total_iters = min(cfg["max_epochs"] * epoch_steps, cfg["max_iters"] or math.inf)
+        eval_every = cfg["eval_interval"] or epoch_steps
+        # the modules that train and evaluate (DDP, compiled); `model` stays the plain one the checkpoints save
+        probe = stream.step(state.epoch, state.step_in_epoch, dev)[0] if procs.world > 1 else None
+        train_model, eval_model = models(model, cfg, dataset.task, procs, probe, ctx)
 
-    def save(path, with_optimizer):
-        extra = {}
-        if with_optimizer:  # last.pt: all a resume needs
-            extra = dict(optimizer=optimizer.state_dict(), plateau=plateau.state_dict(), scaler=scaler.state_dict(),
-                         rng_cpu=torch.get_rng_state())
-        save_checkpoint(path, model, config=cfg, data=dataset.info(), **asdict(state), **extra)
+        def save(path, with_optimizer):
+            if not procs.main:
+                return
+            extra = {}
+            if with_optimizer:  # last.pt: all a resume needs
+                extra = dict(optimizer=optimizer.state_dict(), plateau=plateau.state_dict(),
+                             scaler=scaler.state_dict(), rng_cpu=torch.get_rng_state())
+            save_checkpoint(path, model, config=cfg, data=dataset.info(), **asdict(state), **extra)
 
-    log_jsonl(paths["log"], {"type": "start", "iter": state.iter_num, "config": cfg})
-    t_start, iters_at_start = time.time(), state.iter_num
-    t_log, tokens_since_log = time.time(), 0
-    with StopRequest().installed() as stop:
-        while not state.stopped:
-            if stop.requested:
-                state.stopped = "interrupted"
-                save(paths["last"], with_optimizer=True)
-                print(f"saved {paths['last']}; continue with --init_from=resume")
-                break
-            if state.iter_num >= total_iters or state.epoch >= cfg["max_epochs"]:
-                state.stopped = "max_iters" if state.iter_num == cfg["max_iters"] else "max_epochs"
-                break
+        def log(record):
+            if procs.main:
+                log_jsonl(paths["log"], record)
 
-            lr = set_lr(optimizer, cfg, state.iter_num, total_iters)
-            model.train()
-            micro = stream.step(state.epoch, state.step_in_epoch, dev)
-            loss, state.grad_norm = train_step(fwd_model, micro, optimizer, scaler, ctx, cfg["grad_clip"])
-            state.train_flops += step_flops(model, micro)
-            tokens_since_log += sum(n_tokens for _, _, n_tokens in micro)
-            state.iter_num += 1
-            state.step_in_epoch += 1
-            epoch_label = state.epoch + 1  # 1-based: the epoch this step belongs to
+        log({"type": "start", "iter": state.iter_num, "config": cfg})
+        t_start, iters_at_start = time.time(), state.iter_num
+        t_log, tokens_since_log, flops_since_log = time.time(), 0, 0.0
+        grad_norm = None  # the last step's, a device tensor until read (state.grad_norm is the float)
+        with StopRequest().installed() as stop:
+            while not state.stopped:
+                if state.iter_num >= total_iters or state.epoch >= cfg["max_epochs"]:
+                    state.stopped = "max_iters" if state.iter_num == cfg["max_iters"] else "max_epochs"
+                    break
+                micro = my_micro_batches(stream, state.epoch, state.step_in_epoch, procs)
+                # one sum over the processes per step (of CPU numbers; nothing for one process): whether any
+                # was asked to stop, so that all stop after the same step, and the step's examples, tokens
+                # and FLOPs, so that each micro-batch weighs its share of all the step's examples
+                asked, n_examples, n_tokens, flops = procs.sum([stop.requested, sum(n for _, n, _ in micro),
+                                                                sum(t for _, _, t in micro), step_flops(model, micro)])
+                if asked:
+                    state.stopped = "interrupted"
+                    state.grad_norm = state.grad_norm if grad_norm is None else grad_norm.item()
+                    save(paths["last"], with_optimizer=True)
+                    print(f"saved {paths['last']}; continue with --init_from=resume")
+                    break
 
-            if state.iter_num % cfg["log_interval"] == 0:
-                dt = time.time() - t_log
-                eta = (total_iters - state.iter_num) * (time.time() - t_start) / (state.iter_num - iters_at_start)
-                where = f" (epoch {epoch_label})" if stream.steps_per_epoch else ""
-                print(f"iter {state.iter_num}/{total_iters}{where} loss {loss:.4f} grad norm {state.grad_norm:.3f} "
-                      f"lr {lr:.2e} {tokens_since_log / dt:,.0f} tok/s ETA {eta / 60:.1f} min", flush=True)
-                log_jsonl(paths["log"], {"type": "train", "iter": state.iter_num, "epoch": epoch_label, "loss": loss,
-                                         "grad_norm": state.grad_norm, "lr": lr, "tok_per_s": tokens_since_log / dt})
-                t_log, tokens_since_log = time.time(), 0
+                lr = set_lr(optimizer, cfg, state.iter_num, total_iters)
+                if procs.world > 1:  # dropout masks of each process's own, a function of the step as a resume needs
+                    torch.manual_seed(hash((cfg["seed"], state.iter_num, procs.rank)) % 2**63)
+                train_model.train()
+                losses, grad_norm = train_step(train_model, micro, optimizer, scaler, ctx, cfg["grad_clip"],
+                                               n_examples, procs.world)
+                state.train_flops += flops
+                tokens_since_log += n_tokens
+                flops_since_log += flops
+                state.iter_num += 1
+                state.step_in_epoch += 1
+                epoch_label = state.epoch + 1  # 1-based: the epoch this step belongs to
 
-            end_of_epoch = state.step_in_epoch == epoch_steps
-            if end_of_epoch:
-                state.epoch, state.step_in_epoch = state.epoch + 1, 0
-            if state.iter_num % eval_every == 0 or state.iter_num == total_iters:
-                figures, is_best = validate(fwd_model, task, dataset, cfg, state, plateau, dev, ctx)
-                if is_best:
-                    save(paths["best"], with_optimizer=False)
-                print(f"eval at iter {state.iter_num}: val {describe(figures, task.metrics)}"
-                      f"{' (best, saved ckpt.pt)' if is_best else ''}", flush=True)
-                log_jsonl(paths["log"], {"type": "eval", "epoch": epoch_label, "lr": optimizer.param_groups[0]["lr"],
-                                         "best": is_best, "grad_norm": state.grad_norm, "iter": state.iter_num,
-                                         **{f"val_{k}": v for k, v in state.last_eval.items() if k != "iter"}})
-                if cfg["early_stop_patience"] and state.bad_evals >= cfg["early_stop_patience"]:
-                    state.stopped = f"early stopping ({state.bad_evals} evaluations without improvement)"
-                save(paths["last"], with_optimizer=True)
-                t_log, tokens_since_log = time.time(), 0  # evaluation time is not training throughput
+                if state.iter_num % cfg["log_interval"] == 0:  # every process: the loss is summed over them
+                    loss, state.grad_norm = mean_loss(losses, n_examples, procs), grad_norm.item()
+                    dt = time.time() - t_log  # the device has caught up: it had to, for the loss
+                    eta = (total_iters - state.iter_num) * (time.time() - t_start) / (state.iter_num - iters_at_start)
+                    where = f" (epoch {epoch_label})" if stream.steps_per_epoch else ""
+                    # model FLOPs utilization: the model's FLOPs per second against the devices' peak
+                    mfu = {"mfu": flops_since_log / dt / (peak[0] * procs.world)} if peak else {}
+                    print(f"iter {state.iter_num}/{total_iters}{where} loss {loss:.4f} grad norm {state.grad_norm:.3f} "
+                          f"lr {lr:.2e} {tokens_since_log / dt:,.0f} tok/s"
+                          + (f" MFU {100 * mfu['mfu']:.1f}%" if mfu else "") + f" ETA {eta / 60:.1f} min", flush=True)
+                    log({"type": "train", "iter": state.iter_num, "epoch": epoch_label, "loss": loss,
+                         "grad_norm": state.grad_norm, "lr": lr, "tok_per_s": tokens_since_log / dt, **mfu})
+                    t_log, tokens_since_log, flops_since_log = time.time(), 0, 0.0
 
-    summary = summarize(state, task, dataset, counts, (time.time() - t_start) / 60)
-    if state.stopped != "interrupted" and "test" in dataset.splits and os.path.isfile(paths["best"]):
-        best, _ = load_checkpoint(paths["best"], dev)
-        test = task.evaluate(best, dataset.splits["test"], cfg, dev, ctx)
-        summary.update({f"test_{k}": test[k] for k in task.metrics}, test_n=test["n"])
-        if "predictions" in test:  # per-example answers, for paired tests across runs (McNemar's, study.py)
-            summary["test_predictions"] = test["predictions"]
-        summary["metrics"].update({f"test_{k}": {"label": f"test {m.label} (best checkpoint)", "better": m.better}
-                                   for k, m in task.metrics.items()})
-        print(f"best checkpoint: val loss {state.best_val_loss:.4f}; test {describe(test, task.metrics)}")
-    log_jsonl(paths["log"], {"type": "summary", **summary})
-    if state.stopped != "interrupted":
-        data.write_json(paths["summary"], {**summary, "config": cfg}, indent=1)
-    return summary
+                end_of_epoch = state.step_in_epoch == epoch_steps
+                if end_of_epoch:
+                    state.epoch, state.step_in_epoch = state.epoch + 1, 0
+                if state.iter_num % eval_every == 0 or state.iter_num == total_iters:
+                    state.grad_norm = grad_norm.item()
+                    figures, is_best = validate(eval_model, task, dataset, cfg, state, plateau, dev, ctx, procs)
+                    if is_best:
+                        save(paths["best"], with_optimizer=False)
+                    print(f"eval at iter {state.iter_num}: val {describe(figures, task.metrics)}"
+                          f"{' (best, saved ckpt.pt)' if is_best else ''}", flush=True)
+                    log({"type": "eval", "epoch": epoch_label, "lr": optimizer.param_groups[0]["lr"],
+                         "best": is_best, "grad_norm": state.grad_norm, "iter": state.iter_num,
+                         **{f"val_{k}": v for k, v in state.last_eval.items() if k != "iter"}})
+                    if cfg["early_stop_patience"] and state.bad_evals >= cfg["early_stop_patience"]:
+                        state.stopped = f"early stopping ({state.bad_evals} evaluations without improvement)"
+                    save(paths["last"], with_optimizer=True)
+                    t_log, tokens_since_log, flops_since_log = time.time(), 0, 0.0  # evaluation is not training
+
+        if grad_norm is not None:
+            state.grad_norm = grad_norm.item()
+        summary = summarize(state, task, dataset, counts, (time.time() - t_start) / 60)
+        if procs.main and state.stopped != "interrupted" and "test" in dataset.splits and os.path.isfile(paths["best"]):
+            best, _ = load_checkpoint(paths["best"], dev)
+            test = task.evaluate(best, dataset.splits["test"], cfg, dev, ctx)
+            summary.update({f"test_{k}": test[k] for k in task.metrics}, test_n=test["n"])
+            if "predictions" in test:  # per-example answers, for paired tests across runs (McNemar's, study.py)
+                summary["test_predictions"] = test["predictions"]
+            summary["metrics"].update({f"test_{k}": {"label": f"test {m.label} (best checkpoint)", "better": m.better}
+                                       for k, m in task.metrics.items()})
+            print(f"best checkpoint: val loss {state.best_val_loss:.4f}; test {describe(test, task.metrics)}")
+        log({"type": "summary", **summary})
+        if procs.main and state.stopped != "interrupted":
+            data.write_json(paths["summary"], {**summary, "config": cfg}, indent=1)
+        return summary
 
 
 def summarize(state, task, dataset, counts, minutes):
