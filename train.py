@@ -250,7 +250,7 @@ def set_lr(optimizer, cfg, it, total_iters):
 def step_flops(model, micro_batches):
     """Training FLOPs of one step: 3x the analytic forward FLOPs (the backward pass costs about twice the
     forward) of each micro-batch of token ids `idx` (B, T) at its padded length; other inputs count 0, and
-    so does a micro-batch of 0 examples (a DDP process's stand-in, see `my_micro_batches`)."""
+    so does a micro-batch of 0 examples (a DDP process's stand-in, see `local_micro_batches`)."""
     return float(sum(3 * model.flops_per_forward(x["idx"].size(1), x["idx"].size(0),
                                                  **({"mlm": True} if "mlm_targets" in x else {}))
                      for x, n, _ in micro_batches if "idx" in x and n))
@@ -399,7 +399,7 @@ def processes(cfg):
         torch.distributed.destroy_process_group()
 
 
-def my_micro_batches(stream, epoch, i, procs):
+def local_micro_batches(stream, epoch, i, procs):
     """This process's micro-batches of step i (all of them for a plain run). The last step of an epoch can
     hold fewer micro-batches than there are processes; a process left without one still has to join the
     gradient all-reduce of the step, so it gets the step's first micro-batch with 0 examples, a weight of 0."""
@@ -490,15 +490,19 @@ class RunState:
 
 class StopRequest:
     """First Ctrl-C (or SIGTERM, as a study runner sends) asks the loop to stop after the current step
-    and save; a second one aborts."""
+    and save; a second one aborts. Under torchrun a Ctrl-C reaches every process twice, from the terminal
+    and from torchrun's agent, which passes the signals it gets on to its processes: a second signal within
+    `repeat_window` seconds of the first is the same request."""
 
-    def __init__(self):
-        self.requested = False
+    def __init__(self, repeat_window=0.0):
+        self.requested, self.repeat_window, self.first = False, repeat_window, 0.0
 
     def __call__(self, signum, frame):
         if self.requested:
+            if time.monotonic() - self.first < self.repeat_window:
+                return
             raise KeyboardInterrupt
-        self.requested = True
+        self.requested, self.first = True, time.monotonic()
         print("\ninterrupt: finishing this step and saving last.pt (Ctrl-C again to abort)", flush=True)
 
     @contextmanager
@@ -658,12 +662,12 @@ def train(cfg):
         t_start, iters_at_start = time.time(), state.iter_num
         t_log, tokens_since_log, flops_since_log = time.time(), 0, 0.0
         grad_norm = None  # the last step's, a device tensor until read (state.grad_norm is the float)
-        with StopRequest().installed() as stop:
+        with StopRequest(repeat_window=5.0 if procs.world > 1 else 0.0).installed() as stop:
             while not state.stopped:
                 if state.iter_num >= total_iters or state.epoch >= cfg["max_epochs"]:
                     state.stopped = "max_iters" if state.iter_num == cfg["max_iters"] else "max_epochs"
                     break
-                micro = my_micro_batches(stream, state.epoch, state.step_in_epoch, procs)
+                micro = local_micro_batches(stream, state.epoch, state.step_in_epoch, procs)
                 # one sum over the processes per step (of CPU numbers; nothing for one process): whether any
                 # was asked to stop, so that all stop after the same step, and the step's examples, tokens
                 # and FLOPs, so that each micro-batch weighs its share of all the step's examples
@@ -677,7 +681,9 @@ def train(cfg):
                     break
 
                 lr = set_lr(optimizer, cfg, state.iter_num, total_iters)
-                if procs.world > 1:  # dropout masks of each process's own, a function of the step as a resume needs
+                if procs.world > 1:
+                    # each process its own dropout masks (one seed everywhere would give all the same ones),
+                    # drawn from (seed, step, rank) so that a resumed run draws what it would have drawn
                     torch.manual_seed(hash((cfg["seed"], state.iter_num, procs.rank)) % 2**63)
                 train_model.train()
                 losses, grad_norm = train_step(train_model, micro, optimizer, scaler, ctx, cfg["grad_clip"],
@@ -724,6 +730,7 @@ def train(cfg):
         if grad_norm is not None:
             state.grad_norm = grad_norm.item()
         summary = summarize(state, task, dataset, counts, (time.time() - t_start) / 60)
+        # the test split is scored by rank 0 alone: the others wait for it at the end of `processes`
         if procs.main and state.stopped != "interrupted" and "test" in dataset.splits and os.path.isfile(paths["best"]):
             best, _ = load_checkpoint(paths["best"], dev)
             test = task.evaluate(best, dataset.splits["test"], cfg, dev, ctx)

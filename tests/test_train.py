@@ -4,6 +4,7 @@ gradient accumulation, the optimizer's groups, and the command line. Models are 
 16; each run takes about a second.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -107,7 +108,8 @@ def resume_pair(tiny_cfg, tmp_path, n_iters, half, **settings):
     one, last_one = run(cfg_one)
     run({**cfg_two, "max_iters": half})
     two, last_two = run({**cfg_two, "init_from": "resume"})
-    evals = [[(r["iter"], r["val_loss"], r["lr"]) for r in read_log(c) if r["type"] == "eval"] for c in (cfg_one, cfg_two)]
+    evals = [[(r["iter"], r["val_loss"], r["lr"]) for r in read_log(c) if r["type"] == "eval"]
+             for c in (cfg_one, cfg_two)]
     return (one, last_one, evals[0]), (two, last_two, evals[1])
 
 
@@ -508,3 +510,64 @@ def test_sigterm_saves_last_pt_and_the_run_resumes(tiny_dataset, tmp_path):
     assert f"resuming from {out / 'last.pt'} at iteration {stopped_at}" in r.stdout
     assert torch.load(out / "last.pt", weights_only=True)["iter_num"] == stopped_at + 2
 
+
+
+# -----------------------------------------------------------------------------
+# speed: what the step leaves on the device, and MFU
+
+
+def test_train_step_leaves_losses_on_the_device_and_mean_loss_weighs_by_examples():
+    """train_step hands back tensors (reading them would wait for a GPU); mean_loss weighs each
+    micro-batch's loss by its examples, as one big batch would."""
+    torch.manual_seed(0)
+    m = model.EncoderClassifier(model.EncoderConfig(vocab_size=30, block_size=16, n_layer=1, n_embd=16, n_head=2,
+                                                    dropout=0.0))
+    micro = [({"idx": torch.randint(3, 30, (b, 5)), "targets": torch.randint(0, 2, (b,))}, b, 5 * b) for b in (3, 1)]
+    with torch.no_grad():
+        expected = [m(**inputs)[1].item() for inputs, _, _ in micro]
+    opt = torch.optim.SGD(m.parameters(), lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    losses, grad_norm = train.train_step(m, micro, opt, scaler, contextlib.nullcontext(), 1.0)
+    assert all(isinstance(loss, torch.Tensor) and loss.dim() == 0 for loss, _ in losses)
+    assert isinstance(grad_norm, torch.Tensor) and grad_norm.item() > 0
+    assert [n for _, n in losses] == [3, 1]
+    mean = train.mean_loss(losses, 4, train.Processes())
+    assert mean == pytest.approx((3 * expected[0] + expected[1]) / 4, rel=1e-6)
+    assert mean != pytest.approx((expected[0] + expected[1]) / 2, rel=1e-3)  # the unweighted mean differs
+
+
+def test_peak_flops_is_looked_up_by_gpu_name_and_dtype(monkeypatch):
+    assert evaluate.peak_flops("cpu", "float32") is None
+    gpus = {"NVIDIA H100 80GB HBM3": ("bfloat16", 989e12), "NVIDIA H100 PCIe": ("bfloat16", 756e12),
+            "NVIDIA A100-SXM4-80GB": ("float32", 156e12),  # TF32 tensor cores
+            "NVIDIA A10": ("bfloat16", 125e12),  # not the A100 it begins like
+            "Tesla V100-SXM2-16GB": ("float16", 125e12), "NVIDIA A10G": ("bfloat16", None),  # no datasheet
+            "Tesla T4": ("bfloat16", None)}  # no bf16 tensor cores
+    for name, (dtype, flops) in gpus.items():
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+        got = evaluate.peak_flops("cuda:0", dtype)
+        assert (got and got[0]) == flops, name
+        if got:
+            assert "datasheet" in got[1] and name in got[1]
+
+
+def test_mfu_is_the_steps_flops_per_second_over_the_peak(tiny_cfg, capsys):
+    """With peak_tflops set, each progress line's MFU is (that step's FLOPs / seconds) / peak: against the
+    tokens per second logged beside it, exactly that step's FLOPs per token. Without a peak (a CPU),
+    there is no MFU, and the start line says so."""
+    cfg = tiny_cfg(max_iters=3, log_interval=1, peak_tflops=0.5, early_stop_patience=0)
+    summary = train.train(cfg)
+    records = [r for r in read_log(cfg) if r["type"] == "train"]
+    dataset = data.load_dataset(cfg)
+    fresh = train.new_model(cfg, dataset)  # FLOPs are analytic: any weights will do
+    stream = train.TASKS["classification"].stream(dataset.splits["train"], fresh.cfg, cfg)
+    steps = [stream.step(0, i, "cpu") for i in range(3)]
+    for r, micro in zip(records, steps):
+        per_token = train.step_flops(fresh, micro) / sum(t for _, _, t in micro)
+        assert r["mfu"] * 0.5e12 / r["tok_per_s"] == pytest.approx(per_token, rel=1e-9)
+    assert summary["train_flops"] == pytest.approx(sum(train.step_flops(fresh, micro) for micro in steps))
+    out = capsys.readouterr().out
+    assert "MFU of a peak 0.5 TFLOP/s per device (the peak_tflops setting)" in out and " MFU " in out
+    train.train({**cfg, "peak_tflops": 0.0})
+    assert "no MFU" in capsys.readouterr().out
+    assert not any("mfu" in r for r in read_log(cfg) if r["type"] == "train")
