@@ -571,3 +571,27 @@ def test_mfu_is_the_steps_flops_per_second_over_the_peak(tiny_cfg, capsys):
     train.train({**cfg, "peak_tflops": 0.0})
     assert "no MFU" in capsys.readouterr().out
     assert not any("mfu" in r for r in read_log(cfg) if r["type"] == "train")
+
+
+def test_compiled_run_saves_plain_weights_and_traces_bucketed_lengths_once(tiny_cfg, tmp_path, monkeypatch):
+    """compile=True, with dynamo's "eager" backend (the same tracing and guards as inductor, without its
+    code generation, which takes minutes on a CPU): the run equals the uncompiled one, its checkpoints
+    hold the plain module's names (no '_orig_mod.'), and bucketed batches of many lengths cost one graph
+    for training and one for evaluation (dynamic=True), not one per length."""
+    from torch._dynamo.utils import counters
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: real_compile(m, backend="eager", **kw))
+    torch._dynamo.reset()
+    counters.clear()
+    plain, compiled = (tiny_cfg(out_dir=str(tmp_path / name), max_iters=6, eval_interval=3, compile=flag)
+                       for name, flag in (("plain", False), ("compiled", True)))
+    _, last_plain = run(plain)
+    _, last_compiled = run(compiled)
+    assert last_compiled["model"].keys() == last_plain["model"].keys()
+    assert not any("_orig_mod" in k for k in last_compiled["model"])
+    for k, v in last_plain["model"].items():
+        torch.testing.assert_close(last_compiled["model"][k], v, atol=1e-6, rtol=1e-5, msg=k)
+    lengths = {len(ids) for ids, _ in (data.ClassificationSplit(plain["data_dir"], "train")[i] for i in range(64))}
+    assert len(lengths) > 5  # the batches did come in many lengths
+    assert counters["stats"]["unique_graphs"] == 2  # train mode with gradients, eval mode without
+    torch._dynamo.reset()
