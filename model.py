@@ -34,20 +34,33 @@ import torch.nn.functional as F
 import kernels
 
 # -----------------------------------------------------------------------------
-# Normalization layers (written out; no nn.LayerNorm / F.layer_norm inside the model)
+# Normalization layers
+#
+# Each norm is written out op by op: that is the reference, norm_impl='manual'. The default,
+# norm_impl='torch', calls PyTorch's fused F.layer_norm / F.rms_norm, which compute the same function in
+# one pass instead of five or six (on a CPU the written-out LayerNorm made the baseline encoder's training
+# step 10 % slower than Hugging Face's BERT). norm_impl='triton' calls the fused kernels of kernels.py (a
+# GPU, or Triton's interpreter). tests/test_model.py and tests/test_triton_kernels.py hold them equal.
+
+
+NORM_IMPLS = ("torch", "manual", "triton")
 
 
 class LayerNorm(nn.Module):
     """LayerNorm (Ba et al. 2016): y = (x - mean) / sqrt(var + eps) * w + b over the last dim.
-    The variance is the biased one (divide by C), as in torch.nn.LayerNorm."""
+    The variance is the biased one (divide by C), as in torch.nn.LayerNorm. impl: NORM_IMPLS."""
 
-    def __init__(self, dim, eps=1e-5, bias=True):
+    def __init__(self, dim, eps=1e-5, bias=True, impl="torch"):
         super().__init__()
-        self.eps = eps
+        self.eps, self.impl = eps, impl
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x):
+        if self.impl == "torch":
+            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+        if self.impl == "triton":
+            return kernels.layer_norm_triton(x, self.weight, self.bias, self.eps)
         # compute the statistics in float32 even under autocast: a bf16 mean of 384 numbers is coarse
         xf = x.float()
         mean = xf.mean(dim=-1, keepdim=True)
@@ -59,25 +72,30 @@ class LayerNorm(nn.Module):
 
 class RMSNorm(nn.Module):
     """RMSNorm (Zhang & Sennrich 2019): y = x / sqrt(mean(x^2) + eps) * w. No centring, no bias;
-    the norm used by Llama and by the study's encoders."""
+    the norm used by Llama and by the study's encoders. impl: NORM_IMPLS."""
 
-    def __init__(self, dim, eps=1e-5):
+    def __init__(self, dim, eps=1e-5, impl="torch"):
         super().__init__()
-        self.eps = eps
+        self.eps, self.impl = eps, impl
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
+        if self.impl == "torch":
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        if self.impl == "triton":
+            return kernels.rms_norm_triton(x, self.weight, self.eps)
         xf = x.float()
         y = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return y.to(x.dtype) * self.weight
 
 
-def make_norm(kind, dim, eps, bias=True):
-    """The one place a norm type string becomes a module."""
+def make_norm(kind, cfg):
+    """The one place a norm type string becomes a module: of width cfg.n_embd, with the config's eps,
+    bias (LayerNorm only) and norm_impl."""
     if kind == "rms":
-        return RMSNorm(dim, eps)
+        return RMSNorm(cfg.n_embd, cfg.norm_eps, impl=cfg.norm_impl)
     if kind == "layer":
-        return LayerNorm(dim, eps, bias=bias)
+        return LayerNorm(cfg.n_embd, cfg.norm_eps, bias=cfg.bias, impl=cfg.norm_impl)
     raise ValueError(f"unknown norm {kind!r}: expected 'rms' or 'layer'")
 
 
@@ -137,13 +155,19 @@ def manual_attention(q, k, v, mask=None, dropout_p=0.0, training=False):
     return weights @ v, weights
 
 
+ATTN_IMPLS = ("sdpa", "manual", "triton")
+
+
 class Attention(nn.Module):
     """Multi-head attention with optional grouped-query heads (n_kv_head < n_head), RoPE, key-padding
     masks and a causal flag.
 
-    Two paths compute the same function: the SDPA fast path (F.scaled_dot_product_attention, which
-    picks a fused kernel) and `manual_attention` above, which can also return the weights.
-    cfg.attn_impl = 'sdpa' | 'manual' forces one; need_weights=True always takes the manual path.
+    Three paths compute the same function: the SDPA fast path (F.scaled_dot_product_attention, which
+    picks a fused kernel), `manual_attention` above, which can also return the weights, and the
+    flash-attention kernel of kernels.py (Triton: a GPU, or its interpreter), which takes the key-padding
+    mask and the causal flag themselves rather than a (T, S) mask. cfg.attn_impl (ATTN_IMPLS) forces one;
+    need_weights=True always takes the manual path. The Triton kernel has no dropout: training with
+    attention dropout on it is refused, not silently done without.
     The projections are separate matrices named as Llama names them (wq, wk, wv, wo).
     Cross-attention (an encoder-decoder's decoder reading the encoder) is the same module with the
     keys and values computed from another sequence, `kv`, and causal=False."""
@@ -160,6 +184,20 @@ class Attention(nn.Module):
         self.wv = nn.Linear(cfg.n_embd, self.n_kv_head * self.head_dim, bias=cfg.bias)
         self.wo = nn.Linear(self.n_head * self.head_dim, cfg.n_embd, bias=cfg.bias)
 
+    def project(self, x, src):
+        """The queries from x, the keys and values from src. In self-attention (src is x) the three
+        projections are one matrix multiply, by the three weights stacked: one pass over x, and one larger
+        multiply runs faster than three small ones (nanoGPT's fused c_attn makes its GPT 5 % faster on a
+        CPU). The weights stay three parameters, named as Llama names them; a LoRA-adapted projection
+        (not a plain Linear) takes the separate path."""
+        plain = all(type(m) is nn.Linear for m in (self.wq, self.wk, self.wv))
+        if src is not x or not plain:
+            return self.wq(x), self.wk(src), self.wv(src)
+        w = torch.cat((self.wq.weight, self.wk.weight, self.wv.weight))  # (nh*hs + 2*nkv*hs, C)
+        b = None if self.wq.bias is None else torch.cat((self.wq.bias, self.wk.bias, self.wv.bias))
+        kv_width = self.n_kv_head * self.head_dim
+        return F.linear(x, w, b).split((self.n_head * self.head_dim, kv_width, kv_width), dim=-1)
+
     def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0, kv=None):
         """x: (B, T, C), the tokens at positions start .. start+T-1; key_mask: bool (B, S), True for real
         keys, False for padding, over all S keys attended to; rope: (cos, sin) or None; cache: a KVCache
@@ -168,15 +206,24 @@ class Attention(nn.Module):
         x (cross-attention). Returns (y, weights) with weights None unless asked for."""
         B, T, C = x.shape
         src = x if kv is None else kv
-        q = self.wq(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
-        k = self.wk(src).view(B, src.size(1), self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, S, hs)
-        v = self.wv(src).view(B, src.size(1), self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, S, hs)
+        q, k, v = self.project(x, src)
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, src.size(1), self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, S, hs)
+        v = v.view(B, src.size(1), self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, S, hs)
         if rope is not None:
             cos, sin = rope[0][start:start + T], rope[1][start:start + T]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.update(start, k, v)  # (B, nkv, S, hs): every key so far
         S = k.size(2)
+        dropout_p = self.dropout if self.training else 0.0
+        if self.attn_impl == "triton" and not need_weights:
+            if dropout_p > 0:
+                raise ValueError("attn_impl='triton' has no attention dropout: train it with dropout=0, or use 'sdpa'")
+            # the kernel places query i at position S - T + i, as the explicit causal mask below does, and
+            # reads the key-padding mask per key; grouped-query heads share their key/value head in place
+            y = kernels.flash_attention_triton(q, k, v, key_mask, causal=self.causal and T > 1)  # (B, nh, T, hs)
+            return self.wo(y.transpose(1, 2).reshape(B, T, C)), None
         manual = need_weights or self.attn_impl == "manual"
         gqa = self.n_kv_head != self.n_head
         if gqa and manual:
@@ -203,7 +250,6 @@ class Attention(nn.Module):
                 mask = mask | ~mask.any(-1, keepdim=True)
 
         weights = None
-        dropout_p = self.dropout if self.training else 0.0
         if manual:
             y, weights = manual_attention(q, k, v, mask, dropout_p, self.training)
         elif fused_causal:
@@ -237,22 +283,28 @@ class KVCache:
 # Feed-forward networks
 
 
+FFN_IMPLS = ("torch", "triton")
+
+
 class FeedForward(nn.Module):
     """Position-wise FFN, by cfg.ffn:
     'gelu':   W2 GELU(W1 x + b1) + b2                          (Vaswani et al.; GPT-2)
     'swiglu': W2 (SiLU(W1 x) * W3 x)                           (Shazeer 2020, eq. 6; Llama)
     SwiGLU has three matrices of width ffn_hidden; the gate W1 and the value W3 are kept apart and
-    named as Llama names them (w1 gate, w3 value, w2 output)."""
+    named as Llama names them (w1 gate, w3 value, w2 output). cfg.ffn_impl='triton' computes SwiGLU's
+    SiLU(a) * b in one fused kernel (kernels.py) instead of PyTorch's separate SiLU and multiply."""
 
     def __init__(self, cfg):
         super().__init__()
-        self.kind = cfg.ffn
+        self.kind, self.impl = cfg.ffn, cfg.ffn_impl
         self.w1 = nn.Linear(cfg.n_embd, cfg.ffn_hidden, bias=cfg.bias)
         self.w2 = nn.Linear(cfg.ffn_hidden, cfg.n_embd, bias=cfg.bias)
         self.w3 = nn.Linear(cfg.n_embd, cfg.ffn_hidden, bias=cfg.bias) if cfg.ffn == "swiglu" else None
 
     def forward(self, x):
-        if self.kind == "swiglu":
+        if self.kind == "swiglu" and self.impl == "triton":
+            h = kernels.swiglu_triton(self.w1(x), self.w3(x))  # one pass over (B, T, F) instead of three
+        elif self.kind == "swiglu":
             h = F.silu(self.w1(x)) * self.w3(x)
         else:
             h = F.gelu(self.w1(x))
@@ -365,14 +417,14 @@ class Block(nn.Module):
 
     def __init__(self, cfg, causal=None, cross=False):
         super().__init__()
-        self.norm1 = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
+        self.norm1 = make_norm(cfg.norm, cfg)
         if getattr(cfg, "mixer", "attention") == "mamba":  # the one place the mixer is picked
             self.attn, self.mamba = None, MambaMixer(cfg)
         else:
             self.attn, self.mamba = Attention(cfg, causal), None
         self.cross = Attention(cfg, causal=False) if cross else None
-        self.norm_cross = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias) if cross else None
-        self.norm2 = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias) if cfg.ffn != "none" else None
+        self.norm_cross = make_norm(cfg.norm, cfg) if cross else None
+        self.norm2 = make_norm(cfg.norm, cfg) if cfg.ffn != "none" else None
         self.ffn = FeedForward(cfg) if cfg.ffn != "none" else None
         self.drop = nn.Dropout(cfg.dropout)
 
@@ -421,7 +473,10 @@ def check_block_fields(cfg, positive=(), positions=("rope", "learned", "none")):
         (cfg.norm in ("rms", "layer"), f"norm={cfg.norm!r}: expected 'rms' or 'layer'"),
         (cfg.emb_norm in ("none", "rms", "layer"), f"emb_norm={cfg.emb_norm!r}: expected 'none', 'rms' or 'layer'"),
         (cfg.pos in positions, f"pos={cfg.pos!r}: expected one of {positions}"),
-        (cfg.attn_impl in ("sdpa", "manual"), f"attn_impl={cfg.attn_impl!r}: expected 'sdpa' or 'manual'"),
+        (cfg.attn_impl in ATTN_IMPLS, f"attn_impl={cfg.attn_impl!r}: expected one of {ATTN_IMPLS}"),
+        (cfg.norm_impl in NORM_IMPLS, f"norm_impl={cfg.norm_impl!r}: expected one of {NORM_IMPLS}"),
+        (cfg.ffn_impl in FFN_IMPLS, f"ffn_impl={cfg.ffn_impl!r}: expected one of {FFN_IMPLS}"),
+        (cfg.ffn_impl != "triton" or cfg.ffn == "swiglu", "ffn_impl='triton' fuses SwiGLU only: use ffn='swiglu'"),
     ]
     for ok, msg in checks:
         if not ok:
@@ -565,11 +620,14 @@ class EncoderConfig:
     dropout: float = 0.1
     bias: bool = False  # biases in Linear and LayerNorm; off as in Llama
     pooling: str = "cls"  # 'cls': hidden state at position 0 ([CLS]); 'mean': mean over real tokens
-    attn_impl: str = "sdpa"  # 'sdpa' | 'manual'; both compute the same function
+    attn_impl: str = "sdpa"  # 'sdpa' (F.scaled_dot_product_attention) | 'manual' | 'triton' (kernels.py)
+    norm_impl: str = "torch"  # 'torch' (F.layer_norm / F.rms_norm) | 'manual' (written out) | 'triton'
+    ffn_impl: str = "torch"  # SwiGLU's SiLU(a) * b: 'torch' | 'triton' (one fused kernel)
     causal: bool = False  # encoders see both directions
     # fields a run takes from its prepared dataset (vocabulary, label names, max_len), not from config files
     data_fields = ("vocab_size", "n_classes", "block_size")
-    tunable = ("dropout", "attn_impl")  # what a run starting from a trained checkpoint may set anew
+    # what a run starting from a trained checkpoint may set anew (the *_impl paths compute the same function)
+    tunable = ("dropout", "attn_impl", "norm_impl", "ffn_impl")
 
     def __post_init__(self):
         check_block_fields(self, ("n_loops", "vocab_size", "block_size"))
@@ -605,10 +663,10 @@ class EncoderClassifier(TokenModel):
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos == "learned" else None
         self.seg_emb = nn.Embedding(cfg.n_segments, cfg.n_embd) if cfg.n_segments > 0 else None
-        self.emb_norm = None if cfg.emb_norm == "none" else make_norm(cfg.emb_norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
+        self.emb_norm = None if cfg.emb_norm == "none" else make_norm(cfg.emb_norm, cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.norm_f = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
+        self.norm_f = make_norm(cfg.norm, cfg)
         self.head = nn.Linear(cfg.n_embd, cfg.n_classes, bias=True)
         if cfg.pos == "rope":
             register_rope(self, cfg)
@@ -724,10 +782,12 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = False  # as nanoGPT's shakespeare_char config: a little faster, no worse
     tie_embeddings: bool = True  # the output head reuses E_tok (Press & Wolf 2017)
-    attn_impl: str = "sdpa"  # 'sdpa' | 'manual'
+    attn_impl: str = "sdpa"  # 'sdpa' (F.scaled_dot_product_attention) | 'manual' | 'triton' (kernels.py)
+    norm_impl: str = "torch"  # 'torch' (F.layer_norm / F.rms_norm) | 'manual' (written out) | 'triton'
+    ffn_impl: str = "torch"  # SwiGLU's SiLU(a) * b: 'torch' | 'triton' (one fused kernel)
     causal = True  # a class attribute, not a field: a GPT is causal by definition (Block reads it)
     data_fields = ("vocab_size",)  # the corpus fixes the vocabulary; the context length is a setting
-    tunable = ("dropout", "attn_impl")
+    tunable = ("dropout", "attn_impl", "norm_impl", "ffn_impl")
 
     def __post_init__(self):
         check_block_fields(self, ("vocab_size", "block_size"))
@@ -751,7 +811,7 @@ class GPT(TokenModel):
         self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos == "learned" else None
         self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.norm_f = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
+        self.norm_f = make_norm(cfg.norm, cfg)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.head.weight = self.tok_emb.weight  # one Parameter, two uses
@@ -760,7 +820,7 @@ class GPT(TokenModel):
         init_weights(self, cfg.n_layer)
         # Registered last, so that every other parameter has the same name and the same place in
         # parameters() in all three variants. (It draws no random numbers: gains start at one.)
-        self.emb_norm = None if cfg.emb_norm == "none" else make_norm(cfg.emb_norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
+        self.emb_norm = None if cfg.emb_norm == "none" else make_norm(cfg.emb_norm, cfg)
 
     def forward(self, idx, targets=None):
         """idx: (B, T) token ids; targets: (B, T) the next token at each position, or None.
@@ -884,7 +944,9 @@ class LlamaConfig:
     rope_theta: float = 10000.0
     dropout: float = 0.0
     tie_embeddings: bool = True  # llama2.c's tinyllamas share the output head with the embedding
-    attn_impl: str = "sdpa"  # 'sdpa' | 'manual'
+    attn_impl: str = "sdpa"  # 'sdpa' (F.scaled_dot_product_attention) | 'manual' | 'triton' (kernels.py)
+    norm_impl: str = "torch"  # 'torch' (F.layer_norm / F.rms_norm) | 'manual' (written out) | 'triton'
+    ffn_impl: str = "torch"  # SwiGLU's SiLU(a) * b: 'torch' | 'triton' (one fused kernel)
     n_classes: int = 0  # > 0: a classification head on the last token's state instead of the LM head
     lora_rank: int = 0  # > 0: LoRA adapters of this rank on lora_targets; everything else but cls_head is frozen
     lora_alpha: float = 1.0  # the adapters' update is scaled by lora_alpha / lora_rank (the course: r=4, alpha=1)
@@ -892,7 +954,7 @@ class LlamaConfig:
     # what Block and the shared checks read, fixed for every Llama (class attributes, not fields)
     ffn, pos, emb_norm, bias, causal = "swiglu", "rope", "none", False, True
     data_fields = ("vocab_size", "n_classes")
-    tunable = ("dropout", "attn_impl", "lora_rank", "lora_alpha", "lora_targets")
+    tunable = ("dropout", "attn_impl", "norm_impl", "ffn_impl", "lora_rank", "lora_alpha", "lora_targets")
 
     def __post_init__(self):
         if self.ffn_hidden == 0 and self.multiple_of >= 1:
@@ -922,7 +984,7 @@ class Llama(TokenModel):
         self.pos_emb = self.emb_norm = None  # positions are rotary, inside attention
         self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.norm_f = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
+        self.norm_f = make_norm(cfg.norm, cfg)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.head.weight = self.tok_emb.weight
@@ -1065,11 +1127,13 @@ class EncDecConfig:
     dropout: float = 0.1
     bias: bool = True  # biases in Linear and LayerNorm, as the original transformer
     tie_embeddings: bool = True  # one character table for source, target and the output head
-    attn_impl: str = "sdpa"  # 'sdpa' | 'manual'
+    attn_impl: str = "sdpa"  # 'sdpa' (F.scaled_dot_product_attention) | 'manual' | 'triton' (kernels.py)
+    norm_impl: str = "torch"  # 'torch' (F.layer_norm / F.rms_norm) | 'manual' (written out) | 'triton'
+    ffn_impl: str = "torch"  # SwiGLU's SiLU(a) * b: 'torch' | 'triton' (one fused kernel)
     causal = True  # the decoder's self-attention; the encoder's Blocks are built non-causal
     seq2seq_layout = "pair"
     data_fields = ("vocab_size", "block_size")
-    tunable = ("dropout", "attn_impl")
+    tunable = ("dropout", "attn_impl", "norm_impl", "ffn_impl")
 
     def __post_init__(self):
         if self.n_dec_layer < 0:
@@ -1093,12 +1157,12 @@ class EncoderDecoder(TokenModel):
         self.depth = cfg.n_layer + cfg.n_dec_layer
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos in ("learned", "sinusoidal") else None
-        self.emb_norm = None if cfg.emb_norm == "none" else make_norm(cfg.emb_norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
+        self.emb_norm = None if cfg.emb_norm == "none" else make_norm(cfg.emb_norm, cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.encoder = nn.ModuleList(Block(cfg, causal=False) for _ in range(cfg.n_layer))
-        self.enc_norm = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
+        self.enc_norm = make_norm(cfg.norm, cfg)
         self.decoder = nn.ModuleList(Block(cfg, causal=True, cross=True) for _ in range(cfg.n_dec_layer))
-        self.norm_f = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
+        self.norm_f = make_norm(cfg.norm, cfg)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.head.weight = self.tok_emb.weight
@@ -1194,6 +1258,7 @@ class MambaConfig:
     scan: str = "parallel"  # 'sequential' (the reference loop) | 'parallel' (Blelloch) | 'logspace' (Heinsen)
     norm: str = "rms"
     norm_eps: float = 1e-5
+    norm_impl: str = "torch"  # 'torch' (F.rms_norm) | 'manual' (written out) | 'triton' (kernels.py)
     dropout: float = 0.0
     bias: bool = False  # in in_proj and out_proj, as Mamba
     tie_embeddings: bool = True
@@ -1201,7 +1266,7 @@ class MambaConfig:
     mixer, ffn, pos, emb_norm, causal = "mamba", "none", "none", "none", True
     seq2seq_layout = "joined"
     data_fields = ("vocab_size",)
-    tunable = ("dropout", "scan")  # the scans compute the same function
+    tunable = ("dropout", "scan", "norm_impl")  # the scans compute the same function, as the norm paths do
 
     def __post_init__(self):
         if self.dt_rank == 0:
@@ -1216,6 +1281,7 @@ class MambaConfig:
              f"discretization={self.discretization!r}: expected one of {DISCRETIZATIONS}"),
             (self.scan in kernels.SCANS, f"scan={self.scan!r}: expected one of {kernels.SCANS}"),
             (self.norm in ("rms", "layer"), f"norm={self.norm!r}: expected 'rms' or 'layer'"),
+            (self.norm_impl in NORM_IMPLS, f"norm_impl={self.norm_impl!r}: expected one of {NORM_IMPLS}"),
             (0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)"),
         ]
         for ok, msg in checks:
@@ -1237,7 +1303,7 @@ class Mamba(TokenModel):
         self.pos_emb = self.emb_norm = None
         self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.norm_f = make_norm(cfg.norm, cfg.n_embd, cfg.norm_eps, cfg.bias)
+        self.norm_f = make_norm(cfg.norm, cfg)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.head.weight = self.tok_emb.weight

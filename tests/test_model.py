@@ -137,10 +137,11 @@ def assert_matches_reference(module, reference, x):
     return y
 
 
-def test_layernorm_matches_torch():
+@pytest.mark.parametrize("impl", ["torch", "manual"])
+def test_layernorm_matches_torch(impl):
     torch.manual_seed(0)
     x = torch.randn(4, 5, 24) * 3 + 1.5
-    ln = model.LayerNorm(24, eps=1e-5)
+    ln = model.LayerNorm(24, eps=1e-5, impl=impl)
     with torch.no_grad():
         ln.weight.normal_()
         ln.bias.normal_()
@@ -148,10 +149,11 @@ def test_layernorm_matches_torch():
     assert model.LayerNorm(24, bias=False).bias is None
 
 
-def test_rmsnorm_matches_formula_and_torch():
+@pytest.mark.parametrize("impl", ["torch", "manual"])
+def test_rmsnorm_matches_formula_and_torch(impl):
     torch.manual_seed(0)
     x = torch.randn(4, 5, 24) * 3 + 0.5
-    rms = model.RMSNorm(24, eps=1e-6)
+    rms = model.RMSNorm(24, eps=1e-6, impl=impl)
     with torch.no_grad():
         rms.weight.normal_()
     y = assert_matches_reference(rms, lambda x, w: x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w, x)
@@ -159,15 +161,58 @@ def test_rmsnorm_matches_formula_and_torch():
         torch.testing.assert_close(y, F.rms_norm(x, (24,), rms.weight.detach(), eps=1e-6), atol=1e-5, rtol=1e-5)
 
 
-def test_norms_keep_low_precision_dtype():
+@pytest.mark.parametrize("impl", ["torch", "manual"])
+def test_norms_keep_low_precision_dtype(impl):
     x = torch.randn(2, 3, 8).bfloat16()
-    assert model.RMSNorm(8).bfloat16()(x).dtype == torch.bfloat16
-    assert model.LayerNorm(8).bfloat16()(x).dtype == torch.bfloat16
+    assert model.RMSNorm(8, impl=impl).bfloat16()(x).dtype == torch.bfloat16
+    assert model.LayerNorm(8, impl=impl).bfloat16()(x).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("kind, bias", [("rms", False), ("layer", False), ("layer", True)])
+def test_fused_norm_equals_written_out_norm_in_a_model(kind, bias):
+    """norm_impl='torch' (the default: F.rms_norm / F.layer_norm) and 'manual' (op by op) are one function:
+    the same logits and the same gradient for every parameter, on odd sizes with padding."""
+    cfg = tiny_config(n_embd=30, n_head=3, ffn_hidden=37, norm=kind, bias=bias, emb_norm=kind, norm_impl="torch")
+    fused, manual = pair(cfg, norm_impl="manual")
+    idx, mask = padded_batch([7, 3, 5], 7)
+    targets = torch.tensor([0, 1, 1])
+    (ya, la), (yb, lb) = fused(idx, mask, targets), manual(idx, mask, targets)
+    torch.testing.assert_close(ya, yb, atol=ATOL, rtol=ATOL)
+    la.backward()
+    lb.backward()
+    for (name, p), q in zip(fused.named_parameters(), manual.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_make_norm_rejects_unknown_kind():
     with pytest.raises(ValueError, match="unknown norm"):
-        model.make_norm("batch", 8, 1e-5)
+        model.make_norm("batch", tiny_config())
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_stacked_qkv_projection_equals_three(bias):
+    """Self-attention multiplies by the stacked wq, wk, wv at once (Attention.project); it must give the
+    three projections' outputs and send each weight its own gradient. Grouped-query widths differ."""
+    cfg = tiny_config(n_embd=24, n_head=6, n_kv_head=2, bias=bias)
+    torch.manual_seed(0)
+    attn = Attention(cfg)
+    x = torch.randn(2, 5, 24, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    stacked = attn.project(x, x)
+    separate = (attn.wq(x2), attn.wk(x2), attn.wv(x2))
+    assert [t.shape[-1] for t in stacked] == [24, 8, 8]
+    g = [torch.randn_like(t) for t in separate]
+    sum((t * gi).sum() for t, gi in zip(stacked, g)).backward()
+    grads = {n: p.grad.clone() for n, p in attn.named_parameters() if not n.startswith("wo.")}
+    attn.zero_grad()
+    sum((t * gi).sum() for t, gi in zip(separate, g)).backward()
+    for a, b in zip(stacked, separate):
+        torch.testing.assert_close(a, b, atol=ATOL, rtol=ATOL)
+    torch.testing.assert_close(x.grad, x2.grad, atol=ATOL, rtol=ATOL)
+    assert len(grads) == (6 if bias else 3)
+    for n, p in attn.named_parameters():
+        if n in grads:
+            torch.testing.assert_close(grads[n], p.grad, atol=ATOL, rtol=ATOL, msg=n)
 
 
 # -----------------------------------------------------------------------------
@@ -403,6 +448,9 @@ def test_tiny_model_overfits_a_tiny_batch():
     (dict(pos="alibi"), "pos="),
     (dict(pooling="max"), "pooling="),
     (dict(attn_impl="flash"), "attn_impl="),
+    (dict(norm_impl="apex"), "norm_impl="),
+    (dict(ffn_impl="cuda"), "ffn_impl="),
+    (dict(ffn="gelu", ffn_impl="triton"), "fuses SwiGLU only"),
 ])
 def test_config_rejects_nonsense(kw, message):
     with pytest.raises(ValueError, match=message):
