@@ -333,3 +333,65 @@ def test_triton_benchmark_command(tmp_path, capsys):
         assert r["max_abs_diff"] < 1e-4, (name, r)
         assert r["triton_fwd"] > 0 and r["triton_fwd_bwd"] > 0 and r["torch_fwd_bwd"] > 0
         assert f"| {name} | 16 |" in out
+
+
+# -----------------------------------------------------------------------------
+# model.py's switches: a whole model on the Triton kernels equals it on PyTorch's ops
+
+
+def twin_models(family, triton, **kw):
+    """Two models of one family with the same weights, the second with the Triton switches `triton` set."""
+    cls, cfg_cls = {"encoder": (model.EncoderClassifier, model.EncoderConfig), "gpt": (model.GPT, model.GPTConfig),
+                    "llama": (model.Llama, model.LlamaConfig)}[family]
+    cfg = cfg_cls(**kw)
+    torch.manual_seed(0)
+    ref = cls(cfg).to(DEVICE).train()
+    fast = cls(cfg_cls(**kw, **triton)).to(DEVICE).train()
+    fast.load_state_dict(ref.state_dict())
+    return ref, fast
+
+
+@pytest.mark.parametrize("family, kw, inputs", [
+    # an encoder (SwiGLU, RMSNorm, RoPE) on a right-padded batch: the key mask reaches the kernel
+    ("encoder", dict(vocab_size=23, block_size=9, n_layer=1, n_loops=2, n_embd=32, n_head=2, ffn_hidden=24,
+                     dropout=0.0), "padded"),
+    # a GELU, LayerNorm GPT: causal, no mask
+    ("gpt", dict(vocab_size=23, block_size=9, n_layer=2, n_embd=32, n_head=2, ffn="gelu", norm="layer", bias=True),
+     "causal"),
+    # a grouped-query Llama: causal and a key mask together, two query heads per key/value head
+    ("llama", dict(vocab_size=23, block_size=9, n_layer=1, n_embd=32, n_head=2, n_kv_head=1, ffn_hidden=24),
+     "padded"),
+])
+def test_model_on_triton_kernels_equals_model_on_torch(family, kw, inputs):
+    triton = {"attn_impl": "triton", "norm_impl": "triton"}
+    if family != "gpt":
+        triton["ffn_impl"] = "triton"
+    ref, fast = twin_models(family, triton, **kw)
+    g = torch.Generator().manual_seed(1)
+    idx = torch.randint(3, 23, (2, 9), generator=g).to(DEVICE)
+    args = {"targets": torch.randint(0, 23, (2, 9), generator=g).to(DEVICE)}
+    if family == "encoder":
+        args = {"key_mask": (torch.arange(9)[None] < torch.tensor([[9], [6]])).to(DEVICE),
+                "targets": torch.tensor([0, 1], device=DEVICE)}
+    elif family == "llama":
+        args["key_mask"] = (torch.arange(9)[None] < torch.tensor([[9], [5]])).to(DEVICE)
+        args["targets"][1, 5:] = -100  # padding is not scored
+    (y_ref, loss_ref), (y, loss) = ref(idx, **args), fast(idx, **args)
+    scored = slice(None) if family != "llama" else (0,)  # Llama's padded row: padding positions are never read
+    torch.testing.assert_close(y[scored], y_ref[scored], atol=1e-4, rtol=1e-4)
+    loss_ref.backward()
+    loss.backward()
+    torch.testing.assert_close(loss, loss_ref, atol=1e-5, rtol=1e-5)
+    for (name, p), q in zip(fast.named_parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-3, msg=name)
+
+
+def test_triton_attention_refuses_dropout_in_training():
+    """The flash kernel has no dropout: training with it on is an error that says what to do, not a silently
+    different model; evaluation (dropout off) runs."""
+    _, fast = twin_models("gpt", {"attn_impl": "triton"}, vocab_size=11, block_size=5, n_layer=1, n_embd=16,
+                          n_head=1, dropout=0.1)
+    idx = torch.randint(0, 11, (1, 5)).to(DEVICE)
+    with pytest.raises(ValueError, match="dropout=0"):
+        fast(idx)
+    assert fast.eval()(idx)[0].shape == (1, 5, 11)
