@@ -184,20 +184,6 @@ class Attention(nn.Module):
         self.wv = nn.Linear(cfg.n_embd, self.n_kv_head * self.head_dim, bias=cfg.bias)
         self.wo = nn.Linear(self.n_head * self.head_dim, cfg.n_embd, bias=cfg.bias)
 
-    def project(self, x, src):
-        """The queries from x, the keys and values from src. In self-attention (src is x) the three
-        projections are one matrix multiply, by the three weights stacked: one pass over x, and one larger
-        multiply runs faster than three small ones (nanoGPT's fused c_attn makes its GPT 5 % faster on a
-        CPU). The weights stay three parameters, named as Llama names them; a LoRA-adapted projection
-        (not a plain Linear) takes the separate path."""
-        plain = all(type(m) is nn.Linear for m in (self.wq, self.wk, self.wv))
-        if src is not x or not plain:
-            return self.wq(x), self.wk(src), self.wv(src)
-        w = torch.cat((self.wq.weight, self.wk.weight, self.wv.weight))  # (nh*hs + 2*nkv*hs, C)
-        b = None if self.wq.bias is None else torch.cat((self.wq.bias, self.wk.bias, self.wv.bias))
-        kv_width = self.n_kv_head * self.head_dim
-        return F.linear(x, w, b).split((self.n_head * self.head_dim, kv_width, kv_width), dim=-1)
-
     def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0, kv=None):
         """x: (B, T, C), the tokens at positions start .. start+T-1; key_mask: bool (B, S), True for real
         keys, False for padding, over all S keys attended to; rope: (cos, sin) or None; cache: a KVCache
@@ -206,10 +192,9 @@ class Attention(nn.Module):
         x (cross-attention). Returns (y, weights) with weights None unless asked for."""
         B, T, C = x.shape
         src = x if kv is None else kv
-        q, k, v = self.project(x, src)
-        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, src.size(1), self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, S, hs)
-        v = v.view(B, src.size(1), self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, S, hs)
+        q = self.wq(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        k = self.wk(src).view(B, src.size(1), self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, S, hs)
+        v = self.wv(src).view(B, src.size(1), self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, S, hs)
         if rope is not None:
             cos, sin = rope[0][start:start + T], rope[1][start:start + T]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)

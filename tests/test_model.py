@@ -189,32 +189,6 @@ def test_make_norm_rejects_unknown_kind():
         model.make_norm("batch", tiny_config())
 
 
-@pytest.mark.parametrize("bias", [False, True])
-def test_stacked_qkv_projection_equals_three(bias):
-    """Self-attention multiplies by the stacked wq, wk, wv at once (Attention.project); it must give the
-    three projections' outputs and send each weight its own gradient. Grouped-query widths differ."""
-    cfg = tiny_config(n_embd=24, n_head=6, n_kv_head=2, bias=bias)
-    torch.manual_seed(0)
-    attn = Attention(cfg)
-    x = torch.randn(2, 5, 24, requires_grad=True)
-    x2 = x.detach().clone().requires_grad_(True)
-    stacked = attn.project(x, x)
-    separate = (attn.wq(x2), attn.wk(x2), attn.wv(x2))
-    assert [t.shape[-1] for t in stacked] == [24, 8, 8]
-    g = [torch.randn_like(t) for t in separate]
-    sum((t * gi).sum() for t, gi in zip(stacked, g)).backward()
-    grads = {n: p.grad.clone() for n, p in attn.named_parameters() if not n.startswith("wo.")}
-    attn.zero_grad()
-    sum((t * gi).sum() for t, gi in zip(separate, g)).backward()
-    for a, b in zip(stacked, separate):
-        torch.testing.assert_close(a, b, atol=ATOL, rtol=ATOL)
-    torch.testing.assert_close(x.grad, x2.grad, atol=ATOL, rtol=ATOL)
-    assert len(grads) == (6 if bias else 3)
-    for n, p in attn.named_parameters():
-        if n in grads:
-            torch.testing.assert_close(grads[n], p.grad, atol=ATOL, rtol=ATOL, msg=n)
-
-
 # -----------------------------------------------------------------------------
 # RoPE
 
