@@ -1435,6 +1435,14 @@ def to_device(t, device):
     return t.to(device)
 
 
+def mask_if_padded(mask):
+    """A batch's key mask (a CPU tensor, so asking costs no GPU sync), or None when the batch has no padding.
+    A model given None attends without a mask, and on a GPU SDPA may then take its flash kernel, which takes
+    no mask (a masked batch gets the memory-efficient one). With length bucketing 39-46 % of SST-2's training
+    batches have one length (64 or 256 a batch), and padding is 6-10 % of the tokens."""
+    return None if bool(mask.all()) else mask
+
+
 def shard(micro_batches, rank, world):
     """Process `rank`'s share of a step's micro-batches (any list): rank, rank + world, ..."""
     return micro_batches[rank::world]
@@ -1491,8 +1499,8 @@ class ClassificationStream:
         """(model inputs, examples, tokens) for the split's items [(ids, label), ...]; `where` is the
         micro-batch's place, (epoch, step, index in the step), for a subclass that draws at random."""
         idx, mask, labels = collate(items, "cpu")
-        inputs = {"idx": idx, "key_mask": mask, "targets": labels}
-        return {k: to_device(v, device) for k, v in inputs.items()}, len(items), int(mask.sum())
+        inputs = {"idx": idx, "key_mask": mask_if_padded(mask), "targets": labels}
+        return {k: to_device(v, device) for k, v in inputs.items() if v is not None}, len(items), int(mask.sum())
 
 
 def seq2seq_collate(pairs, layout, device):
@@ -1576,8 +1584,9 @@ class MLMStream(ClassificationStream):
         idx, mask, _ = collate(items, "cpu")
         inputs, targets = mlm_mask(idx.numpy(), self.vocab_size, np.random.default_rng([self.seed, *where]))
         targets = torch.from_numpy(targets)
-        return ({"idx": to_device(torch.from_numpy(inputs), device), "key_mask": to_device(mask, device),
-                 "mlm_targets": to_device(targets, device)}, int((targets != -100).sum()), int(mask.sum()))
+        batch = {"idx": torch.from_numpy(inputs), "key_mask": mask_if_padded(mask), "mlm_targets": targets}
+        return ({k: to_device(v, device) for k, v in batch.items() if v is not None}, int((targets != -100).sum()),
+                int(mask.sum()))
 
 
 def lm_windows(tokens, starts, block_size, device):

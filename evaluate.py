@@ -16,6 +16,8 @@ language model. train.py uses the same evaluators during training; this file nev
     python evaluate.py config/llama_sst5_prompt.py                        # a config file sets the options
     python evaluate.py --ckpt out/piglatin_transformer/ckpt.pt --plots out/piglatin_plots   # seq2seq: word accuracy,
                                               # errors by rule and length, attention maps, embedding projection
+    python evaluate.py --bench [--compile] [--device cuda --dtype bfloat16] [--nanogpt path/to/nanoGPT/model.py]
+                                              # speed: ours against Hugging Face's BERT / GPT-2 (and nanoGPT)
 
 (`evaluate.py --study ...` is the old spelling of `study.py ...`, the multi-seed study runner; it
 still works and runs study.py.)
@@ -26,6 +28,8 @@ version, threads) printed and stored with the figures.
 """
 
 import argparse
+import contextlib
+import io
 import math
 import os
 import statistics
@@ -41,6 +45,7 @@ import torch.nn.functional as F
 
 import configurator
 import data
+import kernels
 from model import CheckpointError, LlamaConfig, load_checkpoint, raw_model, read_llama2c
 
 # -----------------------------------------------------------------------------
@@ -203,9 +208,10 @@ def predict(model, split, batch_size, device, ctx):
     out = torch.empty(len(split), raw_model(model).cfg.n_classes)
     for i in range(0, len(order), batch_size):
         chunk = order[i:i + batch_size]
-        idx, mask, _ = data.collate([split[j] for j in chunk], device)
+        idx, mask, _ = data.collate([split[j] for j in chunk], "cpu")
+        mask = data.mask_if_padded(mask)  # sorted by length, most batches have none: SDPA's flash kernel on a GPU
         with ctx:
-            logits, _ = model(idx, mask)
+            logits, _ = model(data.to_device(idx, device), None if mask is None else data.to_device(mask, device))
         out[torch.from_numpy(chunk)] = logits.float().cpu()
     return out
 
@@ -902,6 +908,269 @@ def classify_text(paths, args, device, ctx):
         print(f"{path}: {names[best]}  ({shown})" + ("  [truncated]" if enc.was_truncated else ""))
 
 
+# -----------------------------------------------------------------------------
+# the speed benchmark: our models against equal-sized peers on the same batches (python evaluate.py --bench)
+#
+# A case is a model shape and a batch. Its contestants are our model under its switches (the attention path,
+# the norm path, Triton kernels on a GPU, eager or compiled) and the peers that build the same shape: Hugging
+# Face's BertForSequenceClassification / GPT2LMHeadModel (pip install transformers: only the benchmark needs
+# it) and, given the path of its model.py, nanoGPT's GPT. The contestants of a case are timed in turns, round
+# after round, so a slow spell of a shared machine falls on all of them; each figure is a median over rounds.
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    name: str
+    family: str  # 'encoder' (a classifier; BERT builds the same shape) | 'gpt' (a causal LM; GPT-2, nanoGPT)
+    settings: dict  # our model's config fields; the peers take the same shape from them
+    batch: int
+    seq: int
+
+
+BENCH_VOCAB = 12332  # SST-2's compact vocabulary (data.py): the encoders' embedding table
+_BERT_BLOCK = dict(ffn="gelu", norm="layer", pos="learned", bias=True, emb_norm="layer", dropout=0.1)
+BENCH_CASES = [
+    # issue 13's four pairs: BERT's block (GELU, LayerNorm, learned positions, biases, a norm on the embedding)
+    # at the baseline's and the recurrent model's widths, and the char GPT at the study's and nanoGPT's shapes
+    BenchCase("encoder 6x384, BERT's block", "encoder",
+              dict(n_layer=6, n_loops=1, n_embd=384, n_head=6, ffn_hidden=1536, **_BERT_BLOCK), 64, 24),
+    BenchCase("encoder 3x256, BERT's block", "encoder",
+              dict(n_layer=3, n_loops=1, n_embd=256, n_head=4, ffn_hidden=1024, **_BERT_BLOCK), 64, 24),
+    BenchCase("char GPT 8x128, ctx 128", "gpt",
+              dict(vocab_size=65, block_size=128, n_layer=8, n_embd=128, n_head=8, dropout=0.0, bias=False), 16, 128),
+    BenchCase("char GPT 6x384, ctx 256", "gpt",
+              dict(vocab_size=65, block_size=256, n_layer=6, n_embd=384, n_head=6, dropout=0.2, bias=False), 8, 256),
+    # the study's own encoders (RoPE, SwiGLU, RMSNorm: no peer builds them, so ours only)
+    BenchCase("study baseline 6x384", "encoder", dict(n_layer=6, n_loops=1, n_embd=384, n_head=6, ffn_hidden=1536),
+              64, 24),
+    BenchCase("study recurrent 3x256x2", "encoder", dict(), 64, 24),
+]
+
+
+def bench_batch(case, batch, seq, device, seed=0):
+    """A fixed batch. Encoder: token ids (B, T) with [CLS] first, a key mask with lengths drawn between T/2
+    and T (the longest exactly T, as in a length-bucketed batch), class labels. GPT: ids and next tokens."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = case.settings.get("vocab_size", BENCH_VOCAB)
+    idx = torch.randint(data.N_SPECIAL, vocab, (batch, seq), generator=g)
+    if case.family == "gpt":
+        return {"idx": idx.to(device), "targets": torch.randint(0, vocab, (batch, seq), generator=g).to(device)}
+    lengths = torch.randint(seq // 2, seq + 1, (batch,), generator=g)
+    lengths[0] = seq
+    mask = torch.arange(seq)[None] < lengths[:, None]  # (B, T)
+    idx[~mask] = data.PAD
+    idx[:, 0] = data.CLS
+    return {"idx": idx.to(device), "key_mask": mask.to(device),
+            "targets": torch.randint(0, 2, (batch,), generator=g).to(device)}
+
+
+def our_model(case, seq, **switches):
+    """(our model for the case, its loss on a bench batch), with config fields (the *_impl switches,
+    dropout) overridden by `switches`."""
+    from model import GPT, EncoderClassifier, EncoderConfig, GPTConfig
+    settings = {**case.settings, **switches}
+    if case.family == "encoder":
+        cfg = EncoderConfig(vocab_size=BENCH_VOCAB, block_size=max(seq, 256), **settings)
+        return EncoderClassifier(cfg), lambda m, b: m(b["idx"], b["key_mask"], b["targets"])[1]
+    return GPT(GPTConfig(**settings)), lambda m, b: m(b["idx"], b["targets"])[1]
+
+
+def peer_models(case, seq, nanogpt=None):
+    """{name: (module, loss on a bench batch)} for the peers that build the case's shape. BERT takes the
+    key mask as its attention_mask; GPT-2 takes the targets as labels and shifts them itself, so it scores
+    T - 1 positions where ours score T (the same work within 1/T). BERT also has a pooler (one C x C layer)
+    that our classifier has not: 1 % more parameters at 6x384."""
+    s, out = case.settings, {}
+    try:
+        import transformers
+        transformers.logging.set_verbosity_error()  # its notes on config defaults are not the benchmark's business
+    except ImportError:
+        transformers = None
+    if case.family == "encoder" and s.get("ffn") == "gelu" and transformers is not None:
+        cfg = transformers.BertConfig(vocab_size=BENCH_VOCAB, hidden_size=s["n_embd"], num_hidden_layers=s["n_layer"],
+                                      num_attention_heads=s["n_head"], intermediate_size=s["ffn_hidden"],
+                                      max_position_embeddings=max(seq, 256), hidden_dropout_prob=s["dropout"],
+                                      attention_probs_dropout_prob=s["dropout"], num_labels=2,
+                                      attn_implementation="sdpa")
+        out["HF BERT"] = (transformers.BertForSequenceClassification(cfg), lambda m, b: m(
+            input_ids=b["idx"], attention_mask=b["key_mask"].long(), labels=b["targets"]).loss)
+    if case.family == "gpt" and transformers is not None:
+        cfg = transformers.GPT2Config(vocab_size=s["vocab_size"], n_positions=s["block_size"], n_embd=s["n_embd"],
+                                      n_layer=s["n_layer"], n_head=s["n_head"], resid_pdrop=s["dropout"],
+                                      embd_pdrop=s["dropout"], attn_pdrop=s["dropout"], attn_implementation="sdpa")
+        out["HF GPT-2"] = (transformers.GPT2LMHeadModel(cfg),
+                           lambda m, b: m(input_ids=b["idx"], labels=b["targets"]).loss)
+    if case.family == "gpt" and nanogpt is not None:
+        cfg = nanogpt.GPTConfig(vocab_size=s["vocab_size"], block_size=s["block_size"], n_layer=s["n_layer"],
+                                n_head=s["n_head"], n_embd=s["n_embd"], dropout=s["dropout"], bias=s["bias"])
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count as it builds
+            out["nanoGPT"] = (nanogpt.GPT(cfg), lambda m, b: m(b["idx"], b["targets"])[1])
+    return out
+
+
+def load_nanogpt(path):
+    """nanoGPT's model.py, imported from its path: a peer for the benchmark, nothing of it kept here."""
+    import importlib.util
+    if not os.path.isfile(path):
+        raise ValueError(f"--nanogpt {path}: no such file (give the path of nanoGPT's model.py)")
+    spec = importlib.util.spec_from_file_location("nanogpt_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def bench_contestants(case, seq, device, compile_too, nanogpt=None):
+    """[(name, module, loss function)] for one case: ours under each switch, then the peers; with
+    compile_too, ours and the peers again, compiled (torch.compile, default mode)."""
+    swiglu = case.settings.get("ffn", "swiglu" if case.family == "encoder" else "gelu") == "swiglu"
+    variants = [("ours", {}), ("ours, manual attention", {"attn_impl": "manual"}),
+                ("ours, manual norms", {"norm_impl": "manual"})]
+    if device.startswith("cuda") and kernels.triton_available():
+        # the Triton attention has no dropout, so its row runs without dropout anywhere: about 10 % of a
+        # training step's time when the others drop out (its inference figures are like for like)
+        triton = {"attn_impl": "triton", "norm_impl": "triton", "ffn_impl": "triton" if swiglu else "torch"}
+        variants.append(("ours, Triton kernels" + (", no dropout" if case.settings.get("dropout", 0.1) else ""),
+                         {**triton, "dropout": 0.0}))
+    rows = []
+    for name, switches in variants:
+        torch.manual_seed(0)
+        rows.append((name, *our_model(case, seq, **switches)))
+    for name, (module, loss_fn) in peer_models(case, seq, nanogpt).items():
+        rows.append((name, module, loss_fn))
+    rows = [(name, m.to(device), fn) for name, m, fn in rows]
+    if compile_too:
+        rows += [(f"{name}, compiled", torch.compile(m), fn) for name, m, fn in rows if "manual" not in name]
+    return rows
+
+
+def attention_kernels(module, loss_fn, batch, ctx):
+    """The attention kernels one forward of `module` runs, in training and in inference, by their aten names:
+    SDPA picks one per call (flash, memory-efficient, cuDNN, or the plain math), and on a GPU a key mask rules
+    out flash. Read from the operators dispatched below autograd: it names what ran, not what was asked for."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.__name__.split(".")[0]
+            if "scaled_dot_product" in name or "flash" in name or "attention" in name:
+                self.names.add(name.replace("_scaled_dot_product_", ""))
+            return func(*args, **(kwargs or {}))
+
+    found = []
+    for training in (True, False):  # attention dropout in training may rule out a kernel
+        module.train(training)
+        with torch.no_grad(), ctx, Seen() as seen:
+            loss_fn(module, batch)
+        found.append(", ".join(sorted(seen.names)) or "none (matmuls)")
+    return found[0] if found[0] == found[1] else f"{found[0]} (training) / {found[1]}"
+
+
+def time_contestants(rows, batch, device, ctx, rounds, steps):
+    """Per contestant: median ms of a training step (forward, backward, fused AdamW step) and of an inference
+    forward (no gradients, eval mode) over `rounds` rounds of `steps` steps each, taken in turns; on CUDA
+    also the peak memory one training step allocates above what is resident before it."""
+    cuda = device.startswith("cuda")
+    work = []
+    for name, module, loss_fn in rows:
+        opt = torch.optim.AdamW(module.parameters(), lr=1e-4, fused=True)  # the fastest AdamW, CPU or GPU
+
+        def train(module=module, loss_fn=loss_fn, opt=opt):
+            module.train()
+            with ctx:
+                loss = loss_fn(module, batch)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        @torch.no_grad()
+        def infer(module=module, loss_fn=loss_fn):
+            module.eval()
+            with ctx:
+                loss_fn(module, batch)
+
+        work.append((name, train, infer))
+    for _, train, infer in work:  # warm-up: allocator, kernels picked, a compiled module's compilation
+        for _ in range(3):
+            train(), infer()
+    times = {name: {"train": [], "infer": [], "peak_mb": 0.0} for name, _, _ in work}
+    for _ in range(rounds):
+        for name, train, infer in work:
+            if cuda:
+                sync(device)
+                resident = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+            times[name]["train"].append(timed(lambda: [train() for _ in range(steps)], device) / steps * 1e3)
+            if cuda:
+                peak = (torch.cuda.max_memory_allocated() - resident) / 2**20
+                times[name]["peak_mb"] = max(times[name]["peak_mb"], peak)
+            times[name]["infer"].append(timed(lambda: [infer() for _ in range(steps)], device) / steps * 1e3)
+    return {name: {"train_ms": statistics.median(t["train"]), "infer_ms": statistics.median(t["infer"]),
+                   "peak_mb": t["peak_mb"] if cuda else None} for name, t in times.items()}
+
+
+def run_bench(args, device):
+    """--bench: every case (or those whose name contains --cases), a table each, with the conditions."""
+    dtype = args.dtype
+    ctx = autocast_context(device.split(":")[0], dtype)
+    cases = [c for c in BENCH_CASES if not args.cases or any(s in c.name for s in args.cases)]
+    if not cases:
+        raise ValueError(f"--cases {args.cases}: no case matches; cases: {[c.name for c in BENCH_CASES]}")
+    nanogpt = load_nanogpt(args.nanogpt) if args.nanogpt else None
+    peak = peak_flops(device, dtype)
+    cond = kernels.conditions(device, dtype)
+    try:
+        import transformers
+        cond["transformers"] = transformers.__version__
+    except ImportError:
+        cond["transformers"] = None
+    print(f"benchmark on {cond['device_name']} ({device}, {cond['threads']} threads), {dtype}, torch {cond['torch']}, "
+          f"python {cond['python']}, transformers {cond['transformers'] or 'not installed (no HF peers)'}; "
+          f"{args.rounds} rounds of {args.bench_steps} steps, medians; AdamW; ratio = the row's time / ours "
+          f"(> 1: ours is faster)" + (f"; MFU against {peak[1]}" if peak else ""))
+    if not device.startswith("cuda"):
+        print("(Triton rows need a GPU: the interpreter's timings mean nothing; peak memory is measured on CUDA only)")
+    results = []
+    for case in cases:
+        batch_size, seq = args.bench_batch or case.batch, args.bench_seq or case.seq
+        batch = bench_batch(case, batch_size, seq, device)
+        rows = bench_contestants(case, seq, device, args.compile, nanogpt)
+        figures = time_contestants(rows, batch, device, ctx, args.rounds, args.bench_steps)
+        base = figures["ours"]
+        flops = 3 * rows[0][1].flops_per_forward(seq, batch_size)  # the analytic training FLOPs of a step
+        print(f"\n{case.name}: B={batch_size}, T={seq}, "
+              f"{sum(p.numel() for p in rows[0][1].parameters()):,} parameters (ours)")
+        header = (f"{'contestant':<34} {'train ms':>9} {'tok/s':>9} {'ratio':>6} "
+                  f"{'infer ms':>9} {'tok/s':>10} {'ratio':>6}")
+        header += "  peak MB" if device.startswith("cuda") else ""
+        header += "   MFU" if peak else ""
+        print(header + "  attention kernel")
+        for name, module, loss_fn in rows:
+            f = figures[name]
+            tokens = batch_size * seq
+            line = (f"{name:<34} {f['train_ms']:9.2f} {tokens / f['train_ms'] * 1e3:9,.0f} "
+                    f"{f['train_ms'] / base['train_ms']:6.2f} {f['infer_ms']:9.2f} "
+                    f"{tokens / f['infer_ms'] * 1e3:10,.0f} {f['infer_ms'] / base['infer_ms']:6.2f}")
+            if f["peak_mb"] is not None:
+                line += f" {f['peak_mb']:8.0f}"
+            if peak:
+                f["mfu"] = flops / (f["train_ms"] / 1e3) / peak[0]
+                line += f" {f['mfu']:5.1%}"
+            f["attention"] = attention_kernels(module, loss_fn, batch, ctx) if "compiled" not in name else "-"
+            print(f"{line}  {f['attention']}")
+            f.update(params=sum(p.numel() for p in module.parameters()), tokens=tokens,
+                     train_ratio=f["train_ms"] / base["train_ms"], infer_ratio=f["infer_ms"] / base["infer_ms"])
+        results.append({"case": case.name, "batch": batch_size, "seq": seq, "train_flops_per_step": flops,
+                        "contestants": figures})
+    if args.json:
+        data.write_json(args.json, {"conditions": {**cond, "rounds": args.rounds, "steps": args.bench_steps,
+                                                   "peak": peak}, "cases": results}, indent=2)
+    return results
+
+
 def run_study_script(argv):
     """The old `evaluate.py --study A.py B.py --seeds ...` spelling: run `study.py A.py B.py --seeds ...`
     (study.py sits above this file, so it is run, not imported) and exit with its status."""
@@ -947,6 +1216,16 @@ def parser():
     p.add_argument("--max_errors", type=int, default=50, help="seq2seq: wrong translations to print (all go to --json)")
     p.add_argument("--plots", default=None, help="seq2seq: write the attention maps and the embedding projection "
                    "(PNG) to this folder")
+    p.add_argument("--bench", action="store_true", help="the speed benchmark instead of a checkpoint: our models "
+                   "(eager, compiled, each attention and norm path) against Hugging Face's BERT and GPT-2 (and "
+                   "nanoGPT, with --nanogpt) on the same batches; no --ckpt")
+    p.add_argument("--cases", nargs="+", default=None, help="--bench: only the cases whose name contains one of these")
+    p.add_argument("--bench_batch", type=int, default=0, help="--bench: batch size for every case (0: each case's own)")
+    p.add_argument("--bench_seq", type=int, default=0, help="--bench: sequence length for every case (0: each case's)")
+    p.add_argument("--bench_steps", type=int, default=3, help="--bench: steps per contestant per round")
+    p.add_argument("--rounds", type=int, default=5, help="--bench: rounds (the median is reported)")
+    p.add_argument("--compile", action="store_true", help="--bench: also time every model torch.compile'd")
+    p.add_argument("--nanogpt", default=None, help="--bench: the path of nanoGPT's model.py, a peer for the char GPT")
     p.add_argument("--words", default="brown,conditioning,is", help="seq2seq --plots: the words whose attention "
                    "maps are drawn (comma-separated)")
     return p
@@ -979,6 +1258,11 @@ def main(argv=None):
     except configurator.ConfigError as e:
         sys.exit(f"error: {e}")
     args = p.parse_args(argv)
+    if args.bench:
+        try:
+            return run_bench(args, resolve_device(args.device))
+        except ValueError as e:
+            sys.exit(f"error: {e}")
     if not args.ckpt:
         p.error("give --ckpt (or a config file that sets ckpt)")
 

@@ -161,3 +161,81 @@ def test_checkpoint_of_a_training_run_on_its_test_split(tiny_cfg, tmp_path, caps
     assert r["f1"] == pytest.approx(summary["test_f1"]) and r["mcc"] == pytest.approx(summary["test_mcc"])
     assert r["loss"] == pytest.approx(summary["test_loss"], rel=1e-5)
     assert "latency_ms" not in r
+
+
+# -----------------------------------------------------------------------------
+# the speed benchmark (--bench), on tiny cases
+
+FAKE_NANOGPT = '''
+from dataclasses import dataclass
+
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int
+    block_size: int
+    n_layer: int
+    n_head: int
+    n_embd: int
+    dropout: float
+    bias: bool
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.emb, self.head = nn.Embedding(cfg.vocab_size, cfg.n_embd), nn.Linear(cfg.n_embd, cfg.vocab_size)
+        print("number of parameters: (nanoGPT prints this)")
+
+    def forward(self, idx, targets):
+        logits = self.head(self.emb(idx))
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+'''
+
+
+def test_bench_times_every_contestant_and_names_the_attention_kernel(tmp_path, monkeypatch, capsys):
+    """--bench on two tiny cases: our model under each switch and a peer (a stand-in for nanoGPT's model.py,
+    loaded from its path), all timed, ratios against our default row, the attention kernel that ran named,
+    and the conditions saved. Hugging Face is hidden, so the test is the same with or without it."""
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ImportError: no HF peers
+    (tmp_path / "model.py").write_text(FAKE_NANOGPT)
+    monkeypatch.setattr(evaluate, "BENCH_CASES", [
+        evaluate.BenchCase("tiny encoder", "encoder", dict(n_layer=1, n_loops=2, n_embd=16, n_head=2, ffn_hidden=24),
+                           4, 9),
+        evaluate.BenchCase("tiny gpt", "gpt", dict(vocab_size=11, block_size=8, n_layer=1, n_embd=16, n_head=2,
+                                                   dropout=0.0, bias=False), 2, 8)])
+    out_json = tmp_path / "bench.json"
+    evaluate.main(["--bench", "--rounds", "1", "--bench_steps", "1", "--device", "cpu", "--nanogpt",
+                   str(tmp_path / "model.py"), "--json", str(out_json)])
+    out = capsys.readouterr().out
+    saved = json.loads(out_json.read_text())
+    assert saved["conditions"]["transformers"] is None and saved["conditions"]["torch"] == torch.__version__
+    encoder, gpt = saved["cases"]
+    assert (encoder["batch"], encoder["seq"]) == (4, 9)
+    assert list(encoder["contestants"]) == ["ours", "ours, manual attention", "ours, manual norms"]
+    assert list(gpt["contestants"]) == ["ours", "ours, manual attention", "ours, manual norms", "nanoGPT"]
+    for case in saved["cases"]:
+        rows = case["contestants"]
+        assert rows["ours"]["train_ratio"] == 1.0 and rows["ours"]["infer_ratio"] == 1.0
+        for row in rows.values():
+            assert row["train_ms"] > 0 and row["infer_ms"] > 0 and row["peak_mb"] is None  # memory: CUDA only
+            assert row["train_ratio"] == pytest.approx(row["train_ms"] / rows["ours"]["train_ms"])
+        assert "scaled_dot_product" not in rows["ours"]["attention"] and "attention" in rows["ours"]["attention"]
+        assert rows["ours, manual attention"]["attention"] == "none (matmuls)"
+    # the encoder is the recurrent model: 2 loops of 1 layer, 3x the analytic forward FLOPs per step
+    from model import EncoderClassifier, EncoderConfig
+    tiny = EncoderClassifier(EncoderConfig(vocab_size=evaluate.BENCH_VOCAB, n_layer=1, n_loops=2, n_embd=16, n_head=2,
+                                           ffn_hidden=24))
+    assert encoder["train_flops_per_step"] == 3 * tiny.flops_per_forward(9, 4)
+    assert "tiny gpt: B=2, T=8" in out and re.search(r"^nanoGPT +[\d.]+", out, re.M)
+    assert "number of parameters" not in out  # the peer's own printing is kept out of the table
+
+
+def test_bench_refuses_unknown_cases_and_missing_peer(tmp_path):
+    with pytest.raises(SystemExit, match="no case matches"):
+        evaluate.main(["--bench", "--cases", "no such case"])
+    with pytest.raises(SystemExit, match="no such file"):
+        evaluate.main(["--bench", "--nanogpt", str(tmp_path / "missing.py")])

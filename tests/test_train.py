@@ -298,6 +298,30 @@ def test_bucketing_reduces_padding(fake_split):
     assert maxima != sorted(maxima) and maxima != sorted(maxima, reverse=True)
 
 
+def test_a_batch_without_padding_has_no_key_mask():
+    """A micro-batch of one length goes without a key mask (data.mask_if_padded), so attention runs unmasked
+    (SDPA's flash kernel on a GPU); a padded one keeps its mask. The token count is the same either way, and
+    the model's logits for the unpadded batch are those it gives with an all-True mask."""
+    from model import EncoderClassifier, EncoderConfig
+    same = [(np.array([2, 5, 6]), 1), (np.array([2, 7, 8]), 0)]
+    mixed = same + [(np.array([2, 9]), 1)]
+
+    class Items(list):
+        lengths = property(lambda self: np.array([len(ids) for ids, _ in self]))
+
+    stream = data.ClassificationStream(Items(mixed), 2, 1, seed=0)
+    inputs, n, tokens = stream.micro_batch(same, "cpu", (0, 0, 0))
+    assert "key_mask" not in inputs and (n, tokens) == (2, 6)
+    inputs_mixed, n, tokens = stream.micro_batch(mixed, "cpu", (0, 0, 0))
+    assert inputs_mixed["key_mask"].tolist() == [[True] * 3, [True] * 3, [True, True, False]] and tokens == 8
+    torch.manual_seed(0)
+    model = EncoderClassifier(EncoderConfig(vocab_size=12, block_size=8, n_layer=1, n_embd=16, n_head=2,
+                                            dropout=0.0)).eval()
+    unmasked, _ = model(inputs["idx"])
+    masked, _ = model(inputs["idx"], torch.ones_like(inputs["idx"], dtype=torch.bool))
+    torch.testing.assert_close(unmasked, masked, atol=1e-6, rtol=1e-6)
+
+
 def test_collate_pads_with_pad_and_masks_real_tokens():
     items = [(np.array([2, 5, 6]), 1), (np.array([2, 7]), 0), (np.array([2, 8, 9, 10, 11]), 1)]
     idx, mask, labels = data.collate(items, "cpu")
