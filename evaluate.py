@@ -1065,7 +1065,7 @@ def attention_kernels(module, loss_fn, batch, ctx):
         module.train(training)
         with torch.no_grad(), ctx, Seen() as seen:
             loss_fn(module, batch)
-        found.append(", ".join(sorted(seen.names)) or "none (matmuls)")
+        found.append(", ".join(sorted(seen.names)) or "math (matmul, softmax)")
     return found[0] if found[0] == found[1] else f"{found[0]} (training) / {found[1]}"
 
 
@@ -1129,7 +1129,7 @@ def run_bench(args, device):
         cond["transformers"] = None
     print(f"benchmark on {cond['device_name']} ({device}, {cond['threads']} threads), {dtype}, torch {cond['torch']}, "
           f"python {cond['python']}, transformers {cond['transformers'] or 'not installed (no HF peers)'}; "
-          f"{args.rounds} rounds of {args.bench_steps} steps, medians; AdamW; ratio = the row's time / ours "
+          f"{args.rounds} rounds of {args.bench_steps} steps, medians; fused AdamW; ratio = the row's time / ours "
           f"(> 1: ours is faster)" + (f"; MFU against {peak[1]}" if peak else ""))
     if not device.startswith("cuda"):
         print("(Triton rows need a GPU: the interpreter's timings mean nothing; peak memory is measured on CUDA only)")

@@ -168,14 +168,24 @@ def plan_runs(configs, seeds, out_root, sets=(), grid=()):
     return runs
 
 
+# Settings that pick how the same function is computed, not what is trained: the attention, norm, SwiGLU and
+# AdamW paths (each tested equal to its reference) and compilation. They change results only by float rounding,
+# so a run made under another of them is the same run (runs from before the fused norms and the fused AdamW
+# became the defaults count as finished).
+IMPLEMENTATION_KEYS = ("attn_impl", "norm_impl", "ffn_impl", "adamw_impl", "compile")
+
+
 def same_run(a, b):
     """Whether two run configs describe the same run. init_from 'scratch' and 'resume' say only how a
     run was started (a resumed run is the run it continues); a checkpoint file to start from counts. A
-    setting added to train.py after a run was made counts as its default (the run had no other)."""
+    setting added to train.py after a run was made counts as its default (the run had no other), and the
+    IMPLEMENTATION_KEYS are not compared."""
     def norm(c):
         c = json.loads(json.dumps(c))  # as stored: tuples -> lists
         if c.get("init_from") == "resume":
             c["init_from"] = "scratch"
+        for k in IMPLEMENTATION_KEYS:
+            c.pop(k, None)
         return c
     a, b = norm(a), norm(b)
     defaults = {**train.DEFAULTS, **train.MODEL_SETTINGS["model"].get(a.get("model"), {})}

@@ -224,7 +224,7 @@ def test_bench_times_every_contestant_and_names_the_attention_kernel(tmp_path, m
             assert row["train_ms"] > 0 and row["infer_ms"] > 0 and row["peak_mb"] is None  # memory: CUDA only
             assert row["train_ratio"] == pytest.approx(row["train_ms"] / rows["ours"]["train_ms"])
         assert "scaled_dot_product" not in rows["ours"]["attention"] and "attention" in rows["ours"]["attention"]
-        assert rows["ours, manual attention"]["attention"] == "none (matmuls)"
+        assert rows["ours, manual attention"]["attention"] == "math (matmul, softmax)"
     # the encoder is the recurrent model: 2 loops of 1 layer, 3x the analytic forward FLOPs per step
     from model import EncoderClassifier, EncoderConfig
     tiny = EncoderClassifier(EncoderConfig(vocab_size=evaluate.BENCH_VOCAB, n_layer=1, n_loops=2, n_embd=16, n_head=2,

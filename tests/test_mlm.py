@@ -171,7 +171,10 @@ def test_a_dataset_without_labels_builds_the_binary_head_and_flops_count_the_mlm
     with FlopCounterMode(display=False) as fc:
         m(idx, idx != data.PAD, mlm_targets=torch.from_numpy(targets))
     assert fc.get_total_flops() == m.flops_per_forward(T, batch_size=B, mlm=True)
-    assert m.flops_per_forward(T, mlm=True) - m.flops_per_forward(T) == 2 * T * 16 * 50 - 2 * 16 * 2
+    # the vocabulary head at every position instead of 2 classes, and a last Block computing every position
+    # instead of [CLS] alone
+    last_block = model.block_flops(m.cfg, T) - model.block_flops(m.cfg, T, queries=1)
+    assert m.flops_per_forward(T, mlm=True) - m.flops_per_forward(T) == 2 * T * 16 * 50 - 2 * 16 * 2 + last_block
 
 
 # -----------------------------------------------------------------------------

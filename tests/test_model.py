@@ -35,6 +35,19 @@ def padded_batch(lengths, T, vocab_size=37, seed=0):
     return idx.masked_fill(~mask, 0), mask
 
 
+def assert_same_step(a, b, lengths, grad_atol, grad_rtol):
+    """Two classifiers computing one function: the same logits on a padded batch of these lengths, and
+    the same gradient of the loss for every parameter."""
+    idx, mask = padded_batch(lengths, max(lengths))
+    targets = torch.arange(len(lengths)) % 2
+    (ya, la), (yb, lb) = a(idx, mask, targets), b(idx, mask, targets)
+    torch.testing.assert_close(ya, yb, atol=ATOL, rtol=ATOL)
+    la.backward()
+    lb.backward()
+    for (name, p), q in zip(a.named_parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, atol=grad_atol, rtol=grad_rtol, msg=name)
+
+
 def pair(cfg, **changes):
     """Two models of the same weights whose configs differ only by `changes`."""
     torch.manual_seed(0)
@@ -117,6 +130,25 @@ def test_need_weights_returns_one_map_per_applied_layer():
     torch.testing.assert_close(logits, m(idx, mask)[0])
 
 
+@pytest.mark.parametrize("kw", [dict(n_loops=2, pos="rope"), dict(n_loops=1, pos="learned", ffn="gelu", norm="layer",
+                                                                  bias=True)], ids=["recurrent", "plain"])
+def test_last_block_computing_cls_alone_changes_nothing(kw, monkeypatch):
+    """The [CLS] classifier's last Block computes position 0 alone (its query reads every key). Against the
+    same model made to compute every position there: the same logits and every gradient the same, with padding,
+    RoPE or learned positions, one loop or two; and its FLOPs are the full count less what it skips."""
+    cfg = tiny_config(n_embd=24, n_head=4, n_kv_head=2, ffn_hidden=30, dropout=0.0, **kw)
+    torch.manual_seed(0)
+    cls_only = EncoderClassifier(cfg)
+    full = copy.deepcopy(cls_only)
+    monkeypatch.setattr(full, "last_queries", lambda mlm=False: None)
+    assert_same_step(cls_only, full, [9, 4, 6], grad_atol=1e-6, grad_rtol=1e-5)
+    T, C, F_ = 9, 24, 30
+    # per position skipped: the q and o projections, its attention row, the FFN
+    per_position = 2 * C * 2 * C + 2 * 2 * T * C + 2 * C * F_ * (3 if cfg.ffn == "swiglu" else 2)
+    assert full.flops_per_forward(T) - cls_only.flops_per_forward(T) == (T - 1) * per_position
+    assert cls_only.flops_per_forward(T, mlm=True) == full.flops_per_forward(T, mlm=True)  # MLM reads them all
+
+
 # -----------------------------------------------------------------------------
 # norms against torch's own and against the formula
 
@@ -174,14 +206,7 @@ def test_fused_norm_equals_written_out_norm_in_a_model(kind, bias):
     the same logits and the same gradient for every parameter, on odd sizes with padding."""
     cfg = tiny_config(n_embd=30, n_head=3, ffn_hidden=37, norm=kind, bias=bias, emb_norm=kind, norm_impl="torch")
     fused, manual = pair(cfg, norm_impl="manual")
-    idx, mask = padded_batch([7, 3, 5], 7)
-    targets = torch.tensor([0, 1, 1])
-    (ya, la), (yb, lb) = fused(idx, mask, targets), manual(idx, mask, targets)
-    torch.testing.assert_close(ya, yb, atol=ATOL, rtol=ATOL)
-    la.backward()
-    lb.backward()
-    for (name, p), q in zip(fused.named_parameters(), manual.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=name)
+    assert_same_step(fused, manual, [7, 3, 5], grad_atol=1e-5, grad_rtol=1e-4)
 
 
 def test_make_norm_rejects_unknown_kind():
@@ -306,8 +331,8 @@ def test_flops_per_forward_matches_flop_counter(ffn):
     # The SDPA path runs the same projections and FFN, but on CPU it calls the fused
     # aten._scaled_dot_product_flash_attention_for_cpu kernel, which FlopCounterMode (torch 2.13)
     # does not count. So its total is either the full formula (where the kernel is counted, e.g. the
-    # CUDA kernels) or the formula minus exactly the QK^T and AV matmuls.
-    attn_flops = B * (2 * 2 * T * T * cfg.n_embd) * cfg.n_layer * cfg.n_loops
+    # CUDA kernels) or the formula minus exactly the QK^T and AV matmuls (the last Block's: [CLS] only).
+    attn_flops = B * 2 * 2 * cfg.n_embd * T * (T * (cfg.n_layer * cfg.n_loops - 1) + 1)
     with FlopCounterMode(display=False) as fc:
         sdpa(idx, mask)
     assert fc.get_total_flops() in (expected, expected - attn_flops)

@@ -119,6 +119,10 @@ def test_finished_means_same_config_and_not_interrupted(tmp_path):
     assert study.finished_summary(cfg) is None  # starting from a checkpoint is another run
     data.write_json(str(tmp_path / "summary.json"), {"stopped": "max_iters", "config": {**cfg, "seed": 2}})
     assert study.finished_summary(cfg) is None
+    # a run made before the fused norms and AdamW were the defaults (another path to the same function) counts
+    old = {k: v for k, v in cfg.items() if k not in ("norm_impl", "ffn_impl")}
+    data.write_json(str(tmp_path / "summary.json"), {"stopped": "max_iters", "config": {**old, "adamw_impl": "torch"}})
+    assert study.finished_summary(cfg)["stopped"] == "max_iters"
     data.write_json(str(tmp_path / "summary.json"), {"stopped": "interrupted", "config": cfg})
     assert study.finished_summary(cfg) is None
 
