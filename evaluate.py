@@ -377,6 +377,14 @@ def latency_ms(model, split, device, ctx, n=200, repeats=3, warmup=10):
     return 1000 * statistics.median(times)
 
 
+def compiled_for_timing(model, device):
+    """--compile for a checkpoint's timings: torch.compile with dynamic shapes (sentences differ in length),
+    and on CUDA mode 'reduce-overhead', which replays CUDA graphs: a small model's batch-1 forward is bound
+    by kernel launches, which a graph replay makes one. The metrics are computed on the plain model."""
+    mode = "reduce-overhead" if str(device).startswith("cuda") else "default"
+    return torch.compile(model, mode=mode, dynamic=True)
+
+
 @torch.no_grad()
 def throughput(model, split, device, ctx, batch_size=256, n=1024, repeats=3):
     """Samples per second running the first n examples of the split in batches of batch_size
@@ -500,8 +508,10 @@ def classification_report(model, ckpt, path, args, device, ctx):
     res.update(size_figures(model, path))
     res["flops_per_sample"] = float(np.mean([model.flops_per_forward(int(t)) for t in split.lengths]))
     if not args.no_timing:
-        res["latency_ms"] = latency_ms(model, split, device, ctx, repeats=args.repeats)
-        res["throughput"] = throughput(model, split, device, ctx, batch_size=args.batch_size, repeats=args.repeats)
+        fast = compiled_for_timing(model, device) if args.compile else model
+        res["latency_ms"] = latency_ms(fast, split, device, ctx, repeats=args.repeats)
+        res["throughput"] = throughput(fast, split, device, ctx, batch_size=args.batch_size, repeats=args.repeats)
+        res["timed_compiled"] = bool(args.compile)
     if args.loops:
         res["loops"] = depth_sweep(model, split, args.loops, device, ctx, args.batch_size)
     res["label_names"] = ckpt["data"]["label_names"]
@@ -1224,7 +1234,8 @@ def parser():
     p.add_argument("--bench_seq", type=int, default=0, help="--bench: sequence length for every case (0: each case's)")
     p.add_argument("--bench_steps", type=int, default=3, help="--bench: steps per contestant per round")
     p.add_argument("--rounds", type=int, default=5, help="--bench: rounds (the median is reported)")
-    p.add_argument("--compile", action="store_true", help="--bench: also time every model torch.compile'd")
+    p.add_argument("--compile", action="store_true", help="classifiers: time latency and throughput compiled (CUDA "
+                   "graphs on a GPU); --bench: also time every model compiled")
     p.add_argument("--nanogpt", default=None, help="--bench: the path of nanoGPT's model.py, a peer for the char GPT")
     p.add_argument("--words", default="brown,conditioning,is", help="seq2seq --plots: the words whose attention "
                    "maps are drawn (comma-separated)")
