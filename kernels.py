@@ -38,6 +38,7 @@ Benchmarks (timings are not tests; see main() for every option):
     python kernels.py scan --device cuda --lengths 256 1024 4096 --batch 8 --d 128 --n 16
     python kernels.py precision              # float32 error of each scan vs the float64 reference
     python kernels.py triton --device cuda   # each Triton kernel vs its PyTorch op (F.rms_norm, SDPA, ...)
+    python kernels.py compile --arch 90      # build every Triton kernel for an H100 here, no GPU needed
 All take --json FILE (the numbers with their conditions); scan and precision take --plot DIR (PNGs;
 needs matplotlib).
 Default sizes (B, D, N) = (4, 64, 16), 4,096 numbers per time step, T from 16 to 4096: `scan` takes
@@ -1304,6 +1305,105 @@ def triton_command(p, args):
 GOAL_LENGTH, GOAL_SPEEDUP = 1024, 10.0  # the issue's goal: parallel >= 10x faster than sequential at T=1024
 
 
+# -----------------------------------------------------------------------------
+# compiling the kernels for a GPU without one: `python kernels.py compile --arch 90`
+#
+# The interpreter checks the kernels' arithmetic; it does not compile them, and the compiler is stricter
+# (types, layouts, shared memory). Triton compiles ahead of time for a named target with no GPU present
+# (its wheel brings ptxas), so every variant the launchers above use can be built here for an H100 (sm_90),
+# an A100 (sm_80) or a consumer card (sm_86, sm_89), and its shared memory checked against that GPU's limit.
+
+# the most shared memory one block may use, by compute capability (CUDA C Programming Guide, "Technical
+# Specifications per Compute Capability"), in bytes
+SHARED_MEMORY_LIMIT = {80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
+_TRITON_TYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def gpu_compile_variants(dtype_name, head_sizes=(64, 128), norm_widths=(384, 1536)):
+    """[(kernel name, signature, constexprs, launch options)]: every variant the launchers use for inputs
+    of dtype_name, head sizes (padded as the launcher pads them) and norm widths. Integer arguments are
+    typed i32, as Triton types a Python int below 2**31 at launch."""
+    p, f32 = "*" + _TRITON_TYPE[dtype_name], "*fp32"
+    ints = lambda *names: {n: "i32" for n in names}  # noqa: E731
+    out = []
+    for width in norm_widths:
+        block = triton.next_power_of_2(width)
+        launch = {"num_warps": _row_warps(block)}
+        out += [("_rms_norm_fwd", dict(X=p, W=f32, Y=p, RSTD=f32, C="i32", eps="fp32"), {"BLOCK_C": block}, launch),
+                ("_rms_norm_bwd", dict(X=p, W=f32, DY=p, RSTD=f32, DX=p, DW_PART=f32, **ints("M", "C")),
+                 {"BLOCK_C": block}, launch),
+                ("_layer_norm_fwd", dict(X=p, W=f32, B=f32, Y=p, MEAN=f32, RSTD=f32, C="i32", eps="fp32"),
+                 {"HAS_BIAS": True, "BLOCK_C": block}, launch),
+                ("_layer_norm_bwd", dict(X=p, W=f32, DY=p, MEAN=f32, RSTD=f32, DX=p, DW_PART=f32, DB_PART=f32,
+                                         **ints("M", "C")), {"HAS_BIAS": True, "BLOCK_C": block}, launch)]
+    out += [("_swiglu_fwd", dict(A=p, V=p, Y=p, N="i32"), {"BLOCK": SWIGLU_BLOCK}, {"num_warps": 4}),
+            ("_swiglu_bwd", dict(A=p, V=p, DY=p, DA=p, DV=p, N="i32"), {"BLOCK": SWIGLU_BLOCK}, {"num_warps": 4})]
+    qkv = ints(*(f"s{t}{d}" for t in "qkv" for d in "bhtd"))
+    precision = "ieee" if dtype_name == "float32" else "tf32"  # 16-bit inputs ignore it
+    for hs in head_sizes:
+        hs_pad = max(16, triton.next_power_of_2(hs))
+        fwd_blocks, bwd_blocks, launch = _attn_config(hs_pad, False)
+        for has_mask, causal in ((True, False), (False, True), (True, True)):
+            flags = dict(HAS_MASK=has_mask, CAUSAL=causal, PRECISION=precision, BLOCK_D=hs_pad)
+            fwd = dict(flags, BLOCK_M=fwd_blocks[0], BLOCK_N=fwd_blocks[1])
+            bwd = dict(flags, BLOCK_M=bwd_blocks[0], BLOCK_N=bwd_blocks[1])
+            shapes = dict(**ints("Tq", "Tk", "HS"), qk_scale="fp32")
+            out += [("_attn_fwd", dict(Q=p, K=p, V=p, OUT=p, LSE=f32, KEY_MASK="*u8", **qkv,
+                                       **ints("sob", "soh", "sot", "sod", "n_head", "group"), **shapes), fwd, launch),
+                    ("_attn_bwd_dkdv", dict(Q=p, K=p, V=p, DO=p, LSE=f32, DELTA=f32, KEY_MASK="*u8", DK=p, DV=p, **qkv,
+                                            **ints("sdob", "sdoh", "sdot", "sdod", "n_head", "n_kv_head", "group"),
+                                            **shapes, sm_scale="fp32"), bwd, launch),
+                    ("_attn_bwd_dq", dict(Q=p, K=p, V=p, DO=p, LSE=f32, DELTA=f32, KEY_MASK="*u8", DQ=p, **qkv,
+                                          **ints("sdob", "sdoh", "sdot", "sdod", "n_head", "group"), **shapes,
+                                          sm_scale="fp32"), bwd, launch)]
+    return out
+
+
+def compile_for_gpu(arch, dtype_names=("float32", "bfloat16"), head_sizes=(64, 128)):
+    """Compile every kernel variant for CUDA compute capability `arch` (90: H100) without a GPU. Returns
+    [{kernel, dtype, constexprs, shared (bytes), fits (within the arch's limit), seconds}]; a variant the
+    compiler rejects raises its error."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    jitted = _triton_kernels()
+    if _interpreting():
+        raise RuntimeError("compiling for a GPU needs Triton's compiler: run without TRITON_INTERPRET=1")
+    target, limit = GPUTarget("cuda", arch, 32), SHARED_MEMORY_LIMIT.get(arch)
+    rows = []
+    for dtype_name in dtype_names:
+        for name, signature, constexprs, launch in gpu_compile_variants(dtype_name, head_sizes):
+            signature = {**signature, **dict.fromkeys(constexprs, "constexpr")}
+            source = ASTSource(fn=getattr(jitted, name), signature=signature, constexprs=constexprs)
+            t0 = time.perf_counter()
+            compiled = triton.compile(source, target=target, options=launch)
+            shared = compiled.metadata.shared
+            rows.append({"kernel": name, "dtype": dtype_name, "constexprs": constexprs, "shared": shared,
+                         "fits": limit is None or shared <= limit, "seconds": time.perf_counter() - t0})
+    return rows
+
+
+def compile_command(p, args):
+    """`python kernels.py compile`: build every kernel variant for a GPU architecture; print shared memory."""
+    try:
+        rows = compile_for_gpu(args.arch, args.dtypes, args.head_sizes)
+    except RuntimeError as e:
+        p.error(str(e))
+    limit = SHARED_MEMORY_LIMIT.get(args.arch)
+    print(f"compiled for sm_{args.arch} with Triton {triton.__version__}, no GPU needed; shared memory per block "
+          f"against the limit of {limit:,} bytes" if limit else "(no limit known for this architecture)")
+    for r in rows:
+        flags = ", ".join(f"{k}={v}" for k, v in r["constexprs"].items())
+        print(f"  {r['kernel']:<16} {r['dtype']:<9} {flags:<80} shared {r['shared']:>7,} B"
+              f"{'' if r['fits'] else '  OVER THE LIMIT'}  ({r['seconds']:.1f} s)")
+    over = [r for r in rows if not r["fits"]]
+    print(f"{len(rows)} variants compiled; {len(over)} over the shared-memory limit")
+    if args.json:
+        _write_json(args.json, {"arch": args.arch, "triton": triton.__version__, "limit": limit, "variants": rows})
+    if over:
+        sys.exit(1)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="Benchmarks of the selective scans: speed (scan) and float32 "
                                             "precision (precision). Timings are measurements, not tests.")
@@ -1350,7 +1450,16 @@ def main(argv=None):
     t.add_argument("--budget", type=float, default=5.0, help="seconds of timed runs per point at most")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--json", help="write the timings and their conditions to this file")
+    c = sub.add_parser("compile", help="compile every Triton kernel variant for a GPU architecture, without a GPU, "
+                       "and check its shared memory")
+    c.add_argument("--arch", type=int, default=90, help="CUDA compute capability x 10: 90 (H100, H200), 80 (A100), "
+                   "86, 89")
+    c.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16", "float16"])
+    c.add_argument("--head_sizes", type=int, nargs="+", default=[64, 128])
+    c.add_argument("--json", help="write every variant's figures to this file")
     args = p.parse_args(argv)
+    if args.command == "compile":
+        return compile_command(p, args)
     if min(args.lengths) < 1:
         p.error("--lengths must be positive")
     if args.command == "triton":

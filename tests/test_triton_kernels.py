@@ -335,6 +335,30 @@ def test_triton_benchmark_command(tmp_path, capsys):
         assert f"| {name} | 16 |" in out
 
 
+def test_every_kernel_compiles_for_an_h100(tmp_path):
+    """The interpreter runs the kernels' arithmetic but does not compile them. `python kernels.py compile`
+    builds every variant the launchers use with Triton's real compiler, for an H100 (sm_90), with no GPU
+    present (Triton's wheel brings ptxas), and checks each one's shared memory against the H100's limit.
+    In a process of its own: this one runs the interpreter, and a process chooses once."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"  # Triton 3.9's default, said out loud (it warns otherwise)
+    out = tmp_path / "compiled.json"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run = subprocess.run([sys.executable, os.path.join(root, "kernels.py"), "compile", "--arch", "90", "--dtypes",
+                          "bfloat16", "--head_sizes", "48", "--json", str(out)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    if run.returncode and "ptxas" in run.stderr:
+        pytest.skip(f"this Triton has no ptxas to compile with: {run.stderr[-300:]}")
+    assert run.returncode == 0, run.stderr[-2000:]
+    variants = json.loads(out.read_text())["variants"]
+    names = [v["kernel"] for v in variants]
+    # two norm widths x four norm kernels, SwiGLU's two, and three mask/causal cases x three attention kernels
+    assert len(variants) == 2 * 4 + 2 + 3 * 3 and names.count("_attn_fwd") == 3
+    assert all(v["fits"] and v["shared"] > 0 for v in variants if v["kernel"].startswith("_attn"))
+    assert {v["constexprs"]["BLOCK_D"] for v in variants if "BLOCK_D" in v["constexprs"]} == {64}  # 48 pads to 64
+    assert "19 variants compiled; 0 over the shared-memory limit" in run.stdout
+
+
 # -----------------------------------------------------------------------------
 # model.py's switches: a whole model on the Triton kernels equals it on PyTorch's ops
 
