@@ -362,7 +362,10 @@ def _as_rows(x, name, *params):
     return x.reshape(-1, C).contiguous()  # (M, C)
 
 
-# --- RMSNorm (Zhang & Sennrich 2019, eq. 4): y = x / sqrt(mean(x^2) + eps) * w over the last dim
+# --- The norms: RMSNorm (Zhang & Sennrich 2019, eq. 4), y = x / sqrt(mean(x^2) + eps) * w, and LayerNorm
+# (Ba et al. 2016), y = (x - mean) / sqrt(var + eps) * w + b with the biased variance, over the last dim.
+# RMSNorm is LayerNorm without the centring and the bias, so one pair of kernels computes both: CENTER
+# subtracts the mean (and takes its gradient), HAS_BIAS adds b.
 
 
 def rms_norm_reference(x, weight, eps):
@@ -372,84 +375,6 @@ def rms_norm_reference(x, weight, eps):
     xf = x.float()
     y = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
     return (y * weight.float()).to(x.dtype)
-
-
-def _rms_norm_fwd(X, W, Y, RSTD, C, eps, BLOCK_C: tl.constexpr):
-    """One row per program: r = 1 / sqrt(mean(x^2) + eps), y = x * r * w. Saves r for the backward."""
-    row = tl.program_id(0).to(tl.int64)  # 64-bit offsets: rows * C may pass 2^31 in a large batch
-    cols = tl.arange(0, BLOCK_C)
-    inside = cols < C
-    x = tl.load(X + row * C + cols, mask=inside, other=0.0).to(tl.float32)  # the padding adds 0 to the sum
-    w = tl.load(W + cols, mask=inside, other=0.0).to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / C + eps)  # divide by the true C, not the block
-    tl.store(Y + row * C + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=inside)
-    tl.store(RSTD + row, rstd)
-
-
-def _rms_norm_bwd(X, W, DY, RSTD, DX, DW_PART, M, C, BLOCK_C: tl.constexpr):
-    """With x^ = x r and g = dy * w, y = x^ w gives
-        dx = r (g - x^ mean(g x^)),     dw = sum over rows of dy x^.
-    (The mean term is the gradient through r: dr/dx = -r^3 x / C.) Each program takes rows pid,
-    pid + P, pid + 2P, ... and writes its float32 share of dw to row pid of DW_PART."""
-    pid = tl.program_id(0).to(tl.int64)
-    n_programs = tl.num_programs(0)
-    cols = tl.arange(0, BLOCK_C)
-    inside = cols < C
-    w = tl.load(W + cols, mask=inside, other=0.0).to(tl.float32)
-    dw = tl.zeros((BLOCK_C,), dtype=tl.float32)
-    for i in range(0, tl.cdiv(M - pid, n_programs)):
-        row = pid + i * n_programs
-        x = tl.load(X + row * C + cols, mask=inside, other=0.0).to(tl.float32)
-        dy = tl.load(DY + row * C + cols, mask=inside, other=0.0).to(tl.float32)
-        rstd = tl.load(RSTD + row)
-        x_hat = x * rstd
-        g = dy * w
-        dx = (g - x_hat * (tl.sum(g * x_hat, axis=0) / C)) * rstd
-        tl.store(DX + row * C + cols, dx.to(DX.dtype.element_ty), mask=inside)
-        dw += dy * x_hat
-    tl.store(DW_PART + pid * C + cols, dw, mask=inside)
-
-
-class _RMSNormTriton(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, eps):
-        kernels = _prepare("rms_norm_triton", (x, weight))
-        x2 = _as_rows(x, "rms_norm_triton", weight)  # (M, C)
-        weight = weight.contiguous()
-        M, C = x2.shape
-        y = torch.empty_like(x2)
-        rstd = torch.empty(M, dtype=torch.float32, device=x.device)
-        block = triton.next_power_of_2(C)
-        kernels._rms_norm_fwd[(M,)](x2, weight, y, rstd, C, eps, BLOCK_C=block, num_warps=_row_warps(block))
-        ctx.save_for_backward(x2, weight, rstd)
-        ctx.x_shape = x.shape
-        return y.view(x.shape)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy):
-        x2, weight, rstd = ctx.saved_tensors
-        M, C = x2.shape
-        dy2 = dy.reshape(M, C).contiguous()  # (M, C)
-        dx = torch.empty_like(x2)
-        programs = _n_row_programs(M, x2.device)
-        dw_part = torch.empty((programs, C), dtype=torch.float32, device=x2.device)
-        block = triton.next_power_of_2(C)
-        _TRITON._rms_norm_bwd[(programs,)](x2, weight, dy2, rstd, dx, dw_part, M, C, BLOCK_C=block,
-                                           num_warps=_row_warps(block))
-        return dx.view(ctx.x_shape), dw_part.sum(0).to(weight.dtype), None
-
-
-def rms_norm_triton(x, weight, eps):
-    """RMSNorm (Zhang & Sennrich 2019): y = x / sqrt(mean(x^2) + eps) * w over the last dim, fused into
-    one Triton kernel forward and one backward (dx, and dweight summed from per-program float32 parts).
-
-    x: any leading shape, last dim C (any C up to MAX_NORM_WIDTH); weight: (C,). Statistics in float32;
-    returns x's dtype. float32, float16, bfloat16. Equals `rms_norm_reference`."""
-    return _RMSNormTriton.apply(x, weight, eps)
-
-
-# --- LayerNorm (Ba et al. 2016): y = (x - mean) / sqrt(var + eps) * w + b, biased variance
 
 
 def layer_norm_reference(x, weight, bias, eps):
@@ -463,29 +388,32 @@ def layer_norm_reference(x, weight, bias, eps):
     return (y if bias is None else y + bias.float()).to(x.dtype)
 
 
-def _layer_norm_fwd(X, W, B, Y, MEAN, RSTD, C, eps, HAS_BIAS: tl.constexpr, BLOCK_C: tl.constexpr):
-    """One row per program: mean, r = 1 / sqrt(var + eps), y = (x - mean) r w + b. Saves mean and r."""
-    row = tl.program_id(0).to(tl.int64)
+def _norm_fwd(X, W, B, Y, MEAN, RSTD, C, eps, CENTER: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_C: tl.constexpr):
+    """One row per program: mean (CENTER; else 0), r = 1 / sqrt(mean((x - mean)^2) + eps),
+    y = (x - mean) r w (+ b). Saves r, and the mean when it centres, for the backward."""
+    row = tl.program_id(0).to(tl.int64)  # 64-bit offsets: rows * C may pass 2^31 in a large batch
     cols = tl.arange(0, BLOCK_C)
     inside = cols < C
-    x = tl.load(X + row * C + cols, mask=inside, other=0.0).to(tl.float32)
-    mean = tl.sum(x, axis=0) / C
+    x = tl.load(X + row * C + cols, mask=inside, other=0.0).to(tl.float32)  # the padding adds 0 to the sums
+    mean = tl.sum(x, axis=0) / C if CENTER else 0.0  # divide by the true C, not the block
     xc = tl.where(inside, x - mean, 0.0)  # the padding must not add mean^2 to the variance
     rstd = tl.rsqrt(tl.sum(xc * xc, axis=0) / C + eps)
     y = xc * rstd * tl.load(W + cols, mask=inside, other=0.0).to(tl.float32)
     if HAS_BIAS:
         y += tl.load(B + cols, mask=inside, other=0.0).to(tl.float32)
     tl.store(Y + row * C + cols, y.to(Y.dtype.element_ty), mask=inside)
-    tl.store(MEAN + row, mean)
+    if CENTER:
+        tl.store(MEAN + row, mean)
     tl.store(RSTD + row, rstd)
 
 
-def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW_PART, DB_PART, M, C, HAS_BIAS: tl.constexpr,
-                    BLOCK_C: tl.constexpr):
-    """With x^ = (x - mean) r and g = dy * w, y = x^ w + b gives
+def _norm_bwd(X, W, DY, MEAN, RSTD, DX, DW_PART, DB_PART, M, C, CENTER: tl.constexpr, HAS_BIAS: tl.constexpr,
+              BLOCK_C: tl.constexpr):
+    """With x^ = (x - mean) r and g = dy * w, y = x^ w (+ b) gives
         dx = r (g - mean(g) - x^ mean(g x^)),    dw = sum over rows of dy x^,    db = sum over rows of dy.
-    (mean(g) is the gradient through the mean, x^ mean(g x^) the one through r.) Rows are shared out as
-    in _rms_norm_bwd, each program writing its float32 parts of dw and db."""
+    mean(g) is the gradient through the mean (CENTER only: RMSNorm has none), x^ mean(g x^) the one through
+    r (dr/dx = -r^3 (x - mean) / C). Each program takes rows pid, pid + P, pid + 2P, ... and writes its
+    float32 shares of dw (and db) to row pid of DW_PART (and DB_PART)."""
     pid = tl.program_id(0).to(tl.int64)
     n_programs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_C)
@@ -497,12 +425,14 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW_PART, DB_PART, M, C, HAS_BIAS: 
         row = pid + i * n_programs
         x = tl.load(X + row * C + cols, mask=inside, other=0.0).to(tl.float32)
         dy = tl.load(DY + row * C + cols, mask=inside, other=0.0).to(tl.float32)
-        mean = tl.load(MEAN + row)
+        mean = tl.load(MEAN + row) if CENTER else 0.0
         rstd = tl.load(RSTD + row)
         x_hat = tl.where(inside, (x - mean) * rstd, 0.0)
         g = dy * w  # 0 in the padding, since dy and w load as 0 there
-        dx = (g - tl.sum(g, axis=0) / C - x_hat * (tl.sum(g * x_hat, axis=0) / C)) * rstd
-        tl.store(DX + row * C + cols, dx.to(DX.dtype.element_ty), mask=inside)
+        dx = g - x_hat * (tl.sum(g * x_hat, axis=0) / C)
+        if CENTER:
+            dx -= tl.sum(g, axis=0) / C
+        tl.store(DX + row * C + cols, (dx * rstd).to(DX.dtype.element_ty), mask=inside)
         dw += dy * x_hat
         db += dy
     tl.store(DW_PART + pid * C + cols, dw, mask=inside)
@@ -510,23 +440,25 @@ def _layer_norm_bwd(X, W, DY, MEAN, RSTD, DX, DW_PART, DB_PART, M, C, HAS_BIAS: 
         tl.store(DB_PART + pid * C + cols, db, mask=inside)
 
 
-class _LayerNormTriton(torch.autograd.Function):
+class _NormTriton(torch.autograd.Function):
+    """Both norms: center=False is RMSNorm (bias None), center=True LayerNorm."""
+
     @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        kernels = _prepare("layer_norm_triton", [t for t in (x, weight, bias) if t is not None])
-        x2 = _as_rows(x, "layer_norm_triton", weight, bias)  # (M, C)
+    def forward(ctx, x, weight, bias, eps, center, name):
+        kernels = _prepare(name, [t for t in (x, weight, bias) if t is not None])
+        x2 = _as_rows(x, name, weight, bias)  # (M, C)
         weight = weight.contiguous()
         has_bias = bias is not None
         bias = bias.contiguous() if has_bias else weight  # without a bias, any pointer: it is never read
         M, C = x2.shape
         y = torch.empty_like(x2)
-        mean = torch.empty(M, dtype=torch.float32, device=x.device)
         rstd = torch.empty(M, dtype=torch.float32, device=x.device)
+        mean = torch.empty(M, dtype=torch.float32, device=x.device) if center else rstd  # RMSNorm: never touched
         block = triton.next_power_of_2(C)
-        kernels._layer_norm_fwd[(M,)](x2, weight, bias, y, mean, rstd, C, eps, HAS_BIAS=has_bias, BLOCK_C=block,
-                                      num_warps=_row_warps(block))
+        kernels._norm_fwd[(M,)](x2, weight, bias, y, mean, rstd, C, eps, CENTER=center, HAS_BIAS=has_bias,
+                                BLOCK_C=block, num_warps=_row_warps(block))
         ctx.save_for_backward(x2, weight, mean, rstd)
-        ctx.x_shape, ctx.has_bias, ctx.bias_dtype = x.shape, has_bias, bias.dtype
+        ctx.x_shape, ctx.center, ctx.has_bias, ctx.bias_dtype = x.shape, center, has_bias, bias.dtype
         return y.view(x.shape)
 
     @staticmethod
@@ -540,10 +472,19 @@ class _LayerNormTriton(torch.autograd.Function):
         dw_part = torch.empty((programs, C), dtype=torch.float32, device=x2.device)
         db_part = torch.empty((programs, C), dtype=torch.float32, device=x2.device) if ctx.has_bias else dw_part
         block = triton.next_power_of_2(C)
-        _TRITON._layer_norm_bwd[(programs,)](x2, weight, dy2, mean, rstd, dx, dw_part, db_part, M, C,
-                                             HAS_BIAS=ctx.has_bias, BLOCK_C=block, num_warps=_row_warps(block))
+        _TRITON._norm_bwd[(programs,)](x2, weight, dy2, mean, rstd, dx, dw_part, db_part, M, C, CENTER=ctx.center,
+                                       HAS_BIAS=ctx.has_bias, BLOCK_C=block, num_warps=_row_warps(block))
         db = db_part.sum(0).to(ctx.bias_dtype) if ctx.has_bias else None
-        return dx.view(ctx.x_shape), dw_part.sum(0).to(weight.dtype), db, None
+        return dx.view(ctx.x_shape), dw_part.sum(0).to(weight.dtype), db, None, None, None
+
+
+def rms_norm_triton(x, weight, eps):
+    """RMSNorm (Zhang & Sennrich 2019): y = x / sqrt(mean(x^2) + eps) * w over the last dim, fused into
+    one Triton kernel forward and one backward (dx, and dweight summed from per-program float32 parts).
+
+    x: any leading shape, last dim C (any C up to MAX_NORM_WIDTH); weight: (C,). Statistics in float32;
+    returns x's dtype. float32, float16, bfloat16. Equals `rms_norm_reference`."""
+    return _NormTriton.apply(x, weight, None, eps, False, "rms_norm_triton")
 
 
 def layer_norm_triton(x, weight, bias, eps):
@@ -553,7 +494,7 @@ def layer_norm_triton(x, weight, bias, eps):
 
     x: any leading shape, last dim C (up to MAX_NORM_WIDTH); weight: (C,); bias: (C,) or None.
     Statistics in float32; returns x's dtype. float32, float16, bfloat16. Equals `layer_norm_reference`."""
-    return _LayerNormTriton.apply(x, weight, bias, eps)
+    return _NormTriton.apply(x, weight, bias, eps, True, "layer_norm_triton")
 
 
 # --- SwiGLU (Shazeer 2020, "GLU variants improve transformer", eq. 6): silu(gate) * value
@@ -943,7 +884,7 @@ def flash_attention_triton(q, k, v, key_mask=None, causal=False):
 
 
 # Every kernel above, jitted together by _triton_kernels() at the first call
-_KERNELS = (_rms_norm_fwd, _rms_norm_bwd, _layer_norm_fwd, _layer_norm_bwd, _swiglu_fwd, _swiglu_bwd,
+_KERNELS = (_norm_fwd, _norm_bwd, _swiglu_fwd, _swiglu_bwd,
             _attn_fwd, _attn_bwd_dkdv, _attn_bwd_dq)
 
 
@@ -1329,13 +1270,11 @@ def gpu_compile_variants(dtype_name, head_sizes=(64, 128), norm_widths=(384, 153
     for width in norm_widths:
         block = triton.next_power_of_2(width)
         launch = {"num_warps": _row_warps(block)}
-        out += [("_rms_norm_fwd", dict(X=p, W=f32, Y=p, RSTD=f32, C="i32", eps="fp32"), {"BLOCK_C": block}, launch),
-                ("_rms_norm_bwd", dict(X=p, W=f32, DY=p, RSTD=f32, DX=p, DW_PART=f32, **ints("M", "C")),
-                 {"BLOCK_C": block}, launch),
-                ("_layer_norm_fwd", dict(X=p, W=f32, B=f32, Y=p, MEAN=f32, RSTD=f32, C="i32", eps="fp32"),
-                 {"HAS_BIAS": True, "BLOCK_C": block}, launch),
-                ("_layer_norm_bwd", dict(X=p, W=f32, DY=p, MEAN=f32, RSTD=f32, DX=p, DW_PART=f32, DB_PART=f32,
-                                         **ints("M", "C")), {"HAS_BIAS": True, "BLOCK_C": block}, launch)]
+        for center, has_bias in ((False, False), (True, True)):  # RMSNorm, LayerNorm
+            flags = {"CENTER": center, "HAS_BIAS": has_bias, "BLOCK_C": block}
+            out += [("_norm_fwd", dict(X=p, W=f32, B=f32, Y=p, MEAN=f32, RSTD=f32, C="i32", eps="fp32"), flags, launch),
+                    ("_norm_bwd", dict(X=p, W=f32, DY=p, MEAN=f32, RSTD=f32, DX=p, DW_PART=f32, DB_PART=f32,
+                                       **ints("M", "C")), flags, launch)]
     out += [("_swiglu_fwd", dict(A=p, V=p, Y=p, N="i32"), {"BLOCK": SWIGLU_BLOCK}, {"num_warps": 4}),
             ("_swiglu_bwd", dict(A=p, V=p, DY=p, DA=p, DV=p, N="i32"), {"BLOCK": SWIGLU_BLOCK}, {"num_warps": 4})]
     qkv = ints(*(f"s{t}{d}" for t in "qkv" for d in "bhtd"))
