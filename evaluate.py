@@ -46,7 +46,7 @@ import torch.nn.functional as F
 import configurator
 import data
 import kernels
-from model import CheckpointError, LlamaConfig, load_checkpoint, raw_model, read_llama2c
+from model import CheckpointError, LlamaConfig, family_settings, load_checkpoint, raw_model, read_llama2c
 
 # -----------------------------------------------------------------------------
 # devices and precision (train.py uses these too)
@@ -1032,14 +1032,15 @@ def load_nanogpt(path):
 def bench_contestants(case, seq, device, compile_too, nanogpt=None):
     """[(name, module, loss function)] for one case: ours under each switch, then the peers; with
     compile_too, ours and the peers again, compiled (torch.compile, default mode)."""
-    swiglu = case.settings.get("ffn", "swiglu" if case.family == "encoder" else "gelu") == "swiglu"
+    settings = {**family_settings(case.family), **case.settings}  # the case's, over the family's defaults
     variants = [("ours", {}), ("ours, manual attention", {"attn_impl": "manual"}),
                 ("ours, manual norms", {"norm_impl": "manual"})]
     if device.startswith("cuda") and kernels.triton_available():
         # the Triton attention has no dropout, so its row runs without dropout anywhere: about 10 % of a
         # training step's time when the others drop out (its inference figures are like for like)
-        triton = {"attn_impl": "triton", "norm_impl": "triton", "ffn_impl": "triton" if swiglu else "torch"}
-        variants.append(("ours, Triton kernels" + (", no dropout" if case.settings.get("dropout", 0.1) else ""),
+        triton = {"attn_impl": "triton", "norm_impl": "triton",
+                  "ffn_impl": "triton" if settings["ffn"] == "swiglu" else "torch"}
+        variants.append(("ours, Triton kernels" + (", no dropout" if settings["dropout"] else ""),
                          {**triton, "dropout": 0.0}))
     rows = []
     for name, switches in variants:
@@ -1151,8 +1152,12 @@ def run_bench(args, device):
         figures = time_contestants(rows, batch, device, ctx, args.rounds, args.bench_steps)
         base = figures["ours"]
         flops = 3 * rows[0][1].flops_per_forward(seq, batch_size)  # the analytic training FLOPs of a step
-        print(f"\n{case.name}: B={batch_size}, T={seq}, "
-              f"{sum(p.numel() for p in rows[0][1].parameters()):,} parameters (ours)")
+        tokens = batch_size * seq
+        for name, module, _ in rows:
+            f = figures[name]
+            f.update(params=sum(p.numel() for p in module.parameters()), tokens=tokens,
+                     train_ratio=f["train_ms"] / base["train_ms"], infer_ratio=f["infer_ms"] / base["infer_ms"])
+        print(f"\n{case.name}: B={batch_size}, T={seq}, {base['params']:,} parameters (ours)")
         header = (f"{'contestant':<34} {'train ms':>9} {'tok/s':>9} {'ratio':>6} "
                   f"{'infer ms':>9} {'tok/s':>10} {'ratio':>6}")
         header += "  peak MB" if device.startswith("cuda") else ""
@@ -1160,10 +1165,8 @@ def run_bench(args, device):
         print(header + "  attention kernel")
         for name, module, loss_fn in rows:
             f = figures[name]
-            tokens = batch_size * seq
-            line = (f"{name:<34} {f['train_ms']:9.2f} {tokens / f['train_ms'] * 1e3:9,.0f} "
-                    f"{f['train_ms'] / base['train_ms']:6.2f} {f['infer_ms']:9.2f} "
-                    f"{tokens / f['infer_ms'] * 1e3:10,.0f} {f['infer_ms'] / base['infer_ms']:6.2f}")
+            line = (f"{name:<34} {f['train_ms']:9.2f} {tokens / f['train_ms'] * 1e3:9,.0f} {f['train_ratio']:6.2f} "
+                    f"{f['infer_ms']:9.2f} {tokens / f['infer_ms'] * 1e3:10,.0f} {f['infer_ratio']:6.2f}")
             if f["peak_mb"] is not None:
                 line += f" {f['peak_mb']:8.0f}"
             if peak:
@@ -1171,8 +1174,6 @@ def run_bench(args, device):
                 line += f" {f['mfu']:5.1%}"
             f["attention"] = attention_kernels(module, loss_fn, batch, ctx) if "compiled" not in name else "-"
             print(f"{line}  {f['attention']}")
-            f.update(params=sum(p.numel() for p in module.parameters()), tokens=tokens,
-                     train_ratio=f["train_ms"] / base["train_ms"], infer_ratio=f["infer_ms"] / base["infer_ms"])
         results.append({"case": case.name, "batch": batch_size, "seq": seq, "train_flops_per_step": flops,
                         "contestants": figures})
     if args.json:

@@ -410,7 +410,7 @@ def local_micro_batches(stream, epoch, i, procs):
     micro = stream.step(epoch, i, procs.device, procs.rank, procs.world)
     if micro:
         return micro
-    inputs, _, _ = stream.step(epoch, i, procs.device)[0]
+    inputs, _, _ = stream.step(epoch, i, procs.device, 0, procs.world)[0]  # rank 0's first is the step's first
     return [(inputs, 0, 0)]
 
 
