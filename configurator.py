@@ -18,8 +18,15 @@ import difflib
 import os
 
 
-class ConfigError(ValueError):
-    """An unknown key, an ill-typed value, or an unreadable config file."""
+class UserError(Exception):
+    """Bad input: a setting, an argument, a data file or a checkpoint that cannot be used, with what to do
+    about it. Every command line (train.py, evaluate.py, study.py, data.py, kernels.py) prints one as a
+    single line, `error: ...`, and exits with status 1. Its family: ConfigError here, data.DataError and
+    model.CheckpointError. Any other exception is a bug in this code, and keeps its traceback."""
+
+
+class ConfigError(UserError, ValueError):
+    """An unknown key, an ill-typed or out-of-range value, or an unreadable config file."""
 
 
 def closest(key, valid):

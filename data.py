@@ -57,6 +57,8 @@ from typing import Callable
 import numpy as np
 import torch
 
+from configurator import UserError
+
 # -----------------------------------------------------------------------------
 # The .bin array format
 
@@ -67,7 +69,7 @@ DTYPES = {1: np.uint16, 2: np.uint32, 3: np.int64}
 DTYPE_CODES = {np.dtype(v): k for k, v in DTYPES.items()}
 
 
-class DataError(RuntimeError):
+class DataError(UserError, RuntimeError):
     """Missing, corrupt or mismatched data files, with what to do about them."""
 
 
@@ -1659,7 +1661,7 @@ def main(argv=None):
         check_subset(a.dataset, a.subset)
         DATASETS[a.dataset].prepare(protocol=a.protocol, vocab=a.vocab, tokenizer=tokenizer, max_len=a.max_len,
                                     subset=a.subset, mirror=a.mirror, out_dir=a.out_dir, seed=a.seed)
-    except DataError as e:
+    except UserError as e:  # bad input: one line; a bug keeps its traceback
         sys.exit(f"error: {e}")
 
 

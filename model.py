@@ -32,6 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import kernels
+from configurator import ConfigError, UserError
 
 # -----------------------------------------------------------------------------
 # Normalization layers
@@ -96,7 +97,7 @@ def make_norm(kind, cfg):
         return RMSNorm(cfg.n_embd, cfg.norm_eps, impl=cfg.norm_impl)
     if kind == "layer":
         return LayerNorm(cfg.n_embd, cfg.norm_eps, bias=cfg.bias, impl=cfg.norm_impl)
-    raise ValueError(f"unknown norm {kind!r}: expected 'rms' or 'layer'")
+    raise ConfigError(f"unknown norm {kind!r}: expected 'rms' or 'layer'")
 
 
 # -----------------------------------------------------------------------------
@@ -207,7 +208,7 @@ class Attention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
         if self.attn_impl == "triton" and not need_weights:
             if dropout_p > 0:
-                raise ValueError("attn_impl='triton' has no attention dropout: train it with dropout=0, or use 'sdpa'")
+                raise ConfigError("attn_impl='triton' has no attention dropout: train it with dropout=0, or use 'sdpa'")
             # the kernel places query i at position S - T + i, as the explicit causal mask below does, and
             # reads the key-padding mask per key; grouped-query heads share their key/value head in place
             y = kernels.flash_attention_triton(q, k, v, key_mask, causal=self.causal and T > 1)  # (B, nh, T, hs)
@@ -333,7 +334,7 @@ def discretize(delta, A, Bm, x, method):
     if method == "bilinear":
         inv = 1.0 / (1 - dA / 2)
         return inv * (1 + dA / 2), inv * dBx
-    raise ValueError(f"discretization={method!r}: expected one of {DISCRETIZATIONS}")
+    raise ConfigError(f"discretization={method!r}: expected one of {DISCRETIZATIONS}")
 
 
 DISCRETIZATIONS = ("zoh_approx", "zoh", "bilinear")
@@ -446,14 +447,14 @@ class Block(nn.Module):
 
 def check_block_fields(cfg, positive=(), positions=("rope", "learned", "none")):
     """Validate the fields every config shares (the ones Block reads, plus embeddings), fill in the
-    0-means-default ones, and raise ValueError naming the config class on nonsense. `positions`: the
+    0-means-default ones, and raise ConfigError naming the config class on nonsense. `positions`: the
     position schemes the family offers."""
     name = type(cfg).__name__
     for field in ("n_layer", "n_embd", "n_head", *positive):
         if getattr(cfg, field) < 1:
-            raise ValueError(f"{name}: {field}={getattr(cfg, field)} must be at least 1")
+            raise ConfigError(f"{name}: {field}={getattr(cfg, field)} must be at least 1")
     if cfg.n_kv_head < 0 or cfg.ffn_hidden < 0:
-        raise ValueError(f"{name}: n_kv_head={cfg.n_kv_head} and ffn_hidden={cfg.ffn_hidden} "
+        raise ConfigError(f"{name}: n_kv_head={cfg.n_kv_head} and ffn_hidden={cfg.ffn_hidden} "
                          f"must be >= 0 (0 picks the default)")
     if cfg.n_kv_head == 0:
         cfg.n_kv_head = cfg.n_head
@@ -475,7 +476,7 @@ def check_block_fields(cfg, positive=(), positions=("rope", "learned", "none")):
     ]
     for ok, msg in checks:
         if not ok:
-            raise ValueError(f"{name}: {msg}")
+            raise ConfigError(f"{name}: {msg}")
 
 
 def register_rope(module, cfg):
@@ -648,7 +649,7 @@ class EncoderConfig:
         ]
         for ok, msg in checks:
             if not ok:
-                raise ValueError(f"{type(self).__name__}: {msg}")
+                raise ConfigError(f"{type(self).__name__}: {msg}")
 
 
 class EncoderClassifier(TokenModel):
@@ -978,10 +979,10 @@ class LlamaConfig:
             self.ffn_hidden = llama_ffn_hidden(self.n_embd, self.multiple_of)
         check_block_fields(self, ("vocab_size", "block_size", "multiple_of"))
         if self.n_classes < 0 or self.n_classes == 1:
-            raise ValueError(f"LlamaConfig: n_classes={self.n_classes}: 0 (a language model) or at least 2")
+            raise ConfigError(f"LlamaConfig: n_classes={self.n_classes}: 0 (a language model) or at least 2")
         unknown = set(self.lora_targets.split(",")) - set(LORA_TARGETS)
         if self.lora_rank < 0 or (self.lora_rank and unknown) or self.lora_alpha <= 0:
-            raise ValueError(f"LlamaConfig: lora_rank={self.lora_rank} (>= 0), lora_alpha={self.lora_alpha} (> 0), "
+            raise ConfigError(f"LlamaConfig: lora_rank={self.lora_rank} (>= 0), lora_alpha={self.lora_alpha} (> 0), "
                              f"lora_targets={self.lora_targets!r} (a comma-separated subset of {list(LORA_TARGETS)})")
 
 
@@ -1154,7 +1155,7 @@ class EncDecConfig:
 
     def __post_init__(self):
         if self.n_dec_layer < 0:
-            raise ValueError(f"EncDecConfig: n_dec_layer={self.n_dec_layer} must be >= 0 (0 means n_layer)")
+            raise ConfigError(f"EncDecConfig: n_dec_layer={self.n_dec_layer} must be >= 0 (0 means n_layer)")
         if self.n_dec_layer == 0:
             self.n_dec_layer = self.n_layer
         check_block_fields(self, ("vocab_size", "block_size"), ("sinusoidal", "learned", "rope", "none"))
@@ -1291,7 +1292,7 @@ class MambaConfig:
         self.d_inner = self.expand * self.n_embd  # derived, not a field
         for field in ("vocab_size", "block_size", "n_layer", "n_embd", "d_state", "d_conv", "expand", "dt_rank"):
             if getattr(self, field) < 1:
-                raise ValueError(f"MambaConfig: {field}={getattr(self, field)} must be at least 1")
+                raise ConfigError(f"MambaConfig: {field}={getattr(self, field)} must be at least 1")
         checks = [
             (0 < self.dt_min <= self.dt_max, f"need 0 < dt_min={self.dt_min} <= dt_max={self.dt_max}"),
             (self.discretization in DISCRETIZATIONS,
@@ -1303,7 +1304,7 @@ class MambaConfig:
         ]
         for ok, msg in checks:
             if not ok:
-                raise ValueError(f"MambaConfig: {msg}")
+                raise ConfigError(f"MambaConfig: {msg}")
 
 
 class Mamba(TokenModel):
@@ -1380,14 +1381,14 @@ def family_settings(family):
 
 def build_model(family, settings, facts):
     """A new model of `family` from a run's settings (any dict holding the family's keys) and the
-    dataset's facts (vocab_size, and n_classes and block_size for a labelled set). Raises ValueError
+    dataset's facts (vocab_size, and n_classes and block_size for a labelled set). Raises ConfigError
     naming what is wrong: an unknown family, a fact the data does not give, or a bad setting."""
     if family not in FAMILIES:
-        raise ValueError(f"model={family!r}: expected one of {sorted(FAMILIES)}")
+        raise ConfigError(f"model={family!r}: expected one of {sorted(FAMILIES)}")
     cfg_cls, model_cls = FAMILIES[family]
     missing = [k for k in cfg_cls.data_fields if k not in facts]
     if missing:
-        raise ValueError(f"model {family!r} takes {', '.join(missing)} from its dataset, which does not give it")
+        raise ConfigError(f"model {family!r} takes {', '.join(missing)} from its dataset, which does not give it")
     args = {k: settings[k] for k in family_settings(family)}
     args.update({k: facts[k] for k in cfg_cls.data_fields})
     return model_cls(cfg_cls(**args))
@@ -1415,7 +1416,7 @@ def from_pretrained(pretrained, family, settings, facts):
     Returns (model, names of the tensors that start fresh)."""
     cfg_cls, model_cls = FAMILIES[family]
     if type(pretrained.cfg) is not cfg_cls:
-        raise ValueError(f"the checkpoint holds a {family_of(pretrained)!r} model, not a {family!r} one")
+        raise ConfigError(f"the checkpoint holds a {family_of(pretrained)!r} model, not a {family!r} one")
     if getattr(pretrained.cfg, "lora_rank", 0):
         pretrained = merge_lora(pretrained)
     own = asdict(pretrained.cfg)
@@ -1423,9 +1424,9 @@ def from_pretrained(pretrained, family, settings, facts):
     clash = [f"{k}={settings[k]!r} (checkpoint: {own[k]!r})" for k in defaults
              if k not in cfg_cls.tunable and settings.get(k, defaults[k]) not in (defaults[k], own[k])]
     if clash:
-        raise ValueError(f"the run sets architecture that the checkpoint fixes: {', '.join(clash)}")
+        raise ConfigError(f"the run sets architecture that the checkpoint fixes: {', '.join(clash)}")
     if facts.get("vocab_size", own["vocab_size"]) != own["vocab_size"]:
-        raise ValueError(f"the dataset's vocabulary has {facts['vocab_size']} tokens, the checkpoint's "
+        raise ConfigError(f"the dataset's vocabulary has {facts['vocab_size']} tokens, the checkpoint's "
                          f"{own['vocab_size']}: prepare the data with the checkpoint's tokenizer")
     args = {**own, **{k: settings[k] for k in cfg_cls.tunable},
             **{k: facts[k] for k in cfg_cls.data_fields if k in facts}}
@@ -1436,7 +1437,7 @@ def from_pretrained(pretrained, family, settings, facts):
     # new by design: a classification head (or one for another number of classes) and LoRA adapters
     lost = [k for k in missing if not (k.startswith("cls_head.") or "lora_" in k or k in old)]
     if lost:
-        raise ValueError(f"the checkpoint lacks weights the model needs: {lost[:5]}")
+        raise ConfigError(f"the checkpoint lacks weights the model needs: {lost[:5]}")
     return model, sorted(missing)
 
 
@@ -1454,7 +1455,7 @@ CKPT_VERSION = 2  # 2: `kind` is the family name ('encoder' | 'gpt'); run state 
 OLD_KINDS = {1: {"encoder_classifier": "encoder", "gpt": "gpt"}}  # version -> its kind names -> today's
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A file that is missing, unreadable, or not a checkpoint written by this project."""
 
 
@@ -1635,7 +1636,7 @@ def write_llama2c(model, path, version=0):
         m = merge_lora(m)  # llama2.c knows no adapters: fold them into the weights
     cfg = m.cfg
     if not isinstance(m, Llama) or cfg.n_classes or cfg.norm != "rms" or cfg.rope_theta != 10000.0:
-        raise ValueError("llama2.c's formats hold a Llama language model with RMSNorm and RoPE theta 10000")
+        raise ConfigError("llama2.c's formats hold a Llama language model with RMSNorm and RoPE theta 10000")
     sd = {k: v.detach().float().cpu() for k, v in m.state_dict().items()}
     tmp = f"{path}.tmp{os.getpid()}"
     if version == "pt":
@@ -1659,5 +1660,5 @@ def write_llama2c(model, path, version=0):
             for name in order:
                 f.write(sd[name].numpy().astype("<f4").tobytes())
     else:
-        raise ValueError(f"version={version!r}: expected 0, 1 or 'pt'")
+        raise ConfigError(f"version={version!r}: expected 0, 1 or 'pt'")
     os.replace(tmp, path)

@@ -43,6 +43,8 @@ from model import (CKPT_VERSION, FAMILIES, CheckpointError, build_model, family_
 out_dir = "out/sst2"  # ckpt.pt (best validation loss), last.pt (latest state, for resume), log.jsonl, summary.json
 init_from = "scratch"  # 'scratch', 'resume' (from out_dir/last.pt), or a checkpoint to fine-tune: a file, ours
 # (ckpt.pt) or llama2.c's (.bin, .pt), or a name in data.PRETRAINED ('stories260K'); its architecture and weights
+overwrite = False  # a new run into an out_dir that holds a run (ckpt.pt, last.pt or summary.json) is refused
+# unless this is True: then that run's files are deleted first
 log_interval = 50  # iterations between progress lines
 eval_interval = 0  # iterations between evaluations; 0 = once per epoch (the last iteration is always evaluated)
 # data
@@ -111,6 +113,8 @@ class Task:
     metrics: dict  # name -> evaluate.Metric, the figures `evaluate` returns ('loss' first)
     stream: Callable  # (train split, model config, run config) -> a batch stream (data.py)
     evaluate: Callable  # (model, split, run config, device, autocast context) -> figures
+    fixed_shape: bool = False  # every training batch has one shape (a language model's windows of block_size);
+    # the others are padded to their bucket's longest sequence, so their length changes from batch to batch
 
 
 def classification_stream(split, model_cfg, cfg):
@@ -152,7 +156,7 @@ def score_mlm(model, split, cfg, device, ctx):
 
 TASKS = {
     "classification": Task(evaluate.CLASSIFICATION_METRICS, classification_stream, score_classifier),
-    "lm": Task(evaluate.LM_METRICS, lm_stream, score_lm),
+    "lm": Task(evaluate.LM_METRICS, lm_stream, score_lm, fixed_shape=True),
     "seq2seq": Task(evaluate.SEQ2SEQ_METRICS, seq2seq_stream, score_seq2seq),
     "mlm": Task(evaluate.MLM_METRICS, mlm_stream, score_mlm),
 }
@@ -175,7 +179,7 @@ def new_model(cfg, dataset):
             return build_model(family, cfg, dataset.facts())
         path = data.pretrained_file(cfg["init_from"]) if cfg["init_from"] in data.PRETRAINED else cfg["init_from"]
         model, fresh = from_pretrained(load_pretrained(path), family, cfg, dataset.facts())
-    except ValueError as e:
+    except configurator.ConfigError as e:
         where = "" if cfg["init_from"] == "scratch" else f"init_from {cfg['init_from']}: "
         raise configurator.ConfigError(f"{where}{e}") from None
     print(f"starting from {cfg['init_from']}" + (f"; new: {', '.join(fresh)}" if fresh else ""))
@@ -254,7 +258,7 @@ def set_lr(optimizer, cfg, it, total_iters):
 def step_flops(model, micro_batches):
     """Training FLOPs of one step: 3x the analytic forward FLOPs (the backward pass costs about twice the
     forward) of each micro-batch of token ids `idx` (B, T) at its padded length; other inputs count 0, and
-    so does a micro-batch of 0 examples (a DDP process's stand-in, see `local_micro_batches`)."""
+    so does a micro-batch of 0 examples (a DDP process's stand-in, see `Processes.step`)."""
     return float(sum(3 * model.flops_per_forward(x["idx"].size(1), x["idx"].size(0),
                                                  **({"mlm": True} if "mlm_targets" in x else {}))
                      for x, n, _ in micro_batches if "idx" in x and n))
@@ -342,6 +346,49 @@ class Processes:
         if self.world > 1:
             torch.distributed.barrier(group=self.cpu_group)
 
+    def step(self, stream, state, model, stop_requested):
+        """This process's micro-batches of the state's next step [(inputs, examples, tokens), ...], and the
+        StepTotals of all the processes' (one sum over them, of CPU numbers; nothing for one process):
+        whether any was asked to stop, so that all stop after the same step; the step's examples, so that
+        each micro-batch weighs its share of all of them; its tokens and FLOPs, for the meter.
+        The last step of an epoch can hold fewer micro-batches than there are processes; a process left
+        without one still has to join the step's gradient all-reduce, so it takes rank 0's first
+        micro-batch (the step's first) with 0 examples, a weight of 0."""
+        micro = stream.step(state.epoch, state.step_in_epoch, self.device, self.rank, self.world)
+        if not micro:
+            inputs, _, _ = stream.step(state.epoch, state.step_in_epoch, self.device, 0, self.world)[0]
+            micro = [(inputs, 0, 0)]
+        counts = [stop_requested, sum(n for _, n, _ in micro), sum(t for _, _, t in micro), step_flops(model, micro)]
+        asked, examples, tokens, flops = self.sum(counts)
+        return micro, StepTotals(bool(asked), int(examples), int(tokens), flops)
+
+    def seed_dropout(self, seed, iter_num):
+        """Under DDP, each process its own dropout masks (one seed everywhere would give all the same ones),
+        drawn from (seed, step, rank) so that a resumed run draws what it would have drawn. One process
+        keeps the one random stream it started with."""
+        if self.world > 1:
+            torch.manual_seed(hash((seed, iter_num, self.rank)) % 2**63)
+
+    def models(self, model, cfg, task, stream, state, ctx):
+        """(the module that trains, the module that evaluates) over `model`, the plain module whose weights
+        the checkpoints keep. One process: both are the model, compiled when compile=True. DDP: the
+        training module is DistributedDataParallel(model), compiled (dynamo then splits the graph at DDP's
+        gradient buckets, so their all-reduces overlap the backward pass); evaluation runs the plain model,
+        compiled on its own, in every process alike. DDP waits for every parameter's gradient unless told
+        which never come: a probe pass over the next micro-batch finds them (unused_parameters)."""
+        if self.world == 1:
+            module = compiled(model, cfg, task)
+            return module, module
+        probe = stream.step(state.epoch, state.step_in_epoch, self.device)[0]
+        unused = unused_parameters(model, probe, ctx)
+        if unused:
+            print(f"DDP: no gradient reaches {', '.join(unused)} (find_unused_parameters=True)")
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[self.device] if self.device.startswith("cuda") else None,
+            find_unused_parameters=bool(unused))
+        return compiled(ddp, cfg, task), compiled(model, cfg, task)
+
+
     @contextmanager
     def main_first(self):
         """Rank 0 runs the block first (preparing a missing dataset, say), then the others do."""
@@ -350,6 +397,15 @@ class Processes:
         yield
         if self.main:
             self.barrier()
+
+
+@dataclass(frozen=True)
+class StepTotals:
+    """One optimizer step over all the processes: whether to stop before it, and its size."""
+    stop: bool
+    examples: int
+    tokens: int
+    flops: float
 
 
 def torchrun_env():
@@ -403,17 +459,6 @@ def processes(cfg):
         torch.distributed.destroy_process_group()
 
 
-def local_micro_batches(stream, epoch, i, procs):
-    """This process's micro-batches of step i (all of them for a plain run). The last step of an epoch can
-    hold fewer micro-batches than there are processes; a process left without one still has to join the
-    gradient all-reduce of the step, so it gets the step's first micro-batch with 0 examples, a weight of 0."""
-    micro = stream.step(epoch, i, procs.device, procs.rank, procs.world)
-    if micro:
-        return micro
-    inputs, _, _ = stream.step(epoch, i, procs.device, 0, procs.world)[0]  # rank 0's first is the step's first
-    return [(inputs, 0, 0)]
-
-
 def unused_parameters(model, micro_batch, ctx):
     """Names of the trainable parameters that get no gradient from a forward and backward pass of one
     micro-batch (the encoder's classification head while it pretrains as a masked LM). DDP waits for every
@@ -431,34 +476,16 @@ def unused_parameters(model, micro_batch, ctx):
     return names
 
 
-def compiled(model, cfg, task_name):
-    """torch.compile(model) when compile=True, else the model. Classification, seq2seq and MLM batches are
-    padded to their bucket's longest sequence, so their length changes from batch to batch (and so does
-    the batch size, at the end of an epoch or a split): dynamic=True traces one graph with symbolic sizes
-    from the start, where the default would specialize on the first length, recompile on the second, and
-    count each against dynamo's recompile limit (past it, a shape runs uncompiled). A language model's
-    windows all have block_size tokens: the default keeps its graph specialized to that shape."""
+def compiled(model, cfg, task):
+    """torch.compile(model) when compile=True, else the model. Most tasks' batches are padded to their
+    bucket's longest sequence, so their length changes from batch to batch (and so does the batch size, at
+    the end of an epoch or a split): dynamic=True traces one graph with symbolic sizes from the start,
+    where the default would specialize on the first length, recompile on the second, and count each
+    against dynamo's recompile limit (past it, a shape runs uncompiled). A task of one fixed shape (a
+    language model's windows of block_size) keeps the default, a graph specialized to that shape."""
     if not cfg["compile"]:
         return model
-    return torch.compile(model, dynamic=None if task_name == "lm" else True)
-
-
-def models(model, cfg, task_name, procs, probe, ctx):
-    """(the module that trains, the module that evaluates) over `model`, the plain module whose weights
-    the checkpoints keep. One process: both are the model, compiled when compile=True. DDP: the training
-    module is DistributedDataParallel(model), compiled (dynamo then splits the graph at DDP's gradient
-    buckets, so their all-reduces overlap the backward pass); evaluation runs the plain model, compiled
-    on its own, in every process alike. `probe` is a micro-batch for unused_parameters."""
-    if procs.world == 1:
-        module = compiled(model, cfg, task_name)
-        return module, module
-    unused = unused_parameters(model, probe, ctx)
-    if unused:
-        print(f"DDP: no gradient reaches {', '.join(unused)} (find_unused_parameters=True)")
-    ddp = torch.nn.parallel.DistributedDataParallel(
-        model, device_ids=[procs.device] if procs.device.startswith("cuda") else None,
-        find_unused_parameters=bool(unused))
-    return compiled(ddp, cfg, task_name), compiled(model, cfg, task_name)
+    return torch.compile(model, dynamic=None if task.fixed_shape else True)
 
 
 def device_peak(cfg, dev, dtype_name):
@@ -539,35 +566,116 @@ def check_settings(cfg):
     if cfg["peak_tflops"] < 0:
         raise configurator.ConfigError(f"peak_tflops={cfg['peak_tflops']}: expected a device's peak TFLOP/s, or 0 to "
                                        f"look it up")
+    check_out_dir(cfg)
 
 
-def start(cfg, dataset, dev, paths, writer=True):
-    """A new model and state, or (init_from='resume') both from last.pt with the checkpoint itself,
-    which also holds the optimizer, schedulers and RNG to restore. Returns (model, state, ckpt or None).
-    `writer`: this process writes the run's files (rank 0 of a DDP run)."""
+RUN_FILES = {"best": "ckpt.pt", "last": "last.pt", "log": "log.jsonl", "summary": "summary.json"}
+
+
+def run_paths(out_dir):
+    """{'best', 'last', 'log', 'summary'}: the files of the run in out_dir."""
+    return {k: os.path.join(out_dir, f) for k, f in RUN_FILES.items()}
+
+
+def existing_run(out_dir):
+    """The files in out_dir that make it hold a run (a checkpoint or a summary), or []."""
+    return [f for k, f in RUN_FILES.items() if k != "log" and os.path.isfile(os.path.join(out_dir, f))]
+
+
+def check_out_dir(cfg):
+    """A new run never replaces a run already in out_dir unless overwrite=True: checked before any data
+    is prepared or model built, so a mistyped out_dir or a forgotten --init_from=resume costs nothing."""
+    found = existing_run(cfg["out_dir"])
+    if found and cfg["init_from"] != "resume" and not cfg["overwrite"]:
+        raise configurator.ConfigError(
+            f"{cfg['out_dir']} already holds a run ({', '.join(found)}): continue it with --init_from=resume, "
+            f"replace it with --overwrite=True (its files are deleted), or give another --out_dir")
+
+
+def start(cfg, dataset, dev, files):
+    """A new model and state, or (init_from='resume') both from last.pt with the checkpoint itself, which
+    also holds the optimizer, schedulers and RNG to restore; the run's start goes into its log. A resume
+    must be the same run (same_run): only IMPLEMENTATION_KEYS (printed and logged) and BOOKKEEPING_KEYS
+    may change. Returns (model, state, checkpoint or None, the run's config): a resumed run is the run it
+    continues, so its config says how that one started (from scratch, stories260K, a checkpoint), and
+    study.py knows it for the run it planned."""
+    paths = files.paths
     if cfg["init_from"] != "resume":
-        for path in (paths["log"], paths["summary"]):
-            if writer and os.path.exists(path):
-                os.remove(path)  # a new run starts a new log (its checkpoints replace the old ones too)
-        return new_model(cfg, dataset).to(dev), RunState(), None
+        for path in paths.values():  # check_out_dir let this through: an empty out_dir, or overwrite=True
+            if files.writer and os.path.exists(path):
+                os.remove(path)
+                print(f"deleted {path} (of the run this one replaces)")
+        files.log({"type": "start", "iter": 0, "config": cfg})
+        return new_model(cfg, dataset).to(dev), RunState(), None, cfg
     model, ckpt = load_checkpoint(paths["last"], dev)
     if ckpt["version"] != CKPT_VERSION:
         raise CheckpointError(f"{paths['last']} is checkpoint version {ckpt['version']}; resuming needs version "
                               f"{CKPT_VERSION} (the run state changed). Evaluate it with evaluate.py, or start again")
     dataset.check_matches(ckpt["data"], f"the run in {paths['last']}")
-    changed = [k for k in ("model", *family_settings(cfg["model"])) if ckpt["config"].get(k) != cfg[k]]
-    if changed:
-        raise configurator.ConfigError(f"{paths['last']} was trained with other model settings ({', '.join(changed)}); "
-                                       f"resume with the same ones, or start again with another out_dir")
+    old = ckpt["config"]
+    implementation, other = run_differences(old, cfg)
+    if other:
+        raise configurator.ConfigError(
+            f"{paths['last']} is a run with other settings ({changes(old, cfg, other)}): a resume continues the "
+            f"same run, so resume with its settings (only {', '.join(IMPLEMENTATION_KEYS)} may change), or "
+            f"start a new run in another out_dir")
+    if implementation:
+        print(f"resuming under other implementation settings: {changes(old, cfg, implementation)}")
+    if old.get("init_from", "resume") != "resume":
+        cfg = {**cfg, "init_from": old["init_from"]}
     state = RunState.from_checkpoint(ckpt)
     state.stopped = ""  # it goes on
     print(f"resuming from {paths['last']} at iteration {state.iter_num}, epoch {state.epoch}")
-    return model, state, ckpt
+    files.log({"type": "start", "iter": state.iter_num, "config": cfg,
+               **({"implementation_changed": {k: [old.get(k), cfg[k]] for k in implementation}}
+                  if implementation else {})})
+    return model, state, ckpt, cfg
+
+
+# -----------------------------------------------------------------------------
+# the same run: which configs describe one run (train.py resumes only the same run; study.py counts a
+# finished run of the same config as done, and continues a stopped one)
+
+# Settings that choose how the same function is computed, not what is trained: the attention, norm, SwiGLU
+# and AdamW paths (each tested equal to its reference) and compilation. They change results only by float
+# rounding, so a run may resume under another of them (it says which), and a run made under another is the
+# same run (runs made before the fused norms and the fused AdamW became the defaults count as finished).
+IMPLEMENTATION_KEYS = ("attn_impl", "norm_impl", "ffn_impl", "adamw_impl", "compile")
+# Settings that change nothing a run computes: how often it prints, the MFU's denominator, and whether it
+# was allowed to replace a run in its out_dir.
+BOOKKEEPING_KEYS = ("log_interval", "peak_tflops", "overwrite")
+
+
+def run_differences(a, b):
+    """The settings two run configs differ in, as (implementation keys, other keys), each sorted. A config
+    with init_from 'resume' was started by continuing a run, which is the run it continues: it matches any
+    init_from. A setting one config lacks (added to train.py after that run was made) counts as its
+    default, which that run had. BOOKKEEPING_KEYS are not compared."""
+    a, b = json.loads(json.dumps(a)), json.loads(json.dumps(b))  # as stored: tuples -> lists
+    if "resume" in (a.get("init_from"), b.get("init_from")):
+        a.pop("init_from", None), b.pop("init_from", None)
+    defaults = {**DEFAULTS, **MODEL_SETTINGS["model"].get(a.get("model", DEFAULTS["model"]), {})}
+    unset = object()  # a key that neither the config nor the defaults know differs from any value
+    value = lambda c, k: c[k] if k in c else defaults.get(k, unset)  # noqa: E731
+    differ = sorted(k for k in (set(a) | set(b)) - set(BOOKKEEPING_KEYS) if value(a, k) != value(b, k))
+    implementation = [k for k in differ if k in IMPLEMENTATION_KEYS]
+    return implementation, [k for k in differ if k not in IMPLEMENTATION_KEYS]
+
+
+def same_run(a, b):
+    """Whether two run configs describe the same run: they differ at most in IMPLEMENTATION_KEYS."""
+    return not run_differences(a, b)[1]
+
+
+def changes(a, b, keys):
+    """'key old -> new, ...' for the keys in which config a and config b differ."""
+    return ", ".join(f"{k} {a.get(k, '(unset)')!r} -> {b.get(k, '(unset)')!r}" for k in keys)
 
 
 def validate(model, task, dataset, cfg, state, plateau, device, ctx, procs=Processes()):
     """Score the model on the validation split and record it in the state: the last figures, the best
-    loss, the count of evaluations without improvement; step the plateau schedule on the loss.
+    loss, the count of evaluations without improvement (early stopping after early_stop_patience of them);
+    step the plateau schedule on the loss.
     Returns (figures, whether this is the best validation loss so far).
     Under DDP every process scores the whole split, the same way (it is small next to training, and the
     schedule and early stopping need the loss everywhere); all then take rank 0's loss, so that a
@@ -582,6 +690,8 @@ def validate(model, task, dataset, cfg, state, plateau, device, ctx, procs=Proce
     is_best = loss < state.best_val_loss
     if is_best:
         state.best_val_loss = loss
+    if cfg["early_stop_patience"] and state.bad_evals >= cfg["early_stop_patience"]:
+        state.stopped = f"early stopping ({state.bad_evals} evaluations without improvement)"
     return figures, is_best
 
 
@@ -602,8 +712,7 @@ def train(cfg):
     `processes`): they train together, and rank 0 prints, writes the files and scores the test split."""
     check_settings(cfg)
     with processes(cfg) as procs:
-        dev = procs.device
-        device_type = dev.split(":")[0]
+        device_type = procs.device.split(":")[0]
         dtype_name = evaluate.resolve_dtype(cfg["dtype"], device_type)
         ctx = evaluate.autocast_context(device_type, dtype_name)
         if device_type == "cuda":
@@ -616,22 +725,10 @@ def train(cfg):
         with procs.main_first():  # rank 0 prepares a missing dataset; then the others read it
             dataset = data.load_dataset(cfg)
         task = TASKS[dataset.task]
-        os.makedirs(cfg["out_dir"], exist_ok=True)
-        paths = {k: os.path.join(cfg["out_dir"], f) for k, f in
-                 (("last", "last.pt"), ("best", "ckpt.pt"), ("log", "log.jsonl"), ("summary", "summary.json"))}
-        model, state, resume = start(cfg, dataset, dev, paths, writer=procs.main)
-        if resume is not None and resume["config"].get("init_from", "resume") != "resume":
-            # a resumed run is the run it continues: its log, checkpoints and summary say how that one started
-            # (from scratch, stories260K, a checkpoint), so study.py knows it for the run it planned
-            cfg = {**cfg, "init_from": resume["config"]["init_from"]}
-        counts = model.param_counts()
-        frozen = f", {counts['trainable']:,} trainable" if counts["trainable"] < counts["total"] else ""
-        peak = device_peak(cfg, dev, dtype_name)  # (FLOP/s, source) or None
-        print(f"model: {counts['total']:,} parameters ({counts['non_embedding']:,} non-embedding{frozen}); "
-              f"device {dev}, dtype {dtype_name}" + (", TF32 matmuls" if device_type == "cuda" else "")
-              + (f"; {procs.world} processes (DDP, {torch.distributed.get_backend()})" if procs.world > 1 else "")
-              + (f"; MFU of a peak {peak[0] / 1e12:,.1f} TFLOP/s per device ({peak[1]})" if peak else
-                 "; no MFU (no peak FLOP/s known for this device; peak_tflops sets one)"))
+        files = RunFiles(cfg["out_dir"], writer=procs.main)
+        model, state, resume, cfg = start(cfg, dataset, procs.device, files)
+        peak = device_peak(cfg, procs.device, dtype_name)  # (FLOP/s, source) or None
+        print(setup_line(model, procs, dtype_name, peak))
 
         optimizer = make_optimizer(model, cfg, device_type)
         plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=cfg["plateau_factor"],
@@ -641,114 +738,157 @@ def train(cfg):
             optimizer.load_state_dict(resume["optimizer"])
             plateau.load_state_dict(resume["plateau"])
             scaler.load_state_dict(resume["scaler"])
-            torch.set_rng_state(resume["rng_cpu"].cpu())  # load_checkpoint moved it to `dev` with the rest
+            torch.set_rng_state(resume["rng_cpu"].cpu())  # load_checkpoint moved it to the device with the rest
         stream = task.stream(dataset.splits["train"], model.cfg, cfg)
         epoch_steps = stream.steps_per_epoch or math.inf  # a stream of random draws has no epochs
         total_iters = min(cfg["max_epochs"] * epoch_steps, cfg["max_iters"] or math.inf)
         eval_every = cfg["eval_interval"] or epoch_steps
         # the modules that train and evaluate (DDP, compiled); `model` stays the plain one the checkpoints save
-        probe = stream.step(state.epoch, state.step_in_epoch, dev)[0] if procs.world > 1 else None
-        train_model, eval_model = models(model, cfg, dataset.task, procs, probe, ctx)
+        train_model, eval_model = procs.models(model, cfg, task, stream, state, ctx)
 
-        def save(path, with_optimizer):
-            if not procs.main:
-                return
-            extra = {}
-            if with_optimizer:  # last.pt: all a resume needs
-                extra = dict(optimizer=optimizer.state_dict(), plateau=plateau.state_dict(),
-                             scaler=scaler.state_dict(), rng_cpu=torch.get_rng_state())
-            save_checkpoint(path, model, config=cfg, data=dataset.info(), **asdict(state), **extra)
+        def save(which):  # 'best' (ckpt.pt), or 'last' (last.pt) with all a resume needs
+            extra = dict(optimizer=optimizer.state_dict(), plateau=plateau.state_dict(), scaler=scaler.state_dict(),
+                         rng_cpu=torch.get_rng_state()) if which == "last" else {}
+            files.save(which, model, config=cfg, data=dataset.info(), **asdict(state), **extra)
 
-        def log(record):
-            if procs.main:
-                log_jsonl(paths["log"], record)
-
-        log({"type": "start", "iter": state.iter_num, "config": cfg})
-        t_start, iters_at_start = time.time(), state.iter_num
-        t_log, tokens_since_log, flops_since_log = time.time(), 0, 0.0
+        meter = Meter(peak, procs.world, state.iter_num, total_iters)
         grad_norm = None  # the last step's, a device tensor until read (state.grad_norm is the float)
         with StopRequest(repeat_window=5.0 if procs.world > 1 else 0.0).installed() as stop:
             while not state.stopped:
                 if state.iter_num >= total_iters or state.epoch >= cfg["max_epochs"]:
                     state.stopped = "max_iters" if state.iter_num == cfg["max_iters"] else "max_epochs"
                     break
-                micro = local_micro_batches(stream, state.epoch, state.step_in_epoch, procs)
-                # one sum over the processes per step (of CPU numbers; nothing for one process): whether any
-                # was asked to stop, so that all stop after the same step, and the step's examples, tokens
-                # and FLOPs, so that each micro-batch weighs its share of all the step's examples
-                asked, n_examples, n_tokens, flops = procs.sum([stop.requested, sum(n for _, n, _ in micro),
-                                                                sum(t for _, _, t in micro), step_flops(model, micro)])
-                if asked:
+                micro, step = procs.step(stream, state, model, stop.requested)
+                if step.stop:  # asked of any process: all stop after the same step
                     state.stopped = "interrupted"
                     state.grad_norm = state.grad_norm if grad_norm is None else grad_norm.item()
-                    save(paths["last"], with_optimizer=True)
-                    print(f"saved {paths['last']}; continue with --init_from=resume")
+                    save("last")
+                    print(f"saved {files.paths['last']}; continue with --init_from=resume")
                     break
 
                 lr = set_lr(optimizer, cfg, state.iter_num, total_iters)
-                if procs.world > 1:
-                    # each process its own dropout masks (one seed everywhere would give all the same ones),
-                    # drawn from (seed, step, rank) so that a resumed run draws what it would have drawn
-                    torch.manual_seed(hash((cfg["seed"], state.iter_num, procs.rank)) % 2**63)
+                procs.seed_dropout(cfg["seed"], state.iter_num)
                 train_model.train()
                 losses, grad_norm = train_step(train_model, micro, optimizer, scaler, ctx, cfg["grad_clip"],
-                                               n_examples, procs.world)
-                state.train_flops += flops
-                tokens_since_log += n_tokens
-                flops_since_log += flops
-                state.iter_num += 1
-                state.step_in_epoch += 1
+                                               step.examples, procs.world)
+                state.iter_num, state.step_in_epoch = state.iter_num + 1, state.step_in_epoch + 1
+                state.train_flops += step.flops
+                meter.add(step.tokens, step.flops)
                 epoch_label = state.epoch + 1  # 1-based: the epoch this step belongs to
 
                 if state.iter_num % cfg["log_interval"] == 0:  # every process: the loss is summed over them
-                    loss, state.grad_norm = mean_loss(losses, n_examples, procs), grad_norm.item()
-                    dt = time.time() - t_log  # the device has caught up: it had to, for the loss
-                    eta = (total_iters - state.iter_num) * (time.time() - t_start) / (state.iter_num - iters_at_start)
-                    where = f" (epoch {epoch_label})" if stream.steps_per_epoch else ""
-                    # model FLOPs utilization: the model's FLOPs per second against the devices' peak
-                    mfu = {"mfu": flops_since_log / dt / (peak[0] * procs.world)} if peak else {}
-                    print(f"iter {state.iter_num}/{total_iters}{where} loss {loss:.4f} grad norm {state.grad_norm:.3f} "
-                          f"lr {lr:.2e} {tokens_since_log / dt:,.0f} tok/s"
-                          + (f" MFU {100 * mfu['mfu']:.1f}%" if mfu else "") + f" ETA {eta / 60:.1f} min", flush=True)
-                    log({"type": "train", "iter": state.iter_num, "epoch": epoch_label, "loss": loss,
-                         "grad_norm": state.grad_norm, "lr": lr, "tok_per_s": tokens_since_log / dt, **mfu})
-                    t_log, tokens_since_log, flops_since_log = time.time(), 0, 0.0
-
-                end_of_epoch = state.step_in_epoch == epoch_steps
-                if end_of_epoch:
+                    loss, state.grad_norm = mean_loss(losses, step.examples, procs), grad_norm.item()
+                    files.log(report_progress(state, total_iters, epoch_label, bool(stream.steps_per_epoch), loss, lr,
+                                              meter.read(state.iter_num)))
+                if state.step_in_epoch == epoch_steps:  # the end of an epoch
                     state.epoch, state.step_in_epoch = state.epoch + 1, 0
                 if state.iter_num % eval_every == 0 or state.iter_num == total_iters:
                     state.grad_norm = grad_norm.item()
-                    figures, is_best = validate(eval_model, task, dataset, cfg, state, plateau, dev, ctx, procs)
+                    figures, is_best = validate(eval_model, task, dataset, cfg, state, plateau, procs.device, ctx,
+                                                procs)
                     if is_best:
-                        save(paths["best"], with_optimizer=False)
+                        save("best")
                     print(f"eval at iter {state.iter_num}: val {describe(figures, task.metrics)}"
                           f"{' (best, saved ckpt.pt)' if is_best else ''}", flush=True)
-                    log({"type": "eval", "epoch": epoch_label, "lr": optimizer.param_groups[0]["lr"],
-                         "best": is_best, "grad_norm": state.grad_norm, "iter": state.iter_num,
-                         **{f"val_{k}": v for k, v in state.last_eval.items() if k != "iter"}})
-                    if cfg["early_stop_patience"] and state.bad_evals >= cfg["early_stop_patience"]:
-                        state.stopped = f"early stopping ({state.bad_evals} evaluations without improvement)"
-                    save(paths["last"], with_optimizer=True)
-                    t_log, tokens_since_log, flops_since_log = time.time(), 0, 0.0  # evaluation is not training
+                    files.log({"type": "eval", "epoch": epoch_label, "lr": optimizer.param_groups[0]["lr"],
+                               "best": is_best, "grad_norm": state.grad_norm, "iter": state.iter_num,
+                               **{f"val_{k}": v for k, v in state.last_eval.items() if k != "iter"}})
+                    save("last")
+                    meter.restart()  # evaluation is not training
 
         if grad_norm is not None:
             state.grad_norm = grad_norm.item()
-        summary = summarize(state, task, dataset, counts, (time.time() - t_start) / 60)
-        # the test split is scored by rank 0 alone: the others wait for it at the end of `processes`
-        if procs.main and state.stopped != "interrupted" and "test" in dataset.splits and os.path.isfile(paths["best"]):
-            best, _ = load_checkpoint(paths["best"], dev)
-            test = task.evaluate(best, dataset.splits["test"], cfg, dev, ctx)
-            summary.update({f"test_{k}": test[k] for k in task.metrics}, test_n=test["n"])
-            if "predictions" in test:  # per-example answers, for paired tests across runs (McNemar's, study.py)
-                summary["test_predictions"] = test["predictions"]
-            summary["metrics"].update({f"test_{k}": {"label": f"test {m.label} (best checkpoint)", "better": m.better}
-                                       for k, m in task.metrics.items()})
-            print(f"best checkpoint: val loss {state.best_val_loss:.4f}; test {describe(test, task.metrics)}")
-        log({"type": "summary", **summary})
+        summary = summarize(state, task, dataset, model.param_counts(), meter.minutes())
+        if procs.main and state.stopped != "interrupted":  # the others wait for it at the end of `processes`
+            score_test(summary, files.paths["best"], task, dataset, cfg, state, procs.device, ctx)
+        files.log({"type": "summary", **summary})
         if procs.main and state.stopped != "interrupted":
-            data.write_json(paths["summary"], {**summary, "config": cfg}, indent=1)
+            data.write_json(files.paths["summary"], {**summary, "config": cfg}, indent=1)
         return summary
+
+
+class RunFiles:
+    """The files of the run in out_dir (RUN_FILES: ckpt.pt, last.pt, log.jsonl, summary.json). Only the
+    writer (rank 0 of a DDP run) writes them; for the others these calls do nothing."""
+
+    def __init__(self, out_dir, writer=True):
+        os.makedirs(out_dir, exist_ok=True)
+        self.paths, self.writer = run_paths(out_dir), writer
+
+    def log(self, record):
+        if self.writer:
+            log_jsonl(self.paths["log"], record)
+
+    def save(self, which, model, **contents):
+        if self.writer:
+            save_checkpoint(self.paths[which], model, **contents)
+
+
+class Meter:
+    """Training speed for the progress lines: tokens/s and the MFU (model FLOPs utilization, the model's
+    FLOPs per second against the devices' peak) since the last reading, and the time left. Evaluation is
+    not training: the loop restarts the clock after it."""
+
+    def __init__(self, peak, world, iter_num, total_iters):
+        self.peak, self.world, self.total_iters = peak, world, total_iters
+        self.t_start, self.iters_at_start = time.time(), iter_num
+        self.restart()
+
+    def restart(self):
+        self.t, self.tokens, self.flops = time.time(), 0, 0.0
+
+    def add(self, tokens, flops):
+        self.tokens, self.flops = self.tokens + tokens, self.flops + flops
+
+    def read(self, iter_num):
+        """{'tok_per_s', 'eta_min', and 'mfu' when the peak is known} since the last reading; restarts."""
+        dt = time.time() - self.t  # the device has caught up: it had to, for the loss the caller read
+        eta = (self.total_iters - iter_num) * (time.time() - self.t_start) / (iter_num - self.iters_at_start)
+        speed = {"tok_per_s": self.tokens / dt, "eta_min": eta / 60}
+        if self.peak:
+            speed["mfu"] = self.flops / dt / (self.peak[0] * self.world)
+        self.restart()
+        return speed
+
+    def minutes(self):
+        return (time.time() - self.t_start) / 60
+
+
+def setup_line(model, procs, dtype_name, peak):
+    """The line that opens a run: the model's size, the device and precision, the processes, the MFU's peak."""
+    counts = model.param_counts()
+    frozen = f", {counts['trainable']:,} trainable" if counts["trainable"] < counts["total"] else ""
+    return (f"model: {counts['total']:,} parameters ({counts['non_embedding']:,} non-embedding{frozen}); "
+            f"device {procs.device}, dtype {dtype_name}" + (", TF32 matmuls" if procs.device.startswith("cuda") else "")
+            + (f"; {procs.world} processes (DDP, {torch.distributed.get_backend()})" if procs.world > 1 else "")
+            + (f"; MFU of a peak {peak[0] / 1e12:,.1f} TFLOP/s per device ({peak[1]})" if peak else
+               "; no MFU (no peak FLOP/s known for this device; peak_tflops sets one)"))
+
+
+def report_progress(state, total_iters, epoch, epochs, loss, lr, speed):
+    """Print a progress line; return its log record. `epoch`: the 1-based epoch of this step, printed if
+    the stream has `epochs` (a stream of random windows has none); `speed`: the Meter's reading."""
+    mfu = f" MFU {100 * speed['mfu']:.1f}%" if "mfu" in speed else ""
+    print(f"iter {state.iter_num}/{total_iters}{f' (epoch {epoch})' if epochs else ''} loss {loss:.4f} grad norm "
+          f"{state.grad_norm:.3f} lr {lr:.2e} {speed['tok_per_s']:,.0f} tok/s{mfu} ETA {speed['eta_min']:.1f} min",
+          flush=True)
+    return {"type": "train", "iter": state.iter_num, "epoch": epoch, "loss": loss, "grad_norm": state.grad_norm,
+            "lr": lr, "tok_per_s": speed["tok_per_s"], **({"mfu": speed["mfu"]} if "mfu" in speed else {})}
+
+
+def score_test(summary, best_path, task, dataset, cfg, state, device, ctx):
+    """Add the best checkpoint's test figures to the summary, with their labels in its `metrics`, and the
+    per-example answers for paired tests across runs (McNemar's, study.py); nothing without a test split."""
+    if "test" not in dataset.splits or not os.path.isfile(best_path):
+        return
+    best, _ = load_checkpoint(best_path, device)
+    test = task.evaluate(best, dataset.splits["test"], cfg, device, ctx)
+    summary.update({f"test_{k}": test[k] for k in task.metrics}, test_n=test["n"])
+    if "predictions" in test:
+        summary["test_predictions"] = test["predictions"]
+    summary["metrics"].update({f"test_{k}": {"label": f"test {m.label} (best checkpoint)", "better": m.better}
+                               for k, m in task.metrics.items()})
+    print(f"best checkpoint: val loss {state.best_val_loss:.4f}; test {describe(test, task.metrics)}")
 
 
 def summarize(state, task, dataset, counts, minutes):
@@ -775,7 +915,7 @@ def summarize(state, task, dataset, counts, minutes):
 def main(argv):
     try:
         train(make_config(argv))
-    except (configurator.ConfigError, data.DataError, CheckpointError) as e:
+    except configurator.UserError as e:  # bad input: one line; a bug keeps its traceback
         sys.exit(f"error: {e}")
 
 

@@ -14,12 +14,14 @@ Fixtures:
     tiny_cfg         a factory for a complete train.py config dict with a tiny model on tiny_dataset
     char_mirror      a mirror with a small fake tinyshakespeare (about 6,000 characters)
     char_digest      points data.SOURCES at the fake corpus's sha256 for one test
+    stop_after       stop_after(k): the next train.train() stops as at a Ctrl-C, after k steps (to resume it)
 """
 
 import contextlib
 import hashlib
 import os
 import random
+import signal
 import sys
 
 import pytest
@@ -181,3 +183,28 @@ def char_digest(char_mirror, monkeypatch):
     rel = "tinyshakespeare/input.txt"
     with open(os.path.join(char_mirror, rel), "rb") as f:
         monkeypatch.setitem(data.SOURCES["shakespeare_char"]["files"], rel, data.sha256(f.read()))
+
+
+# -----------------------------------------------------------------------------
+# stopping a run part-way, as a Ctrl-C does, so that a test can resume it (a resume must be the same run:
+# the same settings, max_iters included, so a shorter run cannot stand in for a stopped one)
+
+
+@pytest.fixture
+def stop_after(monkeypatch):
+    """stop_after(k): during the k-th optimizer step from now, train.py's Ctrl-C handler is called; the
+    loop finishes that step, saves last.pt and returns stopped 'interrupted' (iteration k)."""
+    import train
+
+    def arm(k):
+        real, taken = train.train_step, []
+
+        def step(*args, **kwargs):
+            taken.append(1)
+            if len(taken) == k:
+                signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # the handler train() installed
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(train, "train_step", step)
+
+    return arm

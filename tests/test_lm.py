@@ -290,11 +290,13 @@ def test_lm_validation_is_the_same_for_every_seed_and_variant(char_dataset, tmp_
     assert again["loss"] == pytest.approx(a["final_val_loss"], abs=1e-6)
 
 
-def test_lm_resume_equals_one_run(char_dataset, tmp_path):
-    """12 steps straight == 6 steps, then resume to 12: batches, dropout and optimizer state all restored."""
+def test_lm_resume_equals_one_run(char_dataset, tmp_path, stop_after):
+    """12 steps straight == stopped after 6, then resumed to 12: batches, dropout and optimizer state all
+    restored."""
     common = dict(dropout=0.1, eval_interval=6)
     train.train(lm_cfg(char_dataset, tmp_path / "one", max_iters=12, **common))
-    train.train(lm_cfg(char_dataset, tmp_path / "two", max_iters=6, **common))
+    stop_after(6)
+    assert train.train(lm_cfg(char_dataset, tmp_path / "two", max_iters=12, **common))["stopped"] == "interrupted"
     train.train(lm_cfg(char_dataset, tmp_path / "two", max_iters=12, init_from="resume", **common))
     one, _ = load_checkpoint(str(tmp_path / "one" / "last.pt"))
     two, ckpt = load_checkpoint(str(tmp_path / "two" / "last.pt"))

@@ -181,7 +181,8 @@ def test_a_dataset_without_labels_builds_the_binary_head_and_flops_count_the_mlm
 # pretraining, then fine-tuning from its checkpoint
 
 
-def test_pretrain_then_fine_tune_from_the_checkpoint(tiny_cfg, tiny_dataset, tmp_path, monkeypatch, capsys):
+def test_pretrain_then_fine_tune_from_the_checkpoint(tiny_cfg, tiny_dataset, tmp_path, monkeypatch, capsys,
+                                                    stop_after):
     """A tiny MLM run on the tiny SST-2's own sentences (its vocabulary, max_len 32), resumed halfway to
     the same weights as in one go; its checkpoint evaluates; a classifier started from it (block_size
     256) holds every pretrained weight before its first step, and trains."""
@@ -198,7 +199,8 @@ def test_pretrain_then_fine_tune_from_the_checkpoint(tiny_cfg, tiny_dataset, tmp
     assert summary["final_val_n"] > 0 and np.isfinite(summary["final_val_loss"])
     one_go = torch.load(os.path.join(pre["out_dir"], "last.pt"), weights_only=True)["model"]
     halves = {**pre, "out_dir": str(tmp_path / "halves")}
-    train.train({**halves, "max_iters": 3})
+    stop_after(3)
+    assert train.train(halves)["stopped"] == "interrupted"
     train.train({**halves, "init_from": "resume"})
     resumed = torch.load(os.path.join(halves["out_dir"], "last.pt"), weights_only=True)["model"]
     assert all(torch.equal(one_go[k], resumed[k]) for k in one_go)  # the same masks at the same steps

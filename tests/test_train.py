@@ -101,26 +101,29 @@ def test_training_lowers_the_loss(tiny_cfg):
 # resume
 
 
-def resume_pair(tiny_cfg, tmp_path, n_iters, half, **settings):
-    """Run n_iters steps in one go, and half steps + --init_from=resume to n_iters; return both results."""
+def resume_pair(tiny_cfg, tmp_path, stop_after, n_iters, half, **settings):
+    """Run n_iters steps in one go, and the same run stopped after half steps + --init_from=resume; return
+    both results."""
     cfg_one = tiny_cfg(out_dir=str(tmp_path / "one"), max_iters=n_iters, **settings)
     cfg_two = tiny_cfg(out_dir=str(tmp_path / "two"), max_iters=n_iters, **settings)
     one, last_one = run(cfg_one)
-    run({**cfg_two, "max_iters": half})
+    stop_after(half)
+    stopped, last_half = run(cfg_two)
+    assert stopped["stopped"] == "interrupted" and last_half["iter_num"] == half
     two, last_two = run({**cfg_two, "init_from": "resume"})
     evals = [[(r["iter"], r["val_loss"], r["lr"]) for r in read_log(c) if r["type"] == "eval"]
              for c in (cfg_one, cfg_two)]
     return (one, last_one, evals[0]), (two, last_two, evals[1])
 
 
-def test_resume_equals_one_run(tiny_cfg, tmp_path):
+def test_resume_equals_one_run(tiny_cfg, tmp_path, stop_after):
     """8 steps in one go == 4 steps, stop, resume to 8 (inside one epoch). The validation labels are
     the opposite of the training labels, so validation loss rises as the model learns: the plateau scheduler
     halves the lr at every evaluation after the first and the early-stopping counter counts up. A
     resume that lost the optimizer, scheduler or counter state would end differently."""
     folder = make_micro_dataset(tmp_path / "opposite", n_train=32, opposite_val=True)
     (one, last_one, evals_one), (two, last_two, evals_two) = resume_pair(
-        tiny_cfg, tmp_path, 8, 4, data_dir=folder, batch_size=4, max_epochs=1, eval_interval=2,
+        tiny_cfg, tmp_path, stop_after, 8, 4, data_dir=folder, batch_size=4, max_epochs=1, eval_interval=2,
         scheduler="plateau", plateau_patience=0, plateau_factor=0.5, early_stop_patience=10,
         learning_rate=1e-2, dropout=0.0)
     assert last_one["iter_num"] == last_two["iter_num"] == 8
@@ -133,19 +136,19 @@ def test_resume_equals_one_run(tiny_cfg, tmp_path):
     assert lrs[2] < lrs[1]  # the plateau state mattered after the resume point (iteration 6)
 
 
-def test_resume_across_an_epoch_boundary_equals_one_run(tiny_cfg, tmp_path):
+def test_resume_across_an_epoch_boundary_equals_one_run(tiny_cfg, tmp_path, stop_after):
     """Stop exactly at the end of epoch 1 (4 steps of 8), resume, finish epoch 2."""
     folder = make_micro_dataset(tmp_path / "micro", n_train=32)
     (_, last_one, _), (_, last_two, _) = resume_pair(
-        tiny_cfg, tmp_path, 8, 4, data_dir=folder, batch_size=8, max_epochs=2, scheduler="constant",
+        tiny_cfg, tmp_path, stop_after, 8, 4, data_dir=folder, batch_size=8, max_epochs=2, scheduler="constant",
         early_stop_patience=0, learning_rate=1e-2, dropout=0.0)
     assert last_one["iter_num"] == last_two["iter_num"] == 8 and last_one["epoch"] == last_two["epoch"] == 2
     assert_same_state(last_one["model"], last_two["model"])
 
 
-def test_resume_with_the_manual_adamw_equals_one_run(tiny_cfg, tmp_path):
+def test_resume_with_the_manual_adamw_equals_one_run(tiny_cfg, tmp_path, stop_after):
     """The written-out AdamW's state goes into last.pt and comes back (step counts and moments)."""
-    (_, last_one, _), (_, last_two, _) = resume_pair(tiny_cfg, tmp_path, 6, 3, adamw_impl="manual",
+    (_, last_one, _), (_, last_two, _) = resume_pair(tiny_cfg, tmp_path, stop_after, 6, 3, adamw_impl="manual",
                                                      scheduler="constant", early_stop_patience=0, learning_rate=1e-2)
     assert last_two["optimizer"]["state"][0]["step"] == 6
     assert_same_state(last_one["model"], last_two["model"])
@@ -217,17 +220,79 @@ def test_resume_refuses_another_vocabulary(tiny_cfg, tmp_path):
         train.train({**cfg, "init_from": "resume", "data_dir": other})
 
 
-def test_resume_refuses_a_version_1_checkpoint_and_other_model_settings(tiny_cfg):
-    """A last.pt from before the run state changed (version 1) is refused with its version named;
-    so is resuming with model settings other than the checkpoint's."""
+def test_resume_refuses_a_version_1_checkpoint_and_other_settings(tiny_cfg):
+    """A last.pt from before the run state changed (version 1) is refused with its version named; so is
+    resuming with settings other than the checkpoint's, model settings or not (a longer max_iters makes
+    another run: under a cosine schedule its learning rates differ from the first step), each named."""
     cfg = tiny_cfg(max_iters=2)
     _, last = run(cfg)
     path = os.path.join(cfg["out_dir"], "last.pt")
-    with pytest.raises(configurator.ConfigError, match="other model settings \\(n_embd\\)"):
-        train.train({**cfg, "init_from": "resume", "max_iters": 4, "n_embd": 32})
+    with pytest.raises(configurator.ConfigError, match=r"other settings \(n_embd 16 -> 32\)"):
+        train.train({**cfg, "init_from": "resume", "n_embd": 32})
+    with pytest.raises(configurator.ConfigError, match=r"other settings \(learning_rate 0.003 -> 0.01, "
+                                                       r"max_iters 2 -> 4\).*only attn_impl, norm_impl"):
+        train.train({**cfg, "init_from": "resume", "max_iters": 4, "learning_rate": 1e-2})
     torch.save({**last, "version": 1, "kind": "encoder_classifier"}, path)
     with pytest.raises(model.CheckpointError, match="version 1; resuming needs version 2"):
-        train.train({**cfg, "init_from": "resume", "max_iters": 4})
+        train.train({**cfg, "init_from": "resume"})
+
+
+def test_resume_under_another_implementation_says_so(tiny_cfg, stop_after, capsys):
+    """Settings that only pick how the same function is computed may change on resume (a run stopped on the
+    written-out norms continues on the fused ones); the resume prints them and its start record keeps them.
+    Settings that change nothing computed (log_interval) are not compared at all."""
+    cfg = tiny_cfg(max_iters=4, norm_impl="manual", early_stop_patience=0)
+    stop_after(2)
+    assert run(cfg)[0]["stopped"] == "interrupted"
+    summary, last = run({**cfg, "init_from": "resume", "norm_impl": "torch", "log_interval": 1})
+    assert summary["stopped"] == "max_iters" and last["iter_num"] == 4
+    assert "resuming under other implementation settings: norm_impl 'manual' -> 'torch'" in capsys.readouterr().out
+    starts = [r for r in read_log(cfg) if r["type"] == "start"]
+    assert [r.get("implementation_changed") for r in starts] == [None, {"norm_impl": ["manual", "torch"]}]
+
+
+def test_same_run_is_one_definition():
+    """train.same_run, which study.py uses too: implementation and bookkeeping settings do not make another
+    run; anything else does; a setting added to train.py after a run counts as its default; 'resume'
+    matches however the run started."""
+    base = train.make_config([])
+    assert train.same_run(base, {**base, "norm_impl": "manual", "compile": True, "log_interval": 7})
+    assert train.run_differences(base, {**base, "norm_impl": "manual", "seed": 2}) == (["norm_impl"], ["seed"])
+    assert not train.same_run(base, {**base, "max_iters": 5})
+    older = {k: v for k, v in base.items() if k != "eval_windows"}  # a run from before the setting existed
+    assert train.same_run(older, base) and not train.same_run(older, {**base, "eval_windows": 3})
+    assert train.same_run({**base, "init_from": "stories260K"}, {**base, "init_from": "resume"})
+    assert not train.same_run({**base, "init_from": "stories260K"}, base)
+    assert not train.same_run(base, {**base, "mystery": 1})  # a key nobody knows differs
+
+
+@pytest.mark.parametrize("left", ["ckpt.pt", "last.pt", "summary.json"])
+def test_a_run_never_replaces_another_unless_asked(tiny_cfg, tmp_path, left):
+    """A second run into an out_dir that holds a run (a checkpoint or a summary) is refused before any data
+    is read, with the ways on named, and leaves every file as it was; --overwrite=True replaces the run."""
+    cfg = tiny_cfg(max_iters=2)
+    run(cfg)
+    for name in {"ckpt.pt", "last.pt", "summary.json"} - {left}:
+        os.remove(os.path.join(cfg["out_dir"], name))
+    before = {f: open(os.path.join(cfg["out_dir"], f), "rb").read() for f in os.listdir(cfg["out_dir"])}
+    again = {**cfg, "seed": 2, "data_dir": str(tmp_path / "no such data")}  # data would be read after the check
+    with pytest.raises(configurator.ConfigError, match=rf"already holds a run \({left}\): continue it with "
+                                                       r"--init_from=resume, replace it with --overwrite=True"):
+        train.train(again)
+    assert {f: open(os.path.join(cfg["out_dir"], f), "rb").read() for f in os.listdir(cfg["out_dir"])} == before
+    summary, last = run({**cfg, "seed": 2, "overwrite": True})
+    assert last["config"]["seed"] == 2 and summary["iters"] == 2
+    assert [r["type"] for r in read_log(cfg)][0] == "start" and len([r for r in read_log(cfg)
+                                                                     if r["type"] == "start"]) == 1
+
+
+def test_the_command_line_refuses_a_second_run_in_one_line(tmp_path):
+    folder = make_micro_dataset(tmp_path / "micro", n_train=8)
+    argv = [f"--data_dir={folder}", f"--out_dir={tmp_path / 'x'}", "--device=cpu", "--max_iters=1", "--n_layer=1",
+            "--n_embd=16", "--n_head=2", "--batch_size=4"]
+    train.main(argv)
+    with pytest.raises(SystemExit, match=r"^error: .*x already holds a run \(ckpt.pt, last.pt, summary.json\)"):
+        train.main([*argv, "--seed=2"])
 
 
 def test_resume_without_checkpoint_is_a_clean_error(tmp_path):
@@ -516,7 +581,7 @@ def test_sigterm_saves_last_pt_and_the_run_resumes(tiny_dataset, tmp_path):
     summary.json (the run is not finished), exits cleanly; --init_from=resume continues from there."""
     out = tmp_path / "run"
     args = [f"--data_dir={tiny_dataset}", f"--out_dir={out}", "--device=cpu", "--n_layer=1", "--n_embd=16",
-            "--n_head=2", "--ffn_hidden=32", "--batch_size=4", "--max_iters=100000", "--log_interval=1",
+            "--n_head=2", "--ffn_hidden=32", "--batch_size=4", "--max_iters=150", "--log_interval=1",
             "--eval_interval=100000", "--early_stop_patience=0"]
     proc = subprocess.Popen([sys.executable, "train.py", *args], cwd=REPO_ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -529,10 +594,11 @@ def test_sigterm_saves_last_pt_and_the_run_resumes(tiny_dataset, tmp_path):
     assert "saving last.pt" in rest and not (out / "summary.json").exists()
     stopped_at = torch.load(out / "last.pt", weights_only=True)["iter_num"]
     assert stopped_at >= 3
-    r = _cli([*args[:-4], "--max_iters=" + str(stopped_at + 2), "--init_from=resume"], tmp_path)
+    assert stopped_at < 150, "the run ended before the SIGTERM reached it"
+    r = _cli([*args, "--init_from=resume"], tmp_path)  # the same run: the same settings, max_iters included
     assert r.returncode == 0, r.stderr
     assert f"resuming from {out / 'last.pt'} at iteration {stopped_at}" in r.stdout
-    assert torch.load(out / "last.pt", weights_only=True)["iter_num"] == stopped_at + 2
+    assert torch.load(out / "last.pt", weights_only=True)["iter_num"] == 150  # 16 steps an epoch, 10 epochs: 160
 
 
 
@@ -592,7 +658,7 @@ def test_mfu_is_the_steps_flops_per_second_over_the_peak(tiny_cfg, capsys):
     assert summary["train_flops"] == pytest.approx(sum(train.step_flops(fresh, micro) for micro in steps))
     out = capsys.readouterr().out
     assert "MFU of a peak 0.5 TFLOP/s per device (the peak_tflops setting)" in out and " MFU " in out
-    train.train({**cfg, "peak_tflops": 0.0})
+    train.train({**cfg, "peak_tflops": 0.0, "overwrite": True})
     assert "no MFU" in capsys.readouterr().out
     assert not any("mfu" in r for r in read_log(cfg) if r["type"] == "train")
 
