@@ -26,7 +26,7 @@ import signal
 import sys
 import time
 from contextlib import ExitStack, contextmanager, nullcontext, redirect_stdout
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Callable
 
 import torch
@@ -115,6 +115,8 @@ class Task:
     evaluate: Callable  # (model, split, run config, device, autocast context) -> figures
     fixed_shape: bool = False  # every training batch has one shape (a language model's windows of block_size);
     # the others are padded to their bucket's longest sequence, so their length changes from batch to batch
+    flops_options: dict = field(default_factory=dict)  # how model.flops_per_forward counts this task's forward
+    # pass (the masked LM's head scores the masked positions only)
 
 
 def classification_stream(split, model_cfg, cfg):
@@ -158,7 +160,7 @@ TASKS = {
     "classification": Task(evaluate.CLASSIFICATION_METRICS, classification_stream, score_classifier),
     "lm": Task(evaluate.LM_METRICS, lm_stream, score_lm, fixed_shape=True),
     "seq2seq": Task(evaluate.SEQ2SEQ_METRICS, seq2seq_stream, score_seq2seq),
-    "mlm": Task(evaluate.MLM_METRICS, mlm_stream, score_mlm),
+    "mlm": Task(evaluate.MLM_METRICS, mlm_stream, score_mlm, flops_options={"mlm": True}),
 }
 
 
@@ -255,12 +257,12 @@ def set_lr(optimizer, cfg, it, total_iters):
     return optimizer.param_groups[0]["lr"]
 
 
-def step_flops(model, micro_batches):
+def step_flops(model, micro_batches, task):
     """Training FLOPs of one step: 3x the analytic forward FLOPs (the backward pass costs about twice the
-    forward) of each micro-batch of token ids `idx` (B, T) at its padded length; other inputs count 0, and
-    so does a micro-batch of 0 examples (a DDP process's stand-in, see `Processes.step`)."""
-    return float(sum(3 * model.flops_per_forward(x["idx"].size(1), x["idx"].size(0),
-                                                 **({"mlm": True} if "mlm_targets" in x else {}))
+    forward) of each micro-batch of token ids `idx` (B, T) at its padded length, counted as the task says;
+    other inputs count 0, and so does a micro-batch of 0 examples (a DDP process's stand-in, see
+    `Processes.step`)."""
+    return float(sum(3 * model.flops_per_forward(x["idx"].size(1), x["idx"].size(0), **task.flops_options)
                      for x, n, _ in micro_batches if "idx" in x and n))
 
 
@@ -346,7 +348,7 @@ class Processes:
         if self.world > 1:
             torch.distributed.barrier(group=self.cpu_group)
 
-    def step(self, stream, state, model, stop_requested):
+    def step(self, stream, state, model, task, stop_requested):
         """This process's micro-batches of the state's next step [(inputs, examples, tokens), ...], and the
         StepTotals of all the processes' (one sum over them, of CPU numbers; nothing for one process):
         whether any was asked to stop, so that all stop after the same step; the step's examples, so that
@@ -358,7 +360,8 @@ class Processes:
         if not micro:
             inputs, _, _ = stream.step(state.epoch, state.step_in_epoch, self.device, 0, self.world)[0]
             micro = [(inputs, 0, 0)]
-        counts = [stop_requested, sum(n for _, n, _ in micro), sum(t for _, _, t in micro), step_flops(model, micro)]
+        counts = [stop_requested, sum(n for _, n, _ in micro), sum(t for _, _, t in micro),
+                  step_flops(model, micro, task)]
         asked, examples, tokens, flops = self.sum(counts)
         return micro, StepTotals(bool(asked), int(examples), int(tokens), flops)
 
@@ -758,7 +761,7 @@ def train(cfg):
                 if state.iter_num >= total_iters or state.epoch >= cfg["max_epochs"]:
                     state.stopped = "max_iters" if state.iter_num == cfg["max_iters"] else "max_epochs"
                     break
-                micro, step = procs.step(stream, state, model, stop.requested)
+                micro, step = procs.step(stream, state, model, task, stop.requested)
                 if step.stop:  # asked of any process: all stop after the same step
                     state.stopped = "interrupted"
                     state.grad_norm = state.grad_norm if grad_norm is None else grad_norm.item()
