@@ -5,15 +5,22 @@ The study runner: config files x overrides x seeds, trained by train.py and comp
     python study.py config/shakespeare_char_{baseline,layernorm,rmsnorm}.py --seeds 1 2 3 4 5 --jobs 2
     python study.py config/sst2_recurrent.py --grid n_loops=1,2,3 --seeds 1 2 3 --set max_epochs=1
     python study.py ... --collect_only --json study.json     # only read finished runs; never train
+    python study.py --plan config/encoders_study.py          # a study plan's cells, then RESULTS.md (see below)
 
 Each run is `python train.py CONFIG --KEY=VALUE... --seed=N --out_dir=OUT_ROOT/<name>/seed<N>`, where
 <name> is the config file's stem, followed by @key=value,... for a --grid point. The runner works for
 every task, because it never loads a model: it reads the runs' summary.json files, which carry their
 figures and, for each, its label and which way is better (`metrics`, written by train.py from the
-task's evaluator). It is resumable: a run whose summary.json holds exactly the planned config is
-finished and is not run again; a run with a last.pt of the planned config (stopped by Ctrl-C, which
+task's evaluator). It is resumable: a run whose summary.json holds the planned config (train.same_run)
+is finished and is not run again; a run with a last.pt of the planned config (stopped by Ctrl-C, which
 reaches each run as SIGTERM and makes it save) continues from there with --init_from=resume, which
-gives the same weights as an uninterrupted run.
+gives the same weights as an uninterrupted run. A run is never replaced: if seed<N> holds a run of other
+settings (the config file was edited since), that run is left as it is and this one goes beside it, to
+seed<N>-2 (then -3, ...), where later calls find it.
+
+Bad input (an unknown key, a repeated seed, a plan's mistake, a run that failed) is a
+configurator.UserError, printed as one line `error: ...`; a study plan is checked whole before the
+first run starts. Anything else is a bug, and keeps its traceback.
 
 The table: each metric's mean +- the 95 % t-interval over seeds; then, for every config after the
 first, its difference from the first paired by seed, with its 95 % paired t-interval, the 95 %
@@ -29,16 +36,29 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
 
 import numpy as np
 
-import configurator
 import data
 import train
+from configurator import ConfigError, UserError, closest
+
+
+class StudyError(UserError):
+    """A study that cannot do what was asked: runs not finished under --collect_only, or a report that
+    would replace one holding more finished runs."""
+
+
+class RunFailed(StudyError):
+    """A run's train.py exited with an error; its train.out says why."""
+
 
 # -----------------------------------------------------------------------------
 # statistics over seeds
@@ -134,7 +154,7 @@ def claim_verdict(lo, hi, better):
 
 
 # -----------------------------------------------------------------------------
-# the plan: which runs, and which of them are finished
+# the plan: which runs, in which folders, and which of them are finished
 
 
 def config_name(path):
@@ -144,86 +164,172 @@ def config_name(path):
 
 def grid_points(grid):
     """['n_loops=1,2', 'n_embd=128,256'] -> [['--n_loops=1', '--n_embd=128'], ['--n_loops=1', '--n_embd=256'], ...]
-    (the product of the values, in the order given); no grid is one point with no overrides."""
-    axes = []
+    (the product of the values, in the order given); no grid is one point with no overrides. A key given
+    twice, or a value repeated, would make two points one run, and is refused."""
+    axes, keys = [], []
     for item in grid:
-        key, sep, values = item.partition("=")
-        if not sep or not values:
-            raise configurator.ConfigError(f"--grid {item!r} must be KEY=V1,V2,...")
-        axes.append([f"--{key}={v}" for v in values.split(",")])
+        key, sep, text = item.partition("=")
+        if not sep or not text:
+            raise ConfigError(f"--grid {item!r} must be KEY=V1,V2,...")
+        values = text.split(",")
+        if key in keys:
+            raise ConfigError(f"--grid names {key} twice: give its values once, as {key}=V1,V2,...")
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated:
+            raise ConfigError(f"--grid {item!r} repeats {', '.join(repeated)}: each value is one run")
+        keys.append(key)
+        axes.append([f"--{key}={v}" for v in values])
     return [list(p) for p in itertools.product(*axes)]
 
 
-def plan_runs(configs, seeds, out_root, sets=(), grid=()):
-    """The planned runs, in order: {(name, seed): (train.py arguments, full config)}. name is the config
-    file's stem, with @key=value,... for a grid point; each run writes to out_root/<name>/seed<seed>."""
-    runs = {}
+# The settings the study gives each run itself: an override of seed or out_dir would be lost (the study's
+# comes after it), and overwrite would let a run replace another.
+STUDY_KEYS = ("seed", "out_dir", "overwrite")
+
+
+def check_overrides(items, where):
+    """Overrides (--set, --grid, a cell's `set`) are 'KEY=VALUE' strings and leave the STUDY_KEYS alone.
+    Whether a key exists and its value fits is train.make_config's to say."""
+    for item in items:
+        if not isinstance(item, str) or "=" not in item:
+            raise ConfigError(f"{where}: {item!r} must be a string 'KEY=VALUE'")
+        key = item.partition("=")[0]
+        if key in STUDY_KEYS:
+            raise ConfigError(f"{where}: {item!r}: the study sets {key} itself (the seed from the seeds, out_dir "
+                              f"from the out_root, and it never overwrites a run)")
+
+
+def check_seeds(seeds, where):
+    """Seeds are distinct integers, one run each: a repeated seed would be one run counted twice."""
+    if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
+        raise ConfigError(f"{where} {seeds!r}: expected a list of integers")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ConfigError(f"{where} {seeds} name seed {', '.join(map(str, repeated))} more than once: each seed "
+                          f"is one run")
+
+
+def run_names(configs, grid=()):
+    """[(name, config file, grid point)] for every config file at every grid point. The name is the file's
+    stem, with @key=value,... for a grid point, and it is the runs' folder: two files of one stem (c1/x.py
+    and c2/x.py) would share their runs, so they are refused."""
+    names, stems = [], {}
     for path in configs:
+        stem = config_name(path)
+        if stem in stems:
+            if os.path.abspath(stems[stem]) == os.path.abspath(path):
+                raise ConfigError(f"config {path} is given twice")
+            raise ConfigError(f"configs {stems[stem]} and {path} have one name, {stem}, and their runs would share "
+                              f"its folders: rename one")
+        stems[stem] = path
         for point in grid_points(grid):
-            name = config_name(path) + ("@" + ",".join(a[2:] for a in point) if point else "")
-            for seed in seeds:
-                argv = [path, *[f"--{s}" for s in sets], *point, f"--seed={seed}",
-                        f"--out_dir={os.path.join(out_root, name, f'seed{seed}')}"]
-                runs[(name, seed)] = (argv, train.make_config(argv))
+            names.append((stem + ("@" + ",".join(a[2:] for a in point) if point else ""), path, point))
+    return names
+
+
+def plan_runs(configs, seeds, out_root, sets=(), grid=()):
+    """The planned runs, in order: {(name, seed): (train.py arguments, full config)}, named by run_names.
+    Each run writes to out_root/<name>/seed<seed>, or beside it if that folder holds another run (run_folder)."""
+    check_seeds(list(seeds), "seeds")
+    names = run_names(configs, grid)  # checks the grid's form too
+    check_overrides(sets, "--set")
+    check_overrides(grid, "--grid")
+    runs = {}
+    for name, path, point in names:
+        for seed in seeds:
+            # --overwrite=False whatever a config file says: a run the study starts never replaces another
+            argv = [path, *[f"--{s}" for s in sets], *point, f"--seed={seed}", "--overwrite=False"]
+            cfg = run_folder(train.make_config(argv), os.path.join(out_root, name, f"seed{seed}"),
+                             f"{name} seed {seed}")
+            runs[(name, seed)] = ([*argv, f"--out_dir={cfg['out_dir']}"], cfg)
     return runs
 
 
-# Settings that pick how the same function is computed, not what is trained: the attention, norm, SwiGLU and
-# AdamW paths (each tested equal to its reference) and compilation. They change results only by float rounding,
-# so a run made under another of them is the same run (runs from before the fused norms and the fused AdamW
-# became the defaults count as finished).
-IMPLEMENTATION_KEYS = ("attn_impl", "norm_impl", "ffn_impl", "adamw_impl", "compile")
+def run_folder(cfg, planned, what):
+    """cfg with the out_dir its run has. That is the planned folder (.../seed<N>) if it holds no run, or a run
+    of this config (finished, or stopped and resumable). Otherwise the run there is another one (the config
+    file was edited since, say): it is left as it is, and this run's folder is the first of planned-2,
+    planned-3, ... that holds a run of this config, else the first that holds no run. Printed when so."""
+    parent, base = os.path.split(planned)
+    siblings = os.listdir(parent) if os.path.isdir(parent) else []
+    numbers = sorted(int(f[len(base) + 1:]) for f in siblings if re.fullmatch(re.escape(base) + r"-\d+", f))
+    candidates = [planned, *(f"{planned}-{k}" for k in numbers)]
+    folder = next((f for f in candidates if holds_this_run({**cfg, "out_dir": f})), None)
+    found = folder is not None
+    if not found:
+        folder, k = planned, 1
+        while train.existing_run(folder):
+            k += 1
+            folder = f"{planned}-{k}"
+    if folder != planned:
+        held = other_run(planned, {**cfg, "out_dir": planned})
+        print(f"  {what}: {planned} holds {held}, left as it is; this run {'is' if found else 'goes'} in {folder}"
+              if held else f"  {what}: this run is in {folder} ({planned} holds no run)", flush=True)
+    return {**cfg, "out_dir": folder}
 
 
-def same_run(a, b):
-    """Whether two run configs describe the same run. init_from 'scratch' and 'resume' say only how a
-    run was started (a resumed run is the run it continues); a checkpoint file to start from counts. A
-    setting added to train.py after a run was made counts as its default (the run had no other), and the
-    IMPLEMENTATION_KEYS are not compared."""
-    def norm(c):
-        c = json.loads(json.dumps(c))  # as stored: tuples -> lists
-        if c.get("init_from") == "resume":
-            c["init_from"] = "scratch"
-        for k in IMPLEMENTATION_KEYS:
-            c.pop(k, None)
-        return c
-    a, b = norm(a), norm(b)
-    defaults = {**train.DEFAULTS, **train.MODEL_SETTINGS["model"].get(a.get("model"), {})}
-    for k in set(a) ^ set(b):
-        if k in defaults:
-            a.setdefault(k, defaults[k])
-            b.setdefault(k, defaults[k])
-    return a == b
+def other_run(folder, cfg):
+    """Words for the run `folder` holds that is not cfg's (None if it holds none), for the line that says
+    why cfg's run is elsewhere."""
+    if not train.existing_run(folder):
+        return None
+    held = held_config(folder)
+    if held is None:
+        return "a run whose settings it does not record"
+    other = train.run_differences(held, cfg)[1]
+    if not other:
+        return "a run of these settings that cannot be continued (no last.pt, or no log of its start)"
+    return f"a run of other settings ({train.changes(held, cfg, other)})"
+
+
+def holds_this_run(cfg):
+    """Whether cfg's out_dir holds a run of cfg: finished, or stopped and resumable."""
+    return finished_summary(cfg) is not None or can_resume(cfg)
 
 
 def finished_summary(cfg):
-    """The summary.json of a finished run of exactly this config, else None (then it must be run)."""
+    """The summary.json of a finished run of this config (train.same_run), else None (then it must be run)."""
     path = os.path.join(cfg["out_dir"], "summary.json")
     if not os.path.isfile(path):
         return None
     with open(path) as f:
         summary = json.load(f)
-    if not same_run(summary.get("config", {}), cfg) or summary.get("stopped") == "interrupted":
+    if not train.same_run(summary.get("config", {}), cfg) or summary.get("stopped") == "interrupted":
         return None
     return summary
+
+
+def started_config(out_dir):
+    """The config of the latest start record in out_dir/log.jsonl (the run's, as resumed), or None."""
+    log = os.path.join(out_dir, "log.jsonl")
+    started = None
+    if os.path.isfile(log):
+        with open(log) as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short when the run was killed
+                if record.get("type") == "start":
+                    started = record.get("config")
+    return started
+
+
+def held_config(out_dir):
+    """The config of the run in out_dir: its summary's, else its log's latest start; None if neither says."""
+    path = os.path.join(out_dir, "summary.json")
+    if os.path.isfile(path):
+        with open(path) as f:
+            return json.load(f).get("config")
+    return started_config(out_dir)
 
 
 def can_resume(cfg):
     """Whether out_dir holds a stopped run of this config to continue: a last.pt, and a log whose
     latest start record has this config."""
-    log = os.path.join(cfg["out_dir"], "log.jsonl")
-    if not (os.path.isfile(os.path.join(cfg["out_dir"], "last.pt")) and os.path.isfile(log)):
-        return False
-    started = None
-    with open(log) as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short when the run was killed
-            if record.get("type") == "start":
-                started = record.get("config")
-    return started is not None and same_run(started, cfg)
+    started = started_config(cfg["out_dir"])
+    return (os.path.isfile(os.path.join(cfg["out_dir"], "last.pt")) and started is not None
+            and train.same_run(started, cfg))
 
 
 # -----------------------------------------------------------------------------
@@ -232,8 +338,10 @@ def can_resume(cfg):
 
 def run_pending(runs, todo, jobs):
     """Train the runs `todo` as `python train.py` subprocesses, `jobs` at a time, each slot pinned to its
-    own share of the cores. A run that can resume does. If a run fails or the study is interrupted,
-    the runs still going get SIGTERM, save their last.pt and stop; a later call continues them."""
+    own share of the cores. A run that can resume does; any other starts in a folder that holds no run
+    (run_folder saw to it), so none is ever started with --overwrite. If a run fails (RunFailed) or the
+    study is interrupted, the runs still going get SIGTERM, save their last.pt and stop; a later call
+    continues them."""
     # the cores this process may use (`taskset -c 1 python study.py ...` gives it one), shared out by slot
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     per_job = max(1, len(allowed) // jobs)
@@ -269,8 +377,8 @@ def run_pending(runs, todo, jobs):
                 running.remove(item)
                 free_slots.append(slot)
                 if proc.returncode != 0:
-                    raise RuntimeError(f"{key[0]} seed {key[1]} failed (exit {proc.returncode}); see "
-                                       f"{runs[key][1]['out_dir']}/train.out")
+                    raise RunFailed(f"{key[0]} seed {key[1]} failed (exit {proc.returncode}); see "
+                                    f"{runs[key][1]['out_dir']}/train.out")
                 print(f"  finished {key[0]} seed {key[1]}", flush=True)
     finally:
         for _, proc, log, _ in running:
@@ -283,14 +391,14 @@ def run_study(runs, jobs=1, collect_only=False):
     """Run the planned runs that are not finished yet, then return {(name, seed): summary}."""
     todo = [key for key, (_, cfg) in runs.items() if finished_summary(cfg) is None]
     if todo and collect_only:
-        raise ValueError(f"{len(todo)} runs are not finished (first: {runs[todo[0]][1]['out_dir']}); "
+        raise StudyError(f"{len(todo)} runs are not finished (first: {runs[todo[0]][1]['out_dir']}); "
                          f"run without --collect_only to train them")
     print(f"study: {len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to train ({jobs} at a time)")
     run_pending(runs, todo, jobs)
     summaries = {key: finished_summary(cfg) for key, (_, cfg) in runs.items()}
     missing = [k for k, v in summaries.items() if v is None]
     if missing:
-        raise RuntimeError(f"runs {missing} ended without a finished summary.json (interrupted?); run the study again")
+        raise StudyError(f"runs {missing} ended without a finished summary.json (interrupted?); run the study again")
     return summaries
 
 
@@ -309,7 +417,7 @@ def shared_metrics(summaries, wanted=None):
         return common
     unknown = [k for k in wanted if k not in common]
     if unknown:
-        raise ValueError(f"metrics {unknown} are not reported by every run; available: {list(common)}")
+        raise ConfigError(f"metrics {unknown} are not reported by every run; available: {list(common)}")
     return {k: common[k] for k in wanted}
 
 
@@ -350,49 +458,177 @@ def study_table(summaries, names, seeds, metrics, n_boot=10000):
 # -----------------------------------------------------------------------------
 # a study plan: named cells of runs, the claims to settle between them, and the report (RESULTS.md)
 #
-# A plan is a Python file (config/encoders_study.py) that sets:
+# A plan is a Python file (config/encoders_study.py) that sets (names starting with _ are its own helpers):
 #   out_root   where the cells' runs go: OUT_ROOT/<cell>/<config name>/seed<N>
 #   seeds      the seeds of every cell (a cell may set its own)
-#   cells      [dict(name, configs, set, test_set, what)]: each cell is a study of its config files with the
-#              overrides `set`; test_set names the test examples (cells with the same one are compared on a
+#   cells      [dict(name, configs, set, seeds, test_set, what)]: each cell is a study of its config files with
+#              the overrides `set`; test_set names the test examples (cells with the same one are compared on a
 #              plot); run in order, so a cell may start from a checkpoint an earlier cell trained
 #   labels     {config name: how tables call it}
 #   verdicts   [dict(claim, a, b, metric, cost)]: a and b are "cell/config", or "cell/config - cell/config"
 #              (a difference per seed); the claim is that a beats b; cost: a run A spent beyond B (pretraining)
 #   depth      ["cell/config"]: recurrent runs to score at test-time depths `depth_loops`
-#   targets    [dict(what, term, metric, at_least)] and `budget_note`, `notes`: text for the report
+#   targets    [dict(what, term, metric, at_least or at_most)] and `budget_note`, `notes`: text for the report
+# The whole plan is checked when it is loaded (check_plan), so that a mistake in its last cell stops the study
+# before the first cell trains, not hours later.
 
 PLAN_KEYS = {"out_root": str, "seeds": list, "cells": list, "labels": dict, "verdicts": list, "depth": list,
              "depth_loops": list, "targets": list, "budget_note": str, "notes": list}
+CELL_KEYS = {"name": str, "configs": list, "set": list, "seeds": list, "test_set": str, "what": str}
+VERDICT_KEYS = {"claim": str, "a": str, "b": str, "metric": str, "cost": str}
+TARGET_KEYS = {"what": str, "term": str, "metric": str, "at_least": (int, float), "at_most": (int, float)}
 TEST_METRICS = ["test_accuracy", "test_f1", "test_precision", "test_recall", "test_mcc"]
+# the figures train.summarize writes for every run, beside its task's final validation and test figures
+RUN_FIGURES = ("best_val_loss", "final_grad_norm", "train_minutes", "train_flops", "iters", "epochs", "params",
+               "params_non_embedding")
+
+
+def metric_names():
+    """The figures a run's summary.json may hold, which a verdict or a target may compare: each task's
+    (train.TASKS) as test_X (the best checkpoint on the test split) and final_val_X, and the RUN_FIGURES."""
+    per_task = {f"{split}_{k}" for task in train.TASKS.values() for k in task.metrics
+                for split in ("test", "final_val")}
+    return sorted(per_task | set(RUN_FIGURES))
 
 
 def load_plan(path):
-    """The plan file's settings, checked: the keys above and nothing else."""
+    """The plan file's settings with the defaults of those it leaves out, checked whole (check_plan)."""
+    plan = read_plan(path)
+    check_entry(plan, PLAN_KEYS, (), path)  # before the defaults fill in: a misspelt key is not a missing one
+    if not plan.get("cells"):
+        raise ConfigError(f"{path} plans no cells")
+    plan = {"out_root": "out/plan", "seeds": [1, 2, 3], "labels": {}, "verdicts": [], "depth": [],
+            "depth_loops": [1, 2, 3, 4], "targets": [], "notes": [], **plan}
+    check_plan(plan, path)
+    return {**plan, "path": path}
+
+
+def read_plan(path):
+    """The plan file's top-level names, from running it as Python; names starting with _, imports and
+    functions are its own helpers. A Python error in it is one line that says where (a ConfigError)."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"plan {path} not found")
+    with open(path) as f:
+        source = f.read()
     namespace = {"__file__": os.path.abspath(path)}  # one namespace: comprehensions see the plan's names
     try:
-        with open(path) as f:
-            exec(compile(f.read(), path, "exec"), namespace)
-    except OSError as e:
-        raise ValueError(f"cannot read the plan {path}: {e}") from None
-    plan = {k: v for k, v in namespace.items() if not k.startswith("_") and k.islower()}
-    unknown = [k for k in plan if k not in PLAN_KEYS]
-    if unknown:
-        raise ValueError(f"{path}: unknown plan keys {unknown} (known: {sorted(PLAN_KEYS)})")
-    if not plan.get("cells"):
-        raise ValueError(f"{path} plans no cells")
-    for cell in plan["cells"]:
-        if not {"name", "configs"} <= set(cell):
-            raise ValueError(f"{path}: every cell needs a name and configs, not {cell}")
-    plan.setdefault("out_root", "out/plan")
-    plan.setdefault("seeds", [1, 2, 3])
-    for key in ("labels",):
-        plan.setdefault(key, {})
-    for key in ("verdicts", "depth", "targets", "notes"):
-        plan.setdefault(key, [])
-    plan.setdefault("depth_loops", [1, 2, 3, 4])
-    plan["path"] = path
-    return plan
+        exec(compile(source, path, "exec"), namespace)
+    except SyntaxError as e:
+        raise ConfigError(f"{path}, line {e.lineno}: {e.msg}") from None
+    except Exception as e:  # whatever the plan's own code raised: the user's mistake, not this file's
+        lines = [frame.lineno for frame in traceback.extract_tb(e.__traceback__) if frame.filename == path]
+        raise ConfigError(f"{path}, line {lines[-1] if lines else '?'}: {type(e).__name__}: {e}") from None
+    return {k: v for k, v in namespace.items()
+            if not k.startswith("_") and not callable(v) and type(v).__name__ != "module"}
+
+
+def check_entry(entry, keys, required, where):
+    """A plan, or one of its cells, verdicts or targets: a dict of the `keys` ({key: type}) that has the
+    `required` ones. An unknown key is refused with the closest known one: unchecked, a typo (`sets=` for
+    `set=`) would be ignored, and its overrides with it."""
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where} must be a dict(...), not {entry!r}")
+    for key, value in entry.items():
+        if key not in keys:
+            raise ConfigError(f"{where}: unknown key {key!r}{closest(key, list(keys))} (known: {', '.join(keys)})")
+        if not isinstance(value, keys[key]):
+            kind = getattr(keys[key], "__name__", "number")
+            raise ConfigError(f"{where}: {key} must be a {kind}, not {value!r}")
+    missing = [k for k in required if k not in entry]
+    if missing:
+        raise ConfigError(f"{where} needs {' and '.join(missing)}")
+
+
+def parse_term(term):
+    """'cell/config' -> [(cell, config)]; 'cell/config - cell/config' -> both (a difference per seed)."""
+    parts = [p.strip().partition("/") for p in term.split(" - ")]
+    if len(parts) > 2 or any(not cell or not sep or not config for cell, sep, config in parts):
+        raise ConfigError(f"term {term!r}: expected 'cell/config' or 'cell/config - cell/config'")
+    return [(cell, config) for cell, _, config in parts]
+
+
+def check_term(term, configs, where, single=False):
+    """A term names cells of the plan and configs of those cells; `configs` is {cell: [config names]}."""
+    parts = parse_term(term)
+    if single and len(parts) > 1:
+        raise ConfigError(f"{where} {term!r}: expected one 'cell/config'")
+    for cell, config in parts:
+        if cell not in configs:
+            raise ConfigError(f"{where} {term!r}: the plan has no cell {cell!r}{closest(cell, list(configs))}")
+        if config not in configs[cell]:
+            raise ConfigError(f"{where} {term!r}: cell {cell} has no config {config!r}"
+                              f"{closest(config, configs[cell])} (it has {', '.join(configs[cell])})")
+
+
+def check_metric(metric, where):
+    if metric not in metric_names():
+        raise ConfigError(f"{where}: no run reports a metric {metric!r}{closest(metric, metric_names())}")
+
+
+def check_cell(cell, where):
+    """A cell's config files exist, have distinct names and take its overrides (train.make_config says
+    which key it does not know, and the closest one it does); returns its config names."""
+    if not cell["name"] or "/" in cell["name"] or cell["name"] in (".", ".."):
+        raise ConfigError(f"{where}: a cell's name is a folder and the first half of 'cell/config': no '/' in it")
+    if not cell["configs"]:
+        raise ConfigError(f"{where} has no configs")
+    for path in cell["configs"]:
+        if not isinstance(path, str) or not os.path.isfile(path):
+            raise ConfigError(f"{where}: config file {path} not found")
+    if "seeds" in cell:
+        check_seeds(cell["seeds"], f"{where}: seeds")
+    check_overrides(cell.get("set", []), f"{where}: set")
+    try:
+        names = [name for name, _, _ in run_names(cell["configs"])]
+        for path in cell["configs"]:
+            train.make_config([path, *[f"--{s}" for s in cell.get("set", [])]])
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    return names
+
+
+def entry_name(entry, key, i):
+    """How an error names the i-th cell, verdict or target of a plan: by its name, claim or what, else by number."""
+    return repr(entry[key]) if isinstance(entry, dict) and key in entry else str(i + 1)
+
+
+def check_plan(plan, path):
+    """Every mistake a plan (its keys checked, its defaults filled in) can hold that needs no run to find:
+    unknown keys in its cells, verdicts and targets (with the closest known one), cells without configs,
+    config files that do not exist, cells of one name, repeated seeds, two configs of one name in a cell,
+    overrides train.py does not know, and verdicts, targets, depth and labels that name cells, configs or
+    metrics the plan does not have. Raises ConfigError."""
+    check_seeds(plan["seeds"], f"{path}: seeds")
+    configs = {}  # cell name -> its config names
+    for i, cell in enumerate(plan["cells"]):
+        where = f"{path}: cell {entry_name(cell, 'name', i)}"
+        check_entry(cell, CELL_KEYS, ("name", "configs"), where)
+        if cell["name"] in configs:
+            raise ConfigError(f"{path}: two cells are named {cell['name']!r} (a cell's name is its runs' folder)")
+        configs[cell["name"]] = check_cell(cell, where)
+    every = sorted({name for names in configs.values() for name in names})
+    for name in plan["labels"]:
+        if name not in every:
+            raise ConfigError(f"{path}: labels: no cell has a config {name!r}{closest(name, every)}")
+    for i, claim in enumerate(plan["verdicts"]):
+        where = f"{path}: verdict {entry_name(claim, 'claim', i)}"
+        check_entry(claim, VERDICT_KEYS, ("claim", "a", "b"), where)
+        for key in ("a", "b", "cost"):
+            if key in claim:
+                check_term(claim[key], configs, f"{where}: {key}")
+        check_metric(claim.get("metric", "test_accuracy"), where)
+    for i, target in enumerate(plan["targets"]):
+        where = f"{path}: target {entry_name(target, 'what', i)}"
+        check_entry(target, TARGET_KEYS, ("what", "term"), where)
+        if ("at_least" in target) == ("at_most" in target):
+            raise ConfigError(f"{where}: give exactly one of at_least and at_most")
+        check_term(target["term"], configs, f"{where}: term")
+        check_metric(target.get("metric", "test_accuracy"), where)
+    for term in plan["depth"]:
+        check_term(term, configs, f"{path}: depth", single=True)
+    loops = plan["depth_loops"]
+    if not loops or not all(type(k) is int and k >= 1 for k in loops):
+        raise ConfigError(f"{path}: depth_loops {loops!r}: expected a list of loop counts (integers >= 1)")
 
 
 def plan_cells(plan):
@@ -408,17 +644,18 @@ def plan_cells(plan):
 def run_plan(plan, jobs=1, collect_only=False, only=None):
     """Train every cell's unfinished runs, cell after cell (unless collect_only; with `only`, just those
     cells'), then return {cell name: (cell, runs, {(config name, seed): summary or None})}."""
-    cells = plan_cells(plan)
-    unknown = sorted(set(only or ()) - set(cells))
+    names = [cell["name"] for cell in plan["cells"]]
+    unknown = sorted(set(only or ()) - set(names))
     if unknown:
-        raise ValueError(f"--cells {unknown}: the plan has {list(cells)}")
+        raise ConfigError(f"--cells {unknown}: the plan has {names}")
+    cells = plan_cells(plan)
     for name, (cell, runs) in list(cells.items()):
         todo = [key for key, (_, cfg) in runs.items() if finished_summary(cfg) is None]
         if todo and not collect_only and (not only or name in only):
             print(f"cell {name}: {len(runs)} runs, {len(todo)} to train")
             try:
                 run_pending(runs, todo, jobs)
-            except RuntimeError as e:  # a cell that cannot run (its data cannot be had) does not stop the rest
+            except RunFailed as e:  # a cell that cannot run (its data cannot be had) does not stop the rest
                 print(f"cell {name} stopped: {e}")
                 cells[name] = ({**cell, "error": str(e)}, runs)
     # collected after all the training: runs that finished meanwhile elsewhere (another core's queue) count
@@ -432,23 +669,19 @@ def finished_seeds(summaries, name):
 
 def term_values(term, results, metric):
     """Per-seed values {seed: value} of a term: 'cell/config', or 'cell/config - cell/config'."""
-    parts = [p.strip() for p in term.split(" - ")]
     values = []
-    for part in parts:
-        cell, _, name = part.partition("/")
+    for cell, name in parse_term(term):
         if cell not in results:
-            raise ValueError(f"term {part!r}: no cell {cell!r} in the plan")
+            raise ConfigError(f"term {term!r}: no cell {cell!r} in the plan")
         summaries = results[cell][2]
         if not any(n == name for n, _ in summaries):
-            raise ValueError(f"term {part!r}: cell {cell} has no config {name!r}")
+            raise ConfigError(f"term {term!r}: cell {cell} has no config {name!r}")
         done = {seed: s for (n, seed), s in summaries.items() if n == name and s is not None}
         if any(metric not in s for s in done.values()):
-            raise ValueError(f"term {part!r}: its runs do not report {metric!r}")
+            raise ConfigError(f"term {cell}/{name}: its runs do not report {metric!r}")
         values.append({seed: s[metric] for seed, s in done.items()})
     if len(values) == 1:
         return values[0]
-    if len(values) != 2:
-        raise ValueError(f"term {term!r}: expected 'cell/config' or 'cell/config - cell/config'")
     return {seed: v - values[1][seed] for seed, v in values[0].items() if seed in values[1]}
 
 
@@ -538,7 +771,7 @@ def measure(results, plan, remeasure=False):
     for term in plan["depth"]:
         cell, _, config = term.partition("/")
         if cell not in results:
-            raise ValueError(f"depth {term!r}: no cell {cell!r}")
+            raise ConfigError(f"depth {term!r}: no cell {cell!r}")
         _, runs, summaries = results[cell]
         paths = [os.path.join(runs[(config, s)][1]["out_dir"], "ckpt.pt") for s in finished_seeds(summaries, config)]
         if paths:
@@ -552,6 +785,10 @@ def measure(results, plan, remeasure=False):
 
 # -----------------------------------------------------------------------------
 # the report: RESULTS.md and its plots
+#
+# The report says how many runs it holds (`Finished runs: N of M.`), and a report is never replaced by one
+# that holds fewer (a fresh clone has no out/: its study would report nothing) unless --allow_fewer. It is
+# written with its plots in one go: made in a temporary folder, then moved into place.
 
 
 def pareto_front(points):
@@ -739,22 +976,94 @@ def fmt_num(x, spec):
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def finished_runs(results):
+    """(finished runs, planned runs) of run_plan's results."""
+    done = sum(s is not None for _, _, summaries in results.values() for s in summaries.values())
+    return done, sum(len(summaries) for _, _, summaries in results.values())
+
+
+def reported_runs(path):
+    """How many finished runs the report at `path` holds, read back from its `Finished runs: N of M.` line
+    (a report written before that line: the sum of its tables' `K of M` seeds); None if there is no file."""
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        text = f.read()
+    line = re.search(r"^Finished runs: (\d+) of \d+\.$", text, re.M)
+    if line:
+        return int(line.group(1))
+    return sum(int(k) for k in re.findall(r"^\| [^|\n]+ \| (\d+) of \d+ \|", text, re.M))
+
+
+def check_report_keeps_runs(path, done, planned, out_root, allow_fewer=False):
+    """A report is not replaced by one that holds fewer finished runs (run on a fresh clone, with no out/,
+    a study would rewrite the committed RESULTS.md as 'not run' throughout) unless `allow_fewer`."""
+    before = reported_runs(path)
+    if before is not None and before > done and not allow_fewer:
+        raise StudyError(f"{path} reports {before} finished runs, and a new report would hold {done} (of {planned} "
+                         f"planned; read from {out_root}/): it is kept. Train or bring back the missing runs, or give "
+                         f"--allow_fewer to replace it anyway")
+
+
+def report_plots(path):
+    """The PNGs the report at `path` shows that lie in its plot folder (results/ beside it): the ones a
+    report made. Anything else there (results/runs/, a file of one's own) is not a report's."""
+    if not os.path.isfile(path):
+        return set()
+    folder = os.path.dirname(os.path.abspath(path))
+    with open(path) as f:
+        links = re.findall(r"!\[[^\]]*\]\(([^)\s]+\.png)\)", f.read())
+    plots = {os.path.normpath(os.path.join(folder, link)) for link in links}
+    return {p for p in plots if os.path.dirname(p) == os.path.join(folder, "results")}
+
+
 def write_report(plan, results, timing, depth, path):
-    """RESULTS.md: conditions, targets, verdicts, one table per cell, test-time depth and the plots,
-    all from the finished runs (a cell not run yet says so)."""
+    """RESULTS.md and its plots (results/ beside it), from the finished runs, written together: all of it
+    is drawn and written into a temporary folder first, and moved into place only when all of it is
+    there, so an error half-way leaves the old report and plots as they were. Plots an old report showed
+    that this one does not are removed. Returns the report's lines."""
+    folder = os.path.dirname(os.path.abspath(path))
+    plot_dir = os.path.join(folder, "results")
+    staging = tempfile.mkdtemp(prefix=".report-", dir=folder)
+    try:
+        label = lambda config: plan["labels"].get(config, config)  # noqa: E731
+        staged = draw_plots(plan, results, timing, depth, os.path.join(staging, "results"), label)
+        plots = [(title, os.path.join(plot_dir, os.path.basename(p))) for title, p in staged]
+        lines = report_lines(plan, results, timing, depth, path, plots)
+        with open(os.path.join(staging, "report.md"), "w") as f:
+            f.write("\n".join(lines))
+        stale = report_plots(path) - {p for _, p in plots}
+        os.makedirs(plot_dir, exist_ok=True)
+        # only renames from here on, within one folder's file system: nothing that draws or computes
+        for (_, staged_path), (_, final) in zip(staged, plots):
+            os.replace(staged_path, final)
+        os.replace(os.path.join(staging, "report.md"), path)
+        for p in sorted(stale):
+            if os.path.isfile(p):
+                os.remove(p)
+                print(f"removed {os.path.relpath(p, folder)} (a plot the report no longer shows)")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return lines
+
+
+def report_lines(plan, results, timing, depth, path, plots):
+    """The lines of the report at `path`: conditions, the count of finished runs, targets, verdicts, one
+    table per cell (a cell not run yet says so), test-time depth, and the `plots` [(title, path)]."""
     label = lambda config: plan["labels"].get(config, config)  # noqa: E731
     metrics = {}
     for _, _, summaries in results.values():
         for s in summaries.values():
             if s is not None:
                 metrics.update(s.get("metrics", {}))
-    plot_dir = os.path.join(os.path.dirname(os.path.abspath(path)), "results")
-    plots = draw_plots(plan, results, timing, depth, plot_dir, label)
     cond = machine_conditions()
     rel = lambda p: os.path.relpath(p, os.path.dirname(os.path.abspath(path)))  # noqa: E731
+    done, planned = finished_runs(results)
     lines = ["# Results: recurrent vs standard encoders", "",
              f"Written by `python study.py --plan {plan['path']} --report {os.path.basename(path)}` from the "
              f"finished runs under `{plan['out_root']}/` (do not edit by hand: run the command again).", "",
+             # read back by reported_runs: a report is not replaced by one with fewer finished runs
+             f"Finished runs: {done} of {planned}.", "",
              "## Conditions", "",
              f"- Machine: {cond['cpu']}, {cond['cores']} cores, {'a CUDA GPU' if cond['cuda'] else 'no GPU'}; "
              f"torch {cond['torch']}, numpy {cond['numpy']}, Python {cond['python']}; code at commit {cond['commit']}.",
@@ -777,7 +1086,7 @@ def write_report(plan, results, timing, depth, path):
         for t in plan["targets"]:
             try:
                 values = term_values(t["term"], results, t.get("metric", "test_accuracy"))
-            except ValueError:
+            except ConfigError:  # its runs do not report the metric (a pretraining run has no test split)
                 values = {}
             if len(values) >= 1:
                 mean = float(np.mean(list(values.values())))
@@ -847,41 +1156,87 @@ def write_report(plan, results, timing, depth, path):
         lines += ["## Plots", ""]
         for title, p in plots:
             lines += [f"**{title}**", "", f"![{title}]({rel(p)})", ""]
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
     return lines
 
 
+def check_folder(path, flag):
+    """The folder an output file is to go to exists: found now, not after the training."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ConfigError(f"{flag} {path}: there is no folder {folder}")
+
+
 def plan_main(args):
-    """study.py --plan: train what the plan lacks (or, with --collect_only, only read what is finished),
-    measure the checkpoints, judge the claims and write the report."""
+    """study.py --plan: check the whole plan, train what it lacks (or, with --collect_only, only read what
+    is finished), measure the checkpoints, judge the claims and write the report, unless the report there
+    holds more finished runs than this one would (then --allow_fewer)."""
+    report = args.report or "RESULTS.md"
+    check_folder(report, "--report")
     plan = load_plan(args.plan)
     results = run_plan(plan, args.jobs, args.collect_only, args.cells)
-    done = sum(s is not None for _, _, summaries in results.values() for s in summaries.values())
-    planned = sum(len(summaries) for _, _, summaries in results.values())
+    done, planned = finished_runs(results)
     print(f"plan {args.plan}: {done} of {planned} runs finished")
+    check_report_keeps_runs(report, done, planned, plan["out_root"], args.allow_fewer)
     timing, depth = measure(results, plan, args.remeasure)
-    lines = write_report(plan, results, timing, depth, args.report)
-    print(f"wrote {args.report} ({len(lines)} lines)")
+    lines = write_report(plan, results, timing, depth, report)
+    print(f"wrote {report} ({len(lines)} lines)")
+
+
+def configs_main(args):
+    """study.py CONFIG...: train the configs x seeds not finished yet (or, with --collect_only, only read
+    them), then print each metric's mean over seeds and the paired differences (and --json them)."""
+    seeds = args.seeds or [1, 2, 3, 4, 5]
+    if not args.configs:
+        raise ConfigError("give config files, or --plan PLAN")
+    check_seeds(seeds, "--seeds")
+    if len(seeds) < 2:
+        raise ConfigError(f"--seeds {seeds}: a study needs at least two (an interval over seeds needs two values)")
+    for metric in args.metrics or []:
+        check_metric(metric, "--metrics")
+    if args.json:
+        check_folder(args.json, "--json")
+    runs = plan_runs(args.configs, seeds, args.out_root or "out/study", args.set or [], args.grid or [])
+    names = list(dict.fromkeys(name for name, _ in runs))
+    summaries = run_study(runs, args.jobs, args.collect_only)
+    metrics = shared_metrics(summaries, args.metrics)
+    result, lines = study_table(summaries, names, seeds, metrics)
+    first = summaries[(names[0], seeds[0])]
+    stops = sorted({s["stopped"] for s in summaries.values()})
+    iters = [s["iters"] for s in summaries.values()]
+    print(f"\n{len(summaries)} runs ({len(names)} configs x seeds {seeds}); task {first['task']}; "
+          f"iterations {min(iters)}-{max(iters)}; stopped by {', '.join(stops)}")
+    print("\n".join(lines))
+    if args.json:
+        result["runs"] = {f"{n}/seed{s}": summaries[(n, s)] for n, s in summaries}
+        data.write_json(args.json, result, indent=1)
+        print(f"wrote {args.json}")
+
+
+# the flags of each way to run: given to the other one, they would be ignored, so they are refused
+PLAN_FLAGS = ("report", "cells", "remeasure", "allow_fewer")
+CONFIGS_FLAGS = ("configs", "seeds", "set", "grid", "out_root", "metrics", "json")
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="Train (or collect) config files x overrides x seeds and compare them "
                                             "over seeds. The first config is the baseline of the paired differences.")
     p.add_argument("configs", nargs="*", metavar="CONFIG", help="train.py config files")
-    p.add_argument("--plan", help="a study plan (config/encoders_study.py): train its cells' unfinished runs in "
-                   "order, then write the report (--report)")
-    p.add_argument("--report", default="RESULTS.md", help="with --plan: the report to write (default RESULTS.md)")
+    p.add_argument("--plan", help="a study plan (config/encoders_study.py): check it whole, train its cells' "
+                   "unfinished runs in order, then write the report (--report)")
+    p.add_argument("--report", help="with --plan: the report to write (default RESULTS.md; plots go to results/ "
+                   "beside it)")
+    p.add_argument("--allow_fewer", action="store_true", help="with --plan: replace the report even if it holds "
+                   "more finished runs than the new one will")
     p.add_argument("--cells", nargs="*", default=None, help="with --plan: train only these cells (the report "
                    "still reads every finished run)")
     p.add_argument("--remeasure", action="store_true", help="with --plan: time the checkpoints again even if "
                    "their measurements are newer")
-    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="the seeds (at least two)")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+    p.add_argument("--seeds", type=int, nargs="+", help="the seeds (at least two, distinct; default 1 2 3 4 5)")
+    p.add_argument("--set", nargs="*", metavar="KEY=VALUE",
                    help="overrides for every run, e.g. --set device=cuda max_iters=600")
-    p.add_argument("--grid", nargs="*", default=[], metavar="KEY=V1,V2",
+    p.add_argument("--grid", nargs="*", metavar="KEY=V1,V2",
                    help="run every config at every combination of these values, e.g. --grid n_loops=1,2,3")
-    p.add_argument("--out_root", default="out/study", help="runs go to OUT_ROOT/<name>/seed<N>")
+    p.add_argument("--out_root", help="runs go to OUT_ROOT/<name>/seed<N> (default out/study)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (CPU: one per core, pinned)")
     p.add_argument("--collect_only", action="store_true", help="only collect finished runs, never train")
     p.add_argument("--metrics", nargs="*", default=None, help="the metrics to show (default: all the runs report)")
@@ -893,32 +1248,16 @@ def main(argv=None):
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        if args.plan:
-            return plan_main(args)
-        if not args.configs:
-            raise ValueError("give config files, or --plan PLAN")
-        if len(set(args.seeds)) < 2 or args.jobs < 1:
-            raise ValueError("a study needs at least two distinct --seeds and --jobs >= 1")
-        runs = plan_runs(args.configs, args.seeds, args.out_root, args.set, args.grid)
-        names = list(dict.fromkeys(name for name, _ in runs))
-        if len(names) * len(args.seeds) != len(runs):
-            raise ValueError("two configs have the same file name; rename one (the name is the run folder)")
-        summaries = run_study(runs, args.jobs, args.collect_only)
-        metrics = shared_metrics(summaries, args.metrics)
-        result, lines = study_table(summaries, names, args.seeds, metrics)
-        first = summaries[(names[0], args.seeds[0])]
-        stops = sorted({s["stopped"] for s in summaries.values()})
-        iters = [s["iters"] for s in summaries.values()]
-        print(f"\n{len(summaries)} runs ({len(names)} configs x seeds {args.seeds}); task {first['task']}; "
-              f"iterations {min(iters)}-{max(iters)}; stopped by {', '.join(stops)}")
-        print("\n".join(lines))
-        if args.json:
-            result["runs"] = {f"{n}/seed{s}": summaries[(n, s)] for n, s in summaries}
-            data.write_json(args.json, result, indent=1)
-            print(f"wrote {args.json}")
+        if args.jobs < 1:
+            raise ConfigError(f"--jobs {args.jobs}: expected at least 1")
+        other = [f for f in (CONFIGS_FLAGS if args.plan else PLAN_FLAGS) if getattr(args, f)]
+        if other:
+            raise ConfigError(f"{', '.join('config files' if f == 'configs' else '--' + f for f in other)}: "
+                              f"{'not with --plan (its cells set their own)' if args.plan else 'only with --plan'}")
+        return plan_main(args) if args.plan else configs_main(args)
     except KeyboardInterrupt:
         sys.exit("study interrupted: the runs that were going saved their last.pt; run the same command to continue")
-    except (configurator.ConfigError, data.DataError, ValueError, RuntimeError, OSError) as e:
+    except UserError as e:  # bad input: one line; a bug keeps its traceback
         sys.exit(f"error: {e}")
 
 

@@ -644,9 +644,9 @@ def start(cfg, dataset, dev, files):
 # rounding, so a run may resume under another of them (it says which), and a run made under another is the
 # same run (runs made before the fused norms and the fused AdamW became the defaults count as finished).
 IMPLEMENTATION_KEYS = ("attn_impl", "norm_impl", "ffn_impl", "adamw_impl", "compile")
-# Settings that change nothing a run computes: how often it prints, the MFU's denominator, and whether it
-# was allowed to replace a run in its out_dir.
-BOOKKEEPING_KEYS = ("log_interval", "peak_tflops", "overwrite")
+# Settings that change nothing a run computes: where its files are (a run folder may be moved), how often it
+# prints, the MFU's denominator, and whether it was allowed to replace a run in its out_dir.
+BOOKKEEPING_KEYS = ("out_dir", "log_interval", "peak_tflops", "overwrite")
 
 
 def run_differences(a, b):

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import tarfile
+import time
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ import data
 import evaluate
 import model
 import study
-from conftest import fake_downloads, need_tokenizer
+from conftest import REPO_ROOT, fake_downloads, need_tokenizer
 from test_study import write_tiny_configs
 
 # -----------------------------------------------------------------------------
@@ -331,10 +332,17 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
     assert len(rows) == 1 and "p=" not in rows[0] and rows[0].rstrip().endswith(
         ("**confirmed** |", "**refuted** |", "**inconclusive** |"))
     assert "| plain | 2 of 2 |" in text and "| plain reaches 0 |" in text and "| yes |" in text
+    assert "\nFinished runs: 4 of 4.\n" in text and study.reported_runs(str(report)) == 4
     assert "## Test-time depth" in text and "(trained: 2)" in text
     assert 'Cost of "looped beats plain": `a/tiny_plain` spent' in text  # training FLOPs beside the gain
     for png in ("learning_curves.png", "test_time_depth.png", "frontier_tiny_test.png"):
         assert f"(results/{png})" in text and os.path.isfile(tmp_path / "results" / png)
+    # the figures a verdict may name (study.RUN_FIGURES, with the task's test_ and final_val_ ones) are the
+    # ones train.py writes
+    summary = json.loads((tmp_path / "runs" / "a" / "tiny_plain" / "seed1" / "summary.json").read_text())
+    assert {*study.RUN_FIGURES, "test_accuracy", "test_mcc", "final_val_loss"} <= set(summary)
+    figures = {k for k in summary if k.startswith(("test_", "final_val_"))}
+    assert figures - {"test_n", "final_val_n", "test_predictions"} <= set(study.metric_names())
     timing = json.loads((tmp_path / "runs" / "a" / "timing.json").read_text())
     assert [r["ckpt"] for r in timing] == [str(tmp_path / "runs" / "a" / n / "seed1" / "ckpt.pt")
                                            for n in ("tiny_plain", "tiny_looped")]
@@ -363,15 +371,18 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
 def test_a_plan_with_unknown_keys_or_no_cells_is_refused(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("cells = [dict(name='a', configs=[])]\nverdict = []\n")
-    with pytest.raises(ValueError, match="unknown plan keys \\['verdict'\\]"):
+    with pytest.raises(ValueError, match="unknown key 'verdict' \\(did you mean 'verdicts'\\?\\)"):
         study.load_plan(str(bad))
     bad.write_text("seeds = [1, 2]\n")
     with pytest.raises(ValueError, match="plans no cells"):
         study.load_plan(str(bad))
 
 
-def test_the_encoder_study_plan_loads():
-    plan = study.load_plan("config/encoders_study.py")
+def test_the_encoder_study_plan_loads(monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)  # its config files are named from the repository's root
+    start = time.perf_counter()
+    plan = study.load_plan("config/encoders_study.py")  # and checked whole
+    assert time.perf_counter() - start < 1.0
     cells = study.plan_cells(plan)
     assert "sst2_glue" in cells and len(cells["sst2_glue"][1]) == 6
     with pytest.raises(ValueError, match="--cells \\['nope'\\]"):

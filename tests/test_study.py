@@ -9,6 +9,7 @@ import ast
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import time
 import numpy as np
 import pytest
 
+import configurator
 import data
 import study
 import train
@@ -127,6 +129,67 @@ def test_finished_means_same_config_and_not_interrupted(tmp_path):
     assert study.finished_summary(cfg) is None
 
 
+def fake_run(cfg, finished=True):
+    """The files train.py leaves for a run of cfg in its out_dir, without training it: a finished run's
+    summary.json, or a stopped run's last.pt and the start record of its log."""
+    os.makedirs(cfg["out_dir"], exist_ok=True)
+    if finished:
+        data.write_json(os.path.join(cfg["out_dir"], "summary.json"), {"stopped": "max_iters", "config": cfg})
+    else:
+        open(os.path.join(cfg["out_dir"], "last.pt"), "wb").close()
+        with open(os.path.join(cfg["out_dir"], "log.jsonl"), "w") as f:
+            f.write(json.dumps({"type": "start", "iter": 0, "config": cfg}) + "\n")
+
+
+def test_a_folder_holding_another_run_is_left_alone(tmp_path, capsys):
+    """A run's planned folder that holds a run of other settings (a finished one, or a stopped one: the
+    config file was edited since) is left as it is: the run goes to the first folder beside it that holds
+    a run of its config, else to the first that holds no run, and collection finds it there."""
+    configs = write_tiny_configs(tmp_path, str(tmp_path / "data"))[:1]
+    out_root = str(tmp_path / "s")
+    planned = {seed: cfg for (_, seed), (_, cfg) in study.plan_runs(configs, [1, 2, 3, 4], out_root).items()}
+    before_the_edit = {seed: {**cfg, "max_iters": 5} for seed, cfg in planned.items()}
+    fake_run(before_the_edit[1])
+    fake_run(before_the_edit[2], finished=False)
+    fake_run(before_the_edit[3])
+    fake_run({**before_the_edit[3], "out_dir": planned[3]["out_dir"] + "-2"}, finished=False)
+    fake_run({**planned[3], "out_dir": planned[3]["out_dir"] + "-3"})  # this config's run, made before
+    fake_run({**planned[4], "out_dir": planned[4]["out_dir"] + "-2"})  # and again, its seed4 since emptied
+    files = {os.path.join(d, f): open(os.path.join(d, f), "rb").read()
+             for d, _, names in os.walk(out_root) for f in names}
+    capsys.readouterr()
+
+    runs = study.plan_runs(configs, [1, 2, 3, 4], out_root)
+    folders = [runs[("tiny_plain", seed)][1]["out_dir"] for seed in (1, 2, 3, 4)]
+    assert folders == [planned[1]["out_dir"] + "-2", planned[2]["out_dir"] + "-2", planned[3]["out_dir"] + "-3",
+                       planned[4]["out_dir"] + "-2"]
+    assert [runs[("tiny_plain", seed)][0][-1] for seed in (1, 2, 3, 4)] == [f"--out_dir={f}" for f in folders]
+    assert all("--overwrite=False" in argv for argv, _ in runs.values())
+    out = capsys.readouterr().out
+    assert (f"  tiny_plain seed 1: {planned[1]['out_dir']} holds a run of other settings (max_iters 5 -> 6), left "
+            f"as it is; this run goes in {folders[0]}\n") in out
+    assert f"  tiny_plain seed 3: {planned[3]['out_dir']} holds a run of other settings (max_iters 5 -> 6), left as " \
+           f"it is; this run is in {folders[2]}\n" in out
+    assert f"  tiny_plain seed 4: this run is in {folders[3]} ({planned[4]['out_dir']} holds no run)\n" in out
+    assert len(out.splitlines()) == 4  # one line for each seed
+    assert study.finished_summary(runs[("tiny_plain", 3)][1]) is not None  # collected from seed3-3
+    with pytest.raises(study.StudyError, match=re.escape(f"2 runs are not finished (first: {folders[0]})")):
+        study.run_study(runs, collect_only=True)
+    assert {p: open(p, "rb").read() for p in files} == files  # nothing of the old runs was touched
+
+
+def test_a_failed_run_is_a_user_error_naming_its_train_out(tmp_path):
+    """train.py refusing a run (here a schedule it does not know) stops the study with one line that says
+    where to read why (a UserError: a plan goes on with its next cell)."""
+    configs = write_tiny_configs(tmp_path, str(tmp_path / "data"))[:1]
+    runs = study.plan_runs(configs, [1, 2], str(tmp_path / "s"), sets=["scheduler='sometimes'"])
+    out_dir = runs[("tiny_plain", 1)][1]["out_dir"]
+    failed = f"tiny_plain seed 1 failed (exit 1); see {out_dir}/train.out"
+    with pytest.raises(configurator.UserError, match=re.escape(failed)):
+        study.run_study(runs)
+    assert "error: scheduler='sometimes'" in open(os.path.join(out_dir, "train.out")).read()
+
+
 def train_until_interrupted(cfg, monkeypatch):
     """Train cfg and stop it by a Ctrl-C after its third step, as a user would (last.pt is saved)."""
     real_lr = train.scheduled_lr
@@ -206,6 +269,22 @@ def test_classification_study_runs_resumes_and_compares(tiny_dataset, tmp_path, 
     study.main(args)
     assert "4 runs, 4 finished, 0 to train" in capsys.readouterr().out
 
+    # the config file edited: its new runs go beside the old ones, which train.py would refuse to replace
+    # (and which stay as they were)
+    with open(configs[0], "a") as f:
+        f.write("max_iters = 4\n")
+    old = {p: open(p, "rb").read() for p in (os.path.join(planned["out_dir"], f) for f in ("summary.json", "ckpt.pt"))}
+    study.main(args)
+    out = capsys.readouterr().out
+    moved = planned["out_dir"] + "-2"
+    assert "4 runs, 2 finished, 2 to train" in out
+    assert f"tiny_plain seed 1: {planned['out_dir']} holds a run of other settings (max_iters 6 -> 4)" in out
+    assert f"started tiny_plain seed 1 -> {moved}/train.out" in out
+    assert all(open(p, "rb").read() == b for p, b in old.items())
+    assert json.load(open(os.path.join(moved, "summary.json")))["iters"] == 4
+    study.main([*args, "--collect_only"])  # and collection finds them there
+    assert "4 runs, 4 finished, 0 to train" in capsys.readouterr().out
+
 
 def test_a_killed_study_stops_its_runs(tiny_dataset, tmp_path):
     """`kill <study>` (SIGTERM) stops the study as Ctrl-C does: each running train.py gets SIGTERM and
@@ -253,8 +332,11 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys):
     study.main([*args, "--collect_only", "--metrics", "final_val_ppl"])
     printed = capsys.readouterr().out
     assert "0 to train" in printed and "final validation perplexity" in printed and "emb" not in printed
-    with pytest.raises(SystemExit, match="not finished"):
-        study.main([*args[:-len(sets)], *sets[:-1], "log_interval=2", "--collect_only"])
+    # log_interval changes nothing a run computes (train.BOOKKEEPING_KEYS): these are still the planned runs
+    study.main([*args[:-len(sets)], *sets[:-1], "log_interval=2", "--collect_only"])
+    assert "4 finished, 0 to train" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="not finished"):  # max_iters does: those runs are not made yet
+        study.main([*args, "max_iters=4", "--collect_only"])
 
     # the old spelling, `evaluate.py --study`, runs study.py
     r = subprocess.run([sys.executable, "evaluate.py", "--study", *args, "--collect_only"], cwd=REPO_ROOT,

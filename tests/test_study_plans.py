@@ -1,0 +1,262 @@
+"""
+study.py's checks and its report, none of which trains: a study plan is checked whole, in well under a
+second, before its first run starts, and each mistake is one line that names the fix; so are the command
+line's mistakes, while a bug keeps its traceback. A report is never replaced by one that holds fewer
+finished runs (the committed RESULTS.md on a fresh clone), and is written together with its plots.
+"""
+
+import os
+import re
+import shutil
+import time
+
+import pytest
+
+import study
+from conftest import REPO_ROOT
+from test_study import write_tiny_configs
+
+# -----------------------------------------------------------------------------
+# a plan's mistakes
+
+
+def tiny_plan(tmp_path):
+    """A valid plan of one cell of two tiny configs (nothing here trains them), as a dict of its settings."""
+    configs = write_tiny_configs(tmp_path, str(tmp_path / "data"))
+    return dict(out_root=str(tmp_path / "runs"), seeds=[1, 2],
+                cells=[dict(name="a", configs=configs, set=["max_iters=4"], test_set="tiny", what="tiny")],
+                labels={"tiny_plain": "plain"},
+                verdicts=[dict(claim="looped beats plain", a="a/tiny_looped", b="a/tiny_plain")],
+                depth=["a/tiny_looped"],
+                targets=[dict(what="plain reaches 0", term="a/tiny_plain", at_least=0.0)])
+
+
+def write_plan(path, plan, extra=""):
+    """The plan file: one assignment a line, then `extra` lines as they are."""
+    path.write_text("".join(f"{k} = {v!r}\n" for k, v in plan.items()) + extra)
+    return str(path)
+
+
+def another_tiny_plain(tmp_path):
+    """A second config file named tiny_plain.py, in another folder."""
+    os.makedirs(tmp_path / "other")
+    shutil.copy(tmp_path / "tiny_plain.py", tmp_path / "other" / "tiny_plain.py")
+    return str(tmp_path / "other" / "tiny_plain.py")
+
+
+def cell(plan):
+    return plan["cells"][0]
+
+
+# name: (what changes the valid plan (it may return lines to append to the file), the error it makes)
+MISTAKES = {
+    "a cell's key misspelt": (lambda p, d: cell(p).update(sets=cell(p).pop("set")),
+                              r"plan.py: cell 'a': unknown key 'sets' \(did you mean 'set'\?\)"),
+    "a verdict's key misspelt": (lambda p, d: p["verdicts"][0].update(metrc="test_f1"),
+                                 r"verdict 'looped beats plain': unknown key 'metrc' \(did you mean 'metric'\?\)"),
+    "a target's key misspelt": (lambda p, d: p["targets"][0].update(at_lest=p["targets"][0].pop("at_least")),
+                                r"target 'plain reaches 0': unknown key 'at_lest' \(did you mean 'at_least'\?\)"),
+    "a target with two bounds": (lambda p, d: p["targets"][0].update(at_most=1.0),
+                                 r"target 'plain reaches 0': give exactly one of at_least and at_most"),
+    "a target with no bound": (lambda p, d: p["targets"][0].pop("at_least"), r"exactly one of at_least and at_most"),
+    "a plan key misspelt": (lambda p, d: p.update(verdict=p.pop("verdicts")),
+                            r"plan.py: unknown key 'verdict' \(did you mean 'verdicts'\?\)"),
+    "a metric no run reports": (lambda p, d: p["verdicts"][0].update(metric="test_acuracy"),
+                                r"no run reports a metric 'test_acuracy' \(did you mean 'test_accuracy'\?\)"),
+    "a target's metric": (lambda p, d: p["targets"][0].update(metric="best_val_los"),
+                          r"target 'plain reaches 0': no run reports a metric 'best_val_los' \(did you mean "
+                          r"'best_val_loss'\?\)"),
+    "depth of a config the cell lacks": (lambda p, d: p.update(depth=["a/tiny_lopped"]),
+                                         r"depth 'a/tiny_lopped': cell a has no config 'tiny_lopped' \(did you mean "
+                                         r"'tiny_looped'\?\)"),
+    "depth of a difference": (lambda p, d: p.update(depth=["a/tiny_looped - a/tiny_plain"]),
+                              r"depth 'a/tiny_looped - a/tiny_plain': expected one 'cell/config'"),
+    "a verdict on a cell the plan lacks": (lambda p, d: p["verdicts"][0].update(b="a/tiny_looped - b/tiny_plain"),
+                                           r"verdict 'looped beats plain': b 'a/tiny_looped - b/tiny_plain': the plan "
+                                           r"has no cell 'b'"),
+    "a cost of a config the plan lacks": (lambda p, d: p["verdicts"][0].update(cost="a/tiny_pretrain"),
+                                          r"cost 'a/tiny_pretrain': cell a has no config 'tiny_pretrain'"),
+    "a term without its cell": (lambda p, d: p["targets"][0].update(term="tiny_plain"),
+                                r"term 'tiny_plain': expected 'cell/config' or 'cell/config - cell/config'"),
+    "two cells of one name": (lambda p, d: p["cells"].append(dict(cell(p), what="again")),
+                              r"plan.py: two cells are named 'a'"),
+    "a cell without configs": (lambda p, d: cell(p).update(configs=[]), r"plan.py: cell 'a' has no configs"),
+    "a config file that does not exist": (lambda p, d: cell(p)["configs"].append(str(d / "nope.py")),
+                                          r"plan.py: cell 'a': config file .*nope.py not found"),
+    "repeated seeds": (lambda p, d: p.update(seeds=[1, 2, 1]),
+                       r"plan.py: seeds \[1, 2, 1\] name seed 1 more than once: each seed is one run"),
+    "repeated seeds in a cell": (lambda p, d: cell(p).update(seeds=[3, 3]),
+                                 r"plan.py: cell 'a': seeds \[3, 3\] name seed 3 more than once"),
+    "two configs whose runs would share a folder": (
+        lambda p, d: cell(p)["configs"].append(another_tiny_plain(d)),
+        r"cell 'a': configs .*/tiny_plain.py and .*/other/tiny_plain.py have one name, tiny_plain, and their runs "
+        r"would share its folders: rename one"),
+    "an override train.py does not know": (lambda p, d: cell(p).update(set=["max_iter=4"]),
+                                           r"plan.py: cell 'a': unknown config key 'max_iter' .*\(did you mean "
+                                           r"'max_iters'\?\)"),
+    "an override of what the study sets": (lambda p, d: cell(p).update(set=["seed=3"]),
+                                           r"cell 'a': set: 'seed=3': the study sets seed itself"),
+    "a label of no config": (lambda p, d: p.update(labels={"tiny_plane": "plain"}),
+                             r"labels: no cell has a config 'tiny_plane' \(did you mean 'tiny_plain'\?\)"),
+    # (the valid plan's file is its seven settings, lines 1-7; these lines come after them)
+    "a Python error in the plan": (lambda p, d: "_budget = ['max_iters=4']\ncells[0]['set'] = _budgt\n",
+                                   r"plan.py, line 9: NameError: name '_budgt' is not defined"),
+    "a syntax error in the plan": (lambda p, d: "notes = ['one',\n", r"plan.py, line 8: '\[' was never closed"),
+}
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_a_plan_mistake_stops_the_study_before_anything_runs(mistake, tmp_path, monkeypatch):
+    """Each mistake is one line, `error: ...`, within a second, and nothing is trained or written."""
+    edit, message = MISTAKES[mistake]
+    plan = tiny_plan(tmp_path)
+    extra = edit(plan, tmp_path)
+    path = write_plan(tmp_path / "plan.py", plan, extra if isinstance(extra, str) else "")
+    monkeypatch.setattr(study, "run_pending", lambda *a: pytest.fail("a run was started"))
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as stopped:
+        study.main(["--plan", path, "--report", str(tmp_path / "RESULTS.md"), "--collect_only"])
+    assert time.perf_counter() - start < 1.0
+    error = str(stopped.value.code)
+    assert error.startswith("error: ") and "\n" not in error and re.search(message, error), error
+    assert not os.path.exists(tmp_path / "RESULTS.md") and not os.path.exists(tmp_path / "runs")
+
+
+def test_the_tiny_plan_itself_passes(tmp_path):
+    """The plan the mistakes above are made in is valid: each of them is the one thing wrong."""
+    plan = study.load_plan(write_plan(tmp_path / "plan.py", tiny_plan(tmp_path)))
+    assert [c["name"] for c in plan["cells"]] == ["a"] and plan["depth"] == ["a/tiny_looped"]
+
+
+def test_a_mistake_in_the_last_cell_stops_the_whole_plan(tmp_path, monkeypatch):
+    """The encoder study with one override misspelt in its last cell: refused before its first cell trains,
+    naming the cell and the key it meant, in under a second."""
+    monkeypatch.chdir(REPO_ROOT)  # the plan names its config files from the repository's root
+    path = tmp_path / "plan.py"
+    path.write_text(f"exec(open({os.path.join(REPO_ROOT, 'config', 'encoders_study.py')!r}).read())\n"
+                    f"out_root = {str(tmp_path / 'runs')!r}\n"
+                    "cells[-1]['set'] = cells[-1]['set'] + ['warmup_iter=3']\n")
+    monkeypatch.setattr(study, "run_pending", lambda *a: pytest.fail("a run was started"))
+    start = time.perf_counter()
+    with pytest.raises(SystemExit, match=r"cell 'multidomain': unknown config key 'warmup_iter' .*\(did you mean "
+                                         r"'warmup_iters'\?\)"):
+        study.main(["--plan", str(path), "--report", str(tmp_path / "RESULTS.md")])
+    assert time.perf_counter() - start < 1.0
+
+
+# -----------------------------------------------------------------------------
+# the command line's mistakes
+
+
+@pytest.mark.parametrize("args, message", [
+    (["{plain}", "--seeds", "1", "1", "2"], r"--seeds \[1, 1, 2\] name seed 1 more than once: each seed is one run"),
+    (["{plain}", "{other}", "--seeds", "1", "2"], r"configs .*/tiny_plain.py and .*/other/tiny_plain.py have one "
+                                                  r"name, tiny_plain, and their runs would share its folders"),
+    (["{plain}", "{plain}", "--seeds", "1", "2"], r"config .*tiny_plain.py is given twice"),
+    (["{plain}", "--seeds", "1", "2", "--grid", "n_loops=1,2,1"], r"--grid 'n_loops=1,2,1' repeats 1"),
+    (["{plain}", "--seeds", "1", "2", "--set", "out_dir=x"], r"--set: 'out_dir=x': the study sets out_dir itself"),
+    (["{plain}", "--seeds", "1", "2", "--set", "max_iter=3"], r"unknown config key 'max_iter' in --max_iter \(did "
+                                                              r"you mean 'max_iters'\?\)"),
+    (["{plain}", "--seeds", "1", "2", "--metrics", "test_acuracy"], r"did you mean 'test_accuracy'"),
+    (["{plain}", "--seeds", "1", "2", "--json", "{tmp}/no/such/folder/s.json"], r"--json .*: there is no folder"),
+    (["{plain}", "--seeds", "1", "2", "--report", "R.md"], r"--report: only with --plan"),
+    (["--plan", "{plan}", "--seeds", "1", "2"], r"--seeds: not with --plan"),
+])
+def test_command_line_mistakes_are_one_line_before_anything_runs(args, message, tmp_path, monkeypatch):
+    plain = write_tiny_configs(tmp_path, str(tmp_path / "data"))[0]
+    names = dict(plain=plain, other=another_tiny_plain(tmp_path), tmp=str(tmp_path),
+                 plan=write_plan(tmp_path / "plan.py", tiny_plan(tmp_path)))
+    monkeypatch.setattr(study, "run_pending", lambda *a: pytest.fail("a run was started"))
+    with pytest.raises(SystemExit) as stopped:
+        study.main([a.format(**names) for a in args] + ["--out_root", str(tmp_path / "s")] * ("--plan" not in args))
+    error = str(stopped.value.code)
+    assert error.startswith("error: ") and re.search(message, error), error
+
+
+def test_a_bug_keeps_its_traceback(tmp_path, monkeypatch):
+    """Only bad input (a configurator.UserError) is turned into one line; any other exception is a bug in
+    this code, and reaches the user whole."""
+    def bug(*args):
+        raise ValueError("a bug in plan_runs")
+
+    monkeypatch.setattr(study, "plan_runs", bug)
+    with pytest.raises(ValueError, match="a bug in plan_runs"):
+        study.main([write_tiny_configs(tmp_path, "data")[0], "--seeds", "1", "2"])
+
+
+# -----------------------------------------------------------------------------
+# the report
+
+
+def test_a_report_with_more_finished_runs_is_kept(tmp_path, capsys):
+    """A report that holds more finished runs than the new one would is not replaced (one line that gives
+    both counts and the flag), unless --allow_fewer; the count is read back from the report itself."""
+    plan = write_plan(tmp_path / "plan.py", tiny_plan(tmp_path))
+    report = tmp_path / "RESULTS.md"
+    report.write_text("# Results\n\nFinished runs: 3 of 4.\n")
+    with pytest.raises(SystemExit) as stopped:
+        study.main(["--plan", plan, "--report", str(report), "--collect_only"])
+    assert str(stopped.value.code) == (
+        f"error: {report} reports 3 finished runs, and a new report would hold 0 (of 4 planned; read from "
+        f"{tmp_path / 'runs'}/): it is kept. Train or bring back the missing runs, or give --allow_fewer to "
+        f"replace it anyway")
+    assert report.read_text() == "# Results\n\nFinished runs: 3 of 4.\n"
+    study.main(["--plan", plan, "--report", str(report), "--collect_only", "--allow_fewer"])
+    assert "\nFinished runs: 0 of 4.\n" in report.read_text() and study.reported_runs(str(report)) == 0
+    study.main(["--plan", plan, "--report", str(report), "--collect_only"])  # as many as before: written
+    assert f"wrote {report}" in capsys.readouterr().out
+
+
+def test_a_fresh_clone_keeps_the_committed_results(tmp_path, monkeypatch):
+    """`python study.py --plan config/encoders_study.py --collect_only` on a fresh clone (no out/) found no
+    finished run, rewrote the committed RESULTS.md as 'not run' throughout, and exited 0. It is refused."""
+    shutil.copy(os.path.join(REPO_ROOT, "RESULTS.md"), tmp_path / "RESULTS.md")
+    shutil.copytree(os.path.join(REPO_ROOT, "results"), tmp_path / "results")
+    os.symlink(os.path.join(REPO_ROOT, "config"), tmp_path / "config")
+    monkeypatch.chdir(tmp_path)
+    before = {p: open(p, "rb").read() for p in ["RESULTS.md", *(os.path.join("results", f)
+                                                                for f in os.listdir("results"))] if os.path.isfile(p)}
+    committed = study.reported_runs("RESULTS.md")
+    assert committed > 0  # read from its `K of N` seeds if it predates the `Finished runs:` line
+    with pytest.raises(SystemExit, match=f"error: RESULTS.md reports {committed} finished runs, and a new report "
+                                         f"would hold 0 "):
+        study.main(["--plan", "config/encoders_study.py", "--collect_only"])
+    assert {p: open(p, "rb").read() for p in before} == before and sorted(os.listdir(".")) == [
+        "RESULTS.md", "config", "results"]
+
+
+def test_the_report_and_its_plots_are_written_together(tmp_path, monkeypatch):
+    """The report and its plots are made in a temporary folder and moved into place only once all of them
+    are there: a failure half-way leaves the old ones. The plots the old report showed and the new one does
+    not are removed; nothing else in results/ is touched (results/runs/ holds committed run records)."""
+    plan = study.load_plan(write_plan(tmp_path / "plan.py", tiny_plan(tmp_path)))
+    results = study.run_plan(plan, collect_only=True)
+    report, plots = tmp_path / "RESULTS.md", tmp_path / "results"
+    os.makedirs(plots / "runs")
+    old = {"old_cell.png": b"a plot of a cell the plan no longer has", "curves.png": b"the old learning curves",
+           "runs/record.png": b"a committed run record", "mine.png": b"a plot no report made"}
+    for name, content in old.items():
+        (plots / name).write_bytes(content)
+    old_report = "old\n\n![a](results/old_cell.png)\n\n![b](results/curves.png)\n\n![c](results/runs/record.png)\n"
+    report.write_text(old_report)
+
+    def draw_plots(plan, results, timing, depth, folder, label):  # one plot, made as study.draw_plots makes it
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "curves.png"), "wb") as f:
+            f.write(b"the new learning curves")
+        return [("Learning curves", os.path.join(folder, "curves.png"))]
+
+    monkeypatch.setattr(study, "draw_plots", draw_plots)
+    with monkeypatch.context() as m:  # a failure after the plots are drawn
+        m.setattr(study, "machine_conditions", lambda: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            study.write_report(plan, results, {}, {}, str(report))
+    assert report.read_text() == old_report and {n: (plots / n).read_bytes() for n in old} == old
+    assert sorted(os.listdir(tmp_path)) == ["RESULTS.md", "plan.py", "results", "tiny_looped.py", "tiny_plain.py"]
+
+    study.write_report(plan, results, {}, {}, str(report))
+    assert "![Learning curves](results/curves.png)" in report.read_text()
+    assert (plots / "curves.png").read_bytes() == b"the new learning curves"
+    assert not (plots / "old_cell.png").exists()
+    assert {n: (plots / n).read_bytes() for n in ("runs/record.png", "mine.png")} == {
+        n: old[n] for n in ("runs/record.png", "mine.png")}
