@@ -57,7 +57,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from configurator import UserError
+from configurator import ConfigError, UserError
 
 # -----------------------------------------------------------------------------
 # The .bin array format
@@ -415,14 +415,15 @@ class TextEncoder:
 
     def __call__(self, text, truncate=True):
         """Token ids of one text. Over-long text is cut to max_len (as in data preparation), or with
-        truncate=False refused with a ValueError; `self.was_truncated` tells which happened."""
+        truncate=False refused; empty text is refused too, each with a ConfigError (bad input: the caller's
+        text). `self.was_truncated` tells whether it was cut."""
         ids = bpe(self.enc, text)
         if not ids:
-            raise ValueError(f"text {text!r} is empty after preprocessing; give at least one word")
+            raise ConfigError(f"text {text!r} is empty after preprocessing; give at least one word")
         self.was_truncated = len(ids) > self.max_len - 1
         if self.was_truncated and not truncate:
-            raise ValueError(f"text has {len(ids)} tokens but this model reads at most {self.max_len - 1} "
-                             f"(plus [CLS]); shorten it, or let it be cut to the first {self.max_len - 1}")
+            raise ConfigError(f"text has {len(ids)} tokens but this model reads at most {self.max_len - 1} "
+                              f"(plus [CLS]); shorten it, or let it be cut to the first {self.max_len - 1}")
         return np.concatenate([[CLS], self.id_map[ids[: self.max_len - 1]]]).astype(np.int64)
 
 
@@ -1136,11 +1137,11 @@ class LlamaTextEncoder:
     def __call__(self, text, truncate=True):
         ids = self.tok.encode(text.strip(), bos=True)
         if len(ids) < 2:
-            raise ValueError(f"text {text!r} is empty; give at least one word")
+            raise ConfigError(f"text {text!r} is empty; give at least one word")
         self.was_truncated = len(ids) > self.max_len
         if self.was_truncated and not truncate:
-            raise ValueError(f"text has {len(ids)} tokens but this model reads at most {self.max_len}; shorten "
-                             f"it, or let it be cut to the first {self.max_len}")
+            raise ConfigError(f"text has {len(ids)} tokens but this model reads at most {self.max_len}; shorten "
+                              f"it, or let it be cut to the first {self.max_len}")
         return np.asarray(ids[:self.max_len], dtype=np.int64)
 
 

@@ -19,6 +19,10 @@ language model. train.py uses the same evaluators during training; this file nev
     python evaluate.py --bench [--compile] [--device cuda --dtype bfloat16] [--nanogpt path/to/nanoGPT/model.py]
                                               # speed: ours against Hugging Face's BERT / GPT-2 (and nanoGPT)
 
+Bad input (an option out of its range, a device this machine lacks, a file that is not there, an option
+that does not suit the checkpoint) ends in one line, `error: ...`, before any long work; anything else is
+a bug and keeps its traceback.
+
 (`evaluate.py --study ...` is the old spelling of `study.py ...`, the multi-seed study runner; it
 still works and runs study.py.)
 
@@ -29,6 +33,7 @@ version, threads) printed and stored with the figures.
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import math
 import os
@@ -52,15 +57,37 @@ from model import CheckpointError, LlamaConfig, family_settings, load_checkpoint
 # devices and precision (train.py uses these too)
 
 
-def resolve_device(name):
-    """'auto' picks cuda, then mps, then cpu; any other name is used as given."""
-    if name != "auto":
-        return name
-    if torch.cuda.is_available():
-        return "cuda"
+def available_devices():
+    """The devices this machine has, as --device names them: cpu, then cuda:0 .. cuda:n-1 and mps when
+    torch can use them."""
+    names = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0)]
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return "mps"
-    return "cpu"
+        names.append("mps")
+    return names
+
+
+def resolve_device(name):
+    """'auto' picks cuda, then mps, then cpu; 'cpu', 'cuda', 'cuda:N' and 'mps' are taken as given when this
+    machine has them. A device it lacks is a ConfigError that lists the devices it has, raised here, before
+    any work: torch's own complaint would come later, as "Torch not compiled with CUDA enabled", or under
+    torchrun as an AttributeError from torch.cuda.set_device (train.py's processes() calls this first)."""
+    have = available_devices()
+    if name == "auto":
+        return "cuda" if "cuda:0" in have else "mps" if "mps" in have else "cpu"
+    if name in have or (name == "cuda" and "cuda:0" in have):
+        return name
+    here = f"the devices here: {', '.join(have)}"
+    kind, _, index = str(name).partition(":")
+    if kind == "cuda" and (not index or index.isdigit()):
+        if "cuda:0" not in have:
+            build = "" if torch.version.cuda else ", a build without CUDA"
+            raise configurator.ConfigError(f"device={name!r}: torch sees no CUDA GPU on this machine (torch "
+                                           f"{torch.__version__}{build}); {here}")
+        n_gpus = sum(d.startswith("cuda") for d in have)
+        raise configurator.ConfigError(f"device={name!r}: this machine has {n_gpus} CUDA GPU(s); {here}")
+    if name == "mps":
+        raise configurator.ConfigError(f"device='mps': this machine has no Apple GPU that torch can use; {here}")
+    raise configurator.ConfigError(f"device={name!r}: expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; {here}")
 
 
 def resolve_dtype(name, device_type):
@@ -223,9 +250,9 @@ def evaluate_classification(model, split, device, ctx, batch_size=256):
     labels = torch.from_numpy(np.asarray(split.labels, dtype=np.int64))
     n_classes = logits.size(-1)
     if len(split) == 0:
-        raise ValueError("the split to evaluate is empty")
+        raise data.DataError("the split to evaluate is empty")
     if labels.max() >= n_classes or labels.min() < 0:
-        raise ValueError(f"labels must be in 0..{n_classes - 1} for this model")
+        raise data.DataError(f"labels must be in 0..{n_classes - 1} for this model")
     predictions = logits.argmax(-1)
     res = {"loss": F.cross_entropy(logits, labels).item()}
     res.update(classification_metrics(labels.numpy(), predictions.numpy(), n_classes))
@@ -289,7 +316,7 @@ def evaluate_mlm(model, split, device, ctx, batch_size=64):
         loss, right, count = scored_token_sums(logits, targets)
         loss_sum, correct, n = loss_sum + loss, correct + right, n + count
     if n == 0:
-        raise ValueError("the split to evaluate has no word to mask")
+        raise data.DataError("the split to evaluate has no word to mask")
     return {"loss": loss_sum / n, "accuracy": correct / n, "ppl": math.exp(loss_sum / n), "n": n}
 
 
@@ -329,7 +356,7 @@ def evaluate_seq2seq(model, split, device, ctx, batch_size=256):
         loss, right, count = scored_token_sums(logits, targets)
         loss_sum, correct, n_chars = loss_sum + loss, correct + right, n_chars + count
     if n_chars == 0:
-        raise ValueError("the split to evaluate is empty")
+        raise data.DataError("the split to evaluate is empty")
     predictions = translate_split(model, split, device, ctx, batch_size)
     right = sum(pred == split[j][1].tolist() for j, pred in enumerate(predictions))
     return {"loss": loss_sum / n_chars, "word_accuracy": right / len(split), "char_accuracy": correct / n_chars,
@@ -459,23 +486,32 @@ def checkpoint_dataset(ckpt, path):
 
 def read_tsv(path, encoder):
     """A labelled file: one `sentence<TAB>label` per line, an optional header line. Sentences are
-    cleaned, tokenized and truncated exactly as in training."""
+    cleaned, tokenized and truncated exactly as in training. A file that cannot be read, is not UTF-8,
+    or has a line of another form (an empty sentence included) is a DataError naming the file and line."""
     items, truncated = [], 0
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            line = line.rstrip("\n")
-            if not line.strip():
-                continue
-            text, sep, label = line.rpartition("\t")
-            if not sep or not label.strip().lstrip("-").isdigit():
-                if n == 1:
-                    continue  # a header
-                raise ValueError(f"{path}:{n}: expected `sentence<TAB>integer label`, got {line[:80]!r}")
-            ids = encoder(text, truncate=True)
-            truncated += encoder.was_truncated
-            items.append((ids, int(label)))
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, start=1):
+                line = line.rstrip("\n")
+                if not line.strip():
+                    continue
+                text, sep, label = line.rpartition("\t")
+                if not sep or not label.strip().lstrip("-").isdigit():
+                    if n == 1:
+                        continue  # a header
+                    raise data.DataError(f"{path}:{n}: expected `sentence<TAB>integer label`, got {line[:80]!r}")
+                try:
+                    ids = encoder(text, truncate=True)
+                except configurator.ConfigError as e:  # the encoder's word on bad text (an empty sentence)
+                    raise data.DataError(f"{path}:{n}: {e}") from None
+                truncated += encoder.was_truncated
+                items.append((ids, int(label)))
+    except UnicodeDecodeError as e:
+        raise data.DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise data.DataError(f"{path}: cannot be read ({e.strerror or e})") from None
     if not items:
-        raise ValueError(f"{path} holds no labelled lines")
+        raise data.DataError(f"{path} holds no labelled lines")
     return ListSplit(items), truncated
 
 
@@ -497,10 +533,15 @@ def size_figures(model, path):
 
 def classification_report(model, ckpt, path, args, device, ctx):
     """The classifier on its run's test split (or --split, or a labelled --file)."""
+    names = ckpt["data"]["label_names"]
     if args.file:
         split, n_trunc = read_tsv(args.file, text_encoder(ckpt))
         if n_trunc:
             print(f"{args.file}: {n_trunc} sentences truncated to {ckpt['data']['max_len']} tokens, as in training")
+        wrong = sorted({int(y) for y in split.labels} - set(range(len(names))))
+        if wrong:
+            raise data.DataError(f"{args.file} has labels {wrong}; {path} knows 0..{len(names) - 1} "
+                                 f"({', '.join(names)})")
     else:
         split = checkpoint_dataset(ckpt, path).splits[args.split]
     res = {"ckpt": path, "task": "classification",
@@ -514,7 +555,7 @@ def classification_report(model, ckpt, path, args, device, ctx):
         res["timed_compiled"] = bool(args.compile)
     if args.loops:
         res["loops"] = depth_sweep(model, split, args.loops, device, ctx, args.batch_size)
-    res["label_names"] = ckpt["data"]["label_names"]
+    res["label_names"] = names
     res["trained"] = {"dataset": ckpt["data"]["dataset"], "protocol": ckpt["data"].get("protocol"),
                       "iter_num": ckpt["iter_num"], "best_val_loss": ckpt["best_val_loss"]}
     return res
@@ -523,16 +564,13 @@ def classification_report(model, ckpt, path, args, device, ctx):
 def depth_sweep(model, split, loops, device, ctx, batch_size=256):
     """Test-time depth: a looped encoder scored with each number of loops in `loops` (its weights as
     trained; only how many times the shared stack is applied changes). Returns one row per count:
-    n_loops, the classification metrics and the forward FLOPs per sample at that depth."""
+    n_loops, the classification metrics and the forward FLOPs per sample at that depth. (The command
+    line checks the counts, check_args, and the model, check_fits, before it gets here.)"""
     raw = raw_model(model)
-    if not hasattr(raw.cfg, "n_loops"):
-        raise ValueError(f"--loops needs a looped encoder; this is a {type(raw).__name__}")
     trained = raw.cfg.n_loops
     rows = []
     try:
         for k in loops:
-            if k < 1:
-                raise ValueError(f"--loops {k}: a model applies its layers at least once")
             raw.cfg.n_loops, raw.depth = k, raw.cfg.n_layer * k
             res = evaluate_classification(model, split, device, ctx, batch_size)
             rows.append({"n_loops": k, "trained_loops": trained,
@@ -551,10 +589,12 @@ def llama_tokenizer_for(model, path, name=None):
     vocabulary size (llama2.c's files do not name theirs), checked against the model's vocabulary."""
     name = name or TOKENIZER_OF_VOCAB.get(model.cfg.vocab_size)
     if name is None:
-        raise ValueError(f"{path} has a vocabulary of {model.cfg.vocab_size}: name its tokenizer with --tokenizer")
+        raise configurator.ConfigError(f"{path} has a vocabulary of {model.cfg.vocab_size}: name its tokenizer "
+                                       f"with --tokenizer")
     tok = data.load_llama_tokenizer(name)
     if tok.vocab_size != model.cfg.vocab_size:
-        raise ValueError(f"tokenizer {name} has {tok.vocab_size} pieces, the model {model.cfg.vocab_size}")
+        raise configurator.ConfigError(f"tokenizer {name} has {tok.vocab_size} pieces, the model "
+                                       f"{model.cfg.vocab_size}: give --tokenizer the model's own")
     return name, tok
 
 
@@ -569,16 +609,23 @@ def sample_text(model, ckpt, prompt, args, device):
                              eos_id=tok.eos_id, generator=gen)[0]
         return tok.decode(ids + out)
     codec = data.CharCodec(ckpt["data"]["vocab"])
-    idx = torch.from_numpy(codec.encode("\n" if prompt is None else prompt))[None].to(device)
+    try:
+        ids = codec.encode("\n" if prompt is None else prompt)
+    except ValueError as e:  # a character the model never saw
+        raise configurator.ConfigError(f"--prompt {prompt!r}: {e}") from None
+    if len(ids) == 0:
+        raise configurator.ConfigError("--prompt '' is empty: a character model continues at least one character "
+                                       "(without --prompt it starts from a newline)")
+    idx = torch.from_numpy(ids)[None].to(device)
     gen = torch.Generator(device=device).manual_seed(args.seed)
     out = model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, generator=gen)
     return codec.decode(out[0].tolist())
 
 
 def lm_report(model, ckpt, path, args, device, ctx):
-    """The language model on its corpus's fixed validation windows, plus a sample."""
-    if args.file:
-        raise ValueError(f"{path} is a language model; --file takes labelled sentences for a classifier")
+    """The language model on its corpus's fixed validation windows, plus a sample (drawn first: a bad
+    --prompt is refused before the evaluation runs)."""
+    sample = sample_text(model, ckpt, args.prompt, args, device)
     val = checkpoint_dataset(ckpt, path).splits["val"]
     res = {"ckpt": path, "task": "lm",
            **evaluate_lm(model, val, device, ctx, ckpt["config"].get("eval_windows", 0))}
@@ -589,7 +636,7 @@ def lm_report(model, ckpt, path, args, device, ctx):
         res["latency_ms"], res["throughput"] = generation_speed(model, device, ctx, T, repeats=args.repeats)
     res["trained"] = {"dataset": ckpt["data"]["dataset"], "iter_num": ckpt["iter_num"],
                       "best_val_loss": ckpt["best_val_loss"], "emb_norm": model.cfg.emb_norm}
-    res["sample"] = sample_text(model, ckpt, args.prompt, args, device)
+    res["sample"] = sample
     res["sample_args"] = {"prompt": args.prompt, "temperature": args.temperature, "top_k": args.top_k,
                           "seed": args.seed}
     return res
@@ -684,7 +731,7 @@ def seq2seq_report(model, ckpt, path, args, device, ctx):
         res["latency_ms"], res["throughput"] = translation_speed(model, split, device, ctx, args.repeats)
     res.update(error_analysis(words, truths, predicted), predictions=predicted, words=words)
     if args.plots:
-        res["plots"] = seq2seq_plots(model, codec, args.plots, args.words.split(","), device)
+        res["plots"] = seq2seq_plots(model, codec, args.plots, seq2seq_words(args.words, "--words", ","), device)
     return res
 
 
@@ -768,8 +815,8 @@ def zero_shot_inputs(tok, split, names, block_size):
     label_ids = [tok.encode(n, bos=False) for n in names]
     room = block_size - len(head) - len(tail) - max(map(len, label_ids))
     if room < 1:
-        raise ValueError(f"a context of {block_size} tokens cannot hold the zero-shot prompt's "
-                         f"{len(head) + len(tail)} tokens, a label and some text")
+        raise configurator.ConfigError(f"a context of {block_size} tokens cannot hold the zero-shot prompt's "
+                                       f"{len(head) + len(tail)} tokens, a label and some text")
     prompts, y_true, cut = [], [], 0
     for i in range(len(split)):
         ids, y = split[i]
@@ -783,25 +830,26 @@ def zero_shot_inputs(tok, split, names, block_size):
 def zero_shot_report(model, ckpt, path, args, device, ctx):
     """A language model as a classifier with no training (--zero_shot DATASET): each text of the split
     becomes the prompt ZERO_SHOT_TEMPLATE, and the label whose word is most likely to come next wins
-    (log P(word | prompt), summed over the word's tokens). A text too long for the model's context is
-    cut (from its end) so that prompt and label fit; how many were cut is reported."""
-    if not isinstance(model.cfg, LlamaConfig) or model.cfg.n_classes:
-        raise ValueError(f"{path} is not a Llama language model; --zero_shot scores one (a llama2.c file, or a "
-                         f"Llama pretrained here)")
+    (log P(word | prompt), summed over the word's tokens). A text can be cut twice, and both counts are
+    reported: when the data was prepared, to its max_len (data.prepare_minllama; meta.json's counts say
+    how many of each split), and here, from its end, so that prompt and label fit the model's context.
+    (check_fits has made sure the model is a Llama language model.)"""
     name, tok = llama_tokenizer_for(model, path, args.tokenizer or ckpt["data"].get("vocab"))
     dataset = data.load_dataset({"dataset": args.zero_shot, "tokenizer": name})  # as prepared (default: 256)
-    if dataset.task != "classification":
-        raise ValueError(f"--zero_shot needs a labelled dataset; {args.zero_shot} is a {dataset.task} dataset")
     split, names = dataset.splits[args.split], dataset.meta["label_names"]
     prompts, label_ids, y_true, cut = zero_shot_inputs(tok, split, names, model.cfg.block_size)
     with ctx:
         scores = label_log_likelihoods(model, prompts, label_ids, device)
     y_pred = scores.argmax(1).tolist()
     res = {"ckpt": path, "task": "zero-shot", "dataset": args.zero_shot, "split": args.split,
-           **classification_metrics(y_true, y_pred, len(names)), "n": len(y_true), "texts_cut": cut,
+           **classification_metrics(y_true, y_pred, len(names)), "n": len(y_true),
+           "prepared_max_len": dataset.meta["max_len"], "context": model.cfg.block_size, "texts_cut": cut,
            **size_figures(model, path), "label_names": names,
            "prompt": ZERO_SHOT_TEMPLATE.format(text="<text>", labels=label_list(names)), "tokenizer": name,
            "predictions": y_pred, "labels": y_true, "label_log_likelihoods": scores.tolist()}
+    prepared = dataset.meta.get("counts", {}).get(args.split, {})
+    if "truncated" in prepared:  # a folder prepared before the counts were kept has no record of it
+        res["texts_cut_at_preparation"] = prepared["truncated"]
     return res
 
 
@@ -809,8 +857,6 @@ def mlm_report(model, ckpt, path, args, device, ctx):
     """An encoder pretrained by masked-language modelling, on its corpus's validation split masked as in
     training's evaluations (evaluate_mlm's fixed seed), with its size and FLOPs (the MLM head included).
     No timing: what it is for is fine-tuning, and a fine-tuned classifier's report times that."""
-    if args.file:
-        raise ValueError(f"{path} is a masked-language model; --file takes labelled sentences for a classifier")
     val = checkpoint_dataset(ckpt, path).splits["val"]
     res = {"ckpt": path, "task": "mlm", **evaluate_mlm(model, val, device, ctx), **size_figures(model, path)}
     res["flops_per_sample"] = float(np.mean([model.flops_per_forward(int(t), mlm=True) for t in val.lengths]))
@@ -833,7 +879,8 @@ ROWS = [  # (key, label, format)
     ("flops_per_sample", "FLOPs/sample (fwd)", "{:.3e}"), ("flops_per_token", "FLOPs/token (fwd)", "{:.3e}"),
     ("latency_ms", "latency bs=1 (ms; LM: per token, seq2seq: per word)", "{:.3f}"),
     ("throughput", "throughput (samples|tokens|words/s)", "{:,.0f}"),
-    ("texts_cut", "texts cut to fit the context", "{:,}"),
+    ("texts_cut_at_preparation", "texts cut at data preparation", "{:,}"),
+    ("texts_cut", "texts cut again to fit the context", "{:,}"),
     ("new_tokens", "generated tokens", "{:,}"), ("tokens_per_s", "generation, batch 1 (tokens/s)", "{:,.0f}"),
     ("tokens_per_s_batch", "generation, --gen_batch (tokens/s)", "{:,.0f}"),
     ("tokens_per_s_no_cache", "generation, batch 1, no cache", "{:,.0f}"),
@@ -868,6 +915,9 @@ def print_table(results, max_errors=50):
                   ", ".join(f"{row['n_loops']} loops acc {row['accuracy']:.4f}" for row in r["loops"]))
         if "prompt" in r:
             print(f"zero-shot prompt of {name} ({r['dataset']} {r['split']}, {r['tokenizer']} tokens): {r['prompt']!r}")
+            prepared = r.get("texts_cut_at_preparation", "an unrecorded number")
+            print(f"texts of {name}: {prepared} of {r['n']} cut to {r['prepared_max_len']} tokens when the data was "
+                  f"prepared, {r['texts_cut']} cut again to fit the prompt in its context of {r['context']}")
         if "by_rule" in r:
             print(f"word accuracy of {name} by rule: " + ", ".join(f"{k} {v['accuracy']:.3f} (n={v['n']})"
                                                                   for k, v in r["by_rule"].items()))
@@ -883,19 +933,31 @@ def print_table(results, max_errors=50):
                   f"{r['sample_args']['top_k']}, seed {r['sample_args']['seed']}):\n{r['sample']}\n---")
 
 
+def seq2seq_words(text, option, sep=None):
+    """The words of --text (split at white space) or --words (at commas) for a seq2seq model, by one rule
+    for both: upper case is read as lower case, as the training words were (data.novel_words lower-cases
+    the novel), and each word must be one the study translates (letters a-z, single inner hyphens:
+    data.pig_latin's domain). Empty input, an empty word or any other word is a ConfigError naming it."""
+    words = [w.strip() for w in str(text).lower().split(sep)]
+    if not any(words):
+        raise configurator.ConfigError(f"{option} is empty: give {'comma-separated words' if sep else 'words'} "
+                                       f"to translate")
+    for w in words:
+        if not data._PIG_WORD.fullmatch(w):
+            what = "an empty word" if not w else f"{w!r}, which is not a word the model translates"
+            raise configurator.ConfigError(f"{option} {text!r} has {what} (letters a-z with single inner hyphens; "
+                                           f"upper case is read as lower case)")
+    return words
+
+
 def translate_text(model, ckpt, path, text, device, ctx):
-    """--text for a seq2seq model: each word of the text translated greedily, printed beside the rules'
-    answer (data.pig_latin)."""
+    """--text for a seq2seq model: each word of the text (seq2seq_words) translated greedily, printed
+    beside the rules' answer (data.pig_latin)."""
     codec = data.CharCodec(ckpt["data"]["vocab"])
-    words, sources = text.lower().split(), []
-    for word in words:
-        try:
-            sources.append((codec.encode(word), []))
-        except ValueError as e:
-            raise ValueError(f"{word!r}: {e}") from None
-    out = [codec.decode(ids) for ids in translate_split(model, ListPairs(sources), device, ctx)]
-    rules = " ".join(data.pig_latin(w) if data._PIG_WORD.fullmatch(w) else "?" for w in words)
-    print(f"{path}: {' '.join(out)}  (the rules: {rules})")
+    words = seq2seq_words(text, "--text")
+    out = [codec.decode(ids) for ids in translate_split(model, ListPairs([(codec.encode(w), []) for w in words]),
+                                                        device, ctx)]
+    print(f"{path}: {' '.join(out)}  (the rules: {' '.join(map(data.pig_latin, words))})")
 
 
 def classify_text(paths, args, device, ctx):
@@ -903,11 +965,10 @@ def classify_text(paths, args, device, ctx):
     translates it instead)."""
     for path in paths:
         model, ckpt = load(path, device)
+        check_fits(args, model, ckpt, path)
         if ckpt["data"]["task"] == "seq2seq":
             translate_text(model, ckpt, path, args.text, device, ctx)
             continue
-        if ckpt["data"]["task"] != "classification":
-            raise ValueError(f"{path} is a language model: give it a --prompt to continue, not --text")
         enc = text_encoder(ckpt)
         ids = torch.from_numpy(enc(args.text, truncate=args.truncate))[None].to(device)
         with torch.no_grad(), ctx:
@@ -1022,7 +1083,7 @@ def load_nanogpt(path):
     """nanoGPT's model.py, imported from its path: a peer for the benchmark, nothing of it kept here."""
     import importlib.util
     if not os.path.isfile(path):
-        raise ValueError(f"--nanogpt {path}: no such file (give the path of nanoGPT's model.py)")
+        raise configurator.ConfigError(f"--nanogpt {path}: no such file (give the path of nanoGPT's model.py)")
     spec = importlib.util.spec_from_file_location("nanogpt_model", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -1129,7 +1190,8 @@ def run_bench(args, device):
     ctx = autocast_context(device.split(":")[0], dtype)
     cases = [c for c in BENCH_CASES if not args.cases or any(s in c.name for s in args.cases)]
     if not cases:
-        raise ValueError(f"--cases {args.cases}: no case matches; cases: {[c.name for c in BENCH_CASES]}")
+        raise configurator.ConfigError(f"--cases {args.cases}: no case matches; cases: "
+                                       f"{[c.name for c in BENCH_CASES]}")
     nanogpt = load_nanogpt(args.nanogpt) if args.nanogpt else None
     peak = peak_flops(device, dtype)
     cond = kernels.conditions(device, dtype)
@@ -1202,7 +1264,7 @@ def parser():
                    help="classifiers and --zero_shot: the split to score")
     p.add_argument("--json", help="write the figures to this file (classifiers: with per-example predictions)")
     p.add_argument("--text", help="classify this sentence and print the label probabilities (seq2seq: translate "
-                   "its words)")
+                   "its words, upper case read as lower case, as --words)")
     p.add_argument("--truncate", action="store_true", help="with --text: cut an over-long sentence instead of refusing")
     p.add_argument("--file", help="evaluate on a labelled file: sentence<TAB>label per line, header allowed")
     p.add_argument("--prompt", default=None, help="language models: the text a sample starts from (default: a "
@@ -1239,7 +1301,7 @@ def parser():
                    "graphs on a GPU); --bench: also time every model compiled")
     p.add_argument("--nanogpt", default=None, help="--bench: the path of nanoGPT's model.py, a peer for the char GPT")
     p.add_argument("--words", default="brown,conditioning,is", help="seq2seq --plots: the words whose attention "
-                   "maps are drawn (comma-separated)")
+                   "maps are drawn (comma-separated; upper case read as lower case, as --text)")
     return p
 
 
@@ -1257,55 +1319,154 @@ def config_defaults(p, paths):
     return out
 
 
+def check_args(p, args):
+    """Every option's value, checked as soon as the command line and config files are read, before any data
+    is prepared or model loaded: a ConfigError (a DataError for a --file that is not there) that names the
+    option and the values it takes. Config files set values argparse never sees, so types and choices are
+    checked here too. What depends on the checkpoint is check_fits's."""
+    def check(option, ok, rule, integer=False, optional=False):
+        value = getattr(args, option)
+        if optional and value is None:
+            return
+        typed = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
+        if not (typed and (integer or math.isfinite(value)) and ok(value)):  # nan passes no comparison, inf some
+            raise configurator.ConfigError(f"--{option} {value!r}: {rule}")
+
+    for option in ("max_new_tokens", "gen_batch", "batch_size", "repeats", "rounds", "bench_steps"):
+        check(option, lambda v: v >= 1, "an integer >= 1", integer=True)
+    for option in ("bench_batch", "bench_seq"):
+        check(option, lambda v: v >= 0, "an integer >= 0 (0: each case's own)", integer=True)
+    check("max_errors", lambda v: v >= 0, "an integer >= 0", integer=True)
+    check("seed", lambda v: True, "an integer", integer=True)
+    check("temperature", lambda v: v >= 0, "a number >= 0 (0 is greedy)")
+    check("top_k", lambda v: v >= 1, "an integer >= 1 (sample from the k most likely tokens)", integer=True,
+          optional=True)
+    check("top_p", lambda v: 0 < v <= 1, "a number with 0 < p <= 1 (the probability mass kept)", optional=True)
+    check("epsilon", lambda v: 0 <= v < 1, "a number with 0 <= epsilon < 1 (tokens below it are dropped)",
+          optional=True)
+    for action in p._actions:  # a config file's value bypasses argparse's choices
+        if action.choices is not None and getattr(args, action.dest) not in action.choices:
+            raise configurator.ConfigError(f"--{action.dest} {getattr(args, action.dest)!r}: expected one of "
+                                           f"{list(action.choices)}")
+    if args.loops is not None and (not isinstance(args.loops, (list, tuple)) or not args.loops or not all(
+            isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in args.loops)):
+        shown = " ".join(map(str, args.loops)) if isinstance(args.loops, (list, tuple)) else repr(args.loops)
+        raise configurator.ConfigError(f"--loops {shown}: one or more integers >= 1 (a model applies its layers at "
+                                       f"least once)")
+    if args.text is not None and not str(args.text).strip():
+        raise configurator.ConfigError("--text is empty: give a sentence to classify (or words to translate)")
+    seq2seq_words(args.words, "--words", sep=",")
+    if args.bench:
+        return
+    if not args.ckpt:
+        raise configurator.ConfigError("give --ckpt (or a config file that sets ckpt)")
+    if args.zero_shot is not None:
+        labelled = sorted(k for k, v in data.DATASETS.items() if v.task == "classification")
+        if args.zero_shot not in labelled:
+            raise configurator.ConfigError(f"--zero_shot {args.zero_shot!r}: expected a labelled dataset, one of "
+                                           f"{labelled}")
+    if args.file is not None and not os.path.isfile(args.file):
+        raise data.DataError(f"--file {args.file}: no such file")
+    if args.json is not None:
+        folder = os.path.dirname(os.path.abspath(args.json))
+        if not os.path.isdir(folder) or os.path.isdir(args.json):
+            raise configurator.ConfigError(f"--json {args.json}: " + ("a folder, not a file" if os.path.isdir(
+                args.json) else f"there is no folder {folder} to write it in"))
+    if args.plots is not None:
+        if os.path.exists(args.plots) and not os.path.isdir(args.plots):
+            raise configurator.ConfigError(f"--plots {args.plots}: a file, not a folder")
+        if importlib.util.find_spec("matplotlib") is None:
+            raise configurator.ConfigError("--plots needs matplotlib (pip install matplotlib)")
+
+
+TASK_NAMES = {"classification": "classifier", "lm": "language model", "generate": "llama2.c language model",
+              "seq2seq": "seq2seq model", "mlm": "masked-language model"}
+
+
+def check_fits(args, model, ckpt, path):
+    """The options that suit some checkpoints only, against the one just loaded (before any evaluation):
+    a ConfigError that says what the option needs and what this checkpoint is."""
+    task, cfg = ckpt["data"]["task"], raw_model(model).cfg
+    this = f"{path} is a {TASK_NAMES[task]}"
+    if args.text is not None:
+        if task in ("lm", "generate"):
+            raise configurator.ConfigError(f"{this}: give it a --prompt to continue, not --text")
+        if task not in ("classification", "seq2seq"):
+            raise configurator.ConfigError(f"--text takes a classifier or a seq2seq model; {this}")
+        return  # --text ignores the rest
+    if args.zero_shot is not None:
+        if not isinstance(cfg, LlamaConfig) or cfg.n_classes:
+            raise configurator.ConfigError(f"{path} is not a Llama language model; --zero_shot scores one (a "
+                                           f"llama2.c file, or a Llama pretrained here)")
+        return  # the others concern a checkpoint's own data
+    if args.file is not None and task != "classification":
+        raise configurator.ConfigError(f"--file takes labelled sentences for a classifier; {this}")
+    if args.loops is not None and (task != "classification" or not hasattr(cfg, "n_loops")):
+        kind = f"a {type(cfg).__name__.removesuffix('Config')} {TASK_NAMES[task]}"
+        raise configurator.ConfigError(f"--loops re-scores a looped encoder (a classifier whose layer stack is "
+                                       f"applied n_loops times) at other numbers of loops; {path} is {kind}, "
+                                       f"with no loops to vary")
+    if args.plots is not None and task != "seq2seq":
+        raise configurator.ConfigError(f"--plots draws a seq2seq model's attention and embeddings; {this}")
+    if args.prompt is not None and task not in ("lm", "generate"):
+        raise configurator.ConfigError(f"--prompt starts a language model's sample; {this}")
+
+
+def parse_args(argv):
+    """The options, checked (check_args): config files first, which set defaults; the command line wins."""
+    p, argv, configs = parser(), list(argv), []
+    while argv and not argv[0].startswith("-"):
+        configs.append(argv.pop(0))
+    p.set_defaults(**config_defaults(p, configs))
+    args = p.parse_args(argv)
+    check_args(p, args)
+    return args
+
+
+def evaluate_checkpoints(args, device):
+    """Each --ckpt's report (by its task, or zero-shot), the table, and --json."""
+    ctx = autocast_context(device.split(":")[0], args.dtype)
+    results = []
+    for path in args.ckpt:
+        if path in data.PRETRAINED and not os.path.exists(path):  # a name: 'stories260K'
+            path = data.pretrained_file(path)
+        model, ckpt = load(path, device)
+        check_fits(args, model, ckpt, path)
+        report = zero_shot_report if args.zero_shot else REPORTS[ckpt["data"]["task"]]
+        results.append(report(model, ckpt, path, args, device, ctx))
+    threads = torch.get_num_threads()
+    conditions = {"device": device, "dtype": args.dtype, "torch": torch.__version__, "threads": threads,
+                  "split": args.file or args.split, "repeats": args.repeats, "batch_size": args.batch_size}
+    if device.startswith("cuda"):
+        conditions["gpu"] = torch.cuda.get_device_name()
+    where = {"lm": "the validation windows", "generate": "a prompt", "mlm": "the validation split, masked",
+             "zero-shot": f"{args.zero_shot} {args.split}"}.get(results[0]["task"], conditions["split"])
+    print(f"evaluated on {where}: device {device} ({threads} threads), {args.dtype}, "
+          f"torch {torch.__version__}; timing: median of {args.repeats} repeats")
+    print_table(results, args.max_errors)
+    if args.json:
+        for r in results:
+            r["conditions"] = conditions
+        data.write_json(args.json, results[0] if len(results) == 1 else results, indent=2)
+        print(f"wrote {args.json}")
+    return results
+
+
 def main(argv=None):
+    """The command line. Bad input (configurator.UserError: ConfigError, data.DataError, CheckpointError)
+    ends in one line, `error: ...`, and exit status 1; any other exception is a bug and keeps its traceback."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--study" in argv:
         return run_study_script(argv)
-    p = parser()
-    configs = []
-    while argv and not argv[0].startswith("-"):  # leading config files set defaults; the command line wins
-        configs.append(argv.pop(0))
     try:
-        p.set_defaults(**config_defaults(p, configs))
-    except configurator.ConfigError as e:
-        sys.exit(f"error: {e}")
-    args = p.parse_args(argv)
-    if args.bench:
-        try:
-            return run_bench(args, resolve_device(args.device))
-        except ValueError as e:
-            sys.exit(f"error: {e}")
-    if not args.ckpt:
-        p.error("give --ckpt (or a config file that sets ckpt)")
-
-    device = resolve_device(args.device)
-    ctx = autocast_context(device.split(":")[0], args.dtype)
-    try:
+        args = parse_args(argv)
+        device = resolve_device(args.device)
+        if args.bench:
+            return run_bench(args, device)
         if args.text is not None:
-            return classify_text(args.ckpt, args, device, ctx)
-        results = []
-        for path in args.ckpt:
-            if path in data.PRETRAINED and not os.path.exists(path):  # a name: 'stories260K'
-                path = data.pretrained_file(path)
-            model, ckpt = load(path, device)
-            report = zero_shot_report if args.zero_shot else REPORTS[ckpt["data"]["task"]]
-            results.append(report(model, ckpt, path, args, device, ctx))
-        threads = torch.get_num_threads()
-        conditions = {"device": device, "dtype": args.dtype, "torch": torch.__version__, "threads": threads,
-                      "split": args.file or args.split, "repeats": args.repeats, "batch_size": args.batch_size}
-        if device.startswith("cuda"):
-            conditions["gpu"] = torch.cuda.get_device_name()
-        where = {"lm": "the validation windows", "generate": "a prompt", "mlm": "the validation split, masked",
-                 "zero-shot": f"{args.zero_shot} {args.split}"}.get(results[0]["task"], conditions["split"])
-        print(f"evaluated on {where}: device {device} ({threads} threads), {args.dtype}, "
-              f"torch {torch.__version__}; timing: median of {args.repeats} repeats")
-        print_table(results, args.max_errors)
-        if args.json:
-            for r in results:
-                r["conditions"] = conditions
-            data.write_json(args.json, results[0] if len(results) == 1 else results, indent=2)
-            print(f"wrote {args.json}")
-    except (CheckpointError, data.DataError, configurator.ConfigError, ValueError, RuntimeError, OSError) as e:
+            return classify_text(args.ckpt, args, device, autocast_context(device.split(":")[0], args.dtype))
+        return evaluate_checkpoints(args, device)
+    except configurator.UserError as e:
         sys.exit(f"error: {e}")
 
 

@@ -169,6 +169,19 @@ def test_file_with_bad_line(tiny_ckpt, tmp_path):
     assert "bad.tsv:3" in str(e.value)
 
 
+def test_labelled_file_problems_are_one_line_naming_the_file(tiny_ckpt, tmp_path):
+    cases = {"latin1.tsv": ("un café\t1\n".encode("latin-1"), "latin1.tsv: not UTF-8 text (invalid"),
+             "blank.tsv": (b"good\t1\n<br />\t0\n", "blank.tsv:2: text '<br />' is empty after preprocessing"),
+             "labels.tsv": (b"good\t1\nbad\t2\n", f"labels.tsv has labels [2]; {tiny_ckpt[0][0]} knows 0..1 "
+                            f"(negative, positive)"),
+             "header.tsv": (b"sentence\tlabel\n", "header.tsv holds no labelled lines")}
+    for name, (payload, message) in cases.items():
+        (tmp_path / name).write_bytes(payload)
+        with pytest.raises(SystemExit) as e:
+            evaluate.main(["--ckpt", tiny_ckpt[0][0], "--file", str(tmp_path / name), "--no_timing"])
+        assert str(e.value).startswith("error: ") and message in str(e.value) and "\n" not in str(e.value), name
+
+
 def test_checkpoint_of_a_training_run_on_its_test_split(tiny_cfg, tmp_path, capsys):
     """The default path: a checkpoint written by train.py, evaluated on its own run's test split,
     gives the accuracy train.py reported for its best checkpoint."""
@@ -262,3 +275,5 @@ def test_bench_refuses_unknown_cases_and_missing_peer(tmp_path):
         evaluate.main(["--bench", "--cases", "no such case"])
     with pytest.raises(SystemExit, match="no such file"):
         evaluate.main(["--bench", "--nanogpt", str(tmp_path / "missing.py")])
+    with pytest.raises(SystemExit, match="^error: --rounds 0: an integer >= 1$"):
+        evaluate.main(["--bench", "--rounds", "0"])

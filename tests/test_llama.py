@@ -327,13 +327,14 @@ def test_finetune_a_llama2c_checkpoint_with_lora_through_train(tmp_path):
     moved, _ = model.load_checkpoint(str(tmp_path / "full" / "last.pt"))
     assert not torch.equal(moved.layers[0].attn.wq.weight, pre.layers[0].attn.wq.weight)
     import configurator
+    fresh = {**cfg, "out_dir": str(tmp_path / "refused")}  # a new out_dir: the refusals are about the checkpoint
     with pytest.raises(configurator.ConfigError, match="n_embd=64 \\(checkpoint: 32\\)"):
-        train.train({**cfg, "n_embd": 64})
+        train.train({**fresh, "n_embd": 64})
     other = make_micro_dataset(tmp_path / "other", n_train=8, vocab_size=30)
     with pytest.raises(configurator.ConfigError, match="30 tokens, the checkpoint's 40"):
-        train.train({**cfg, "data_dir": other})
+        train.train({**fresh, "data_dir": other})
     with pytest.raises(configurator.ConfigError, match="no such file"):
-        train.train({**cfg, "init_from": str(tmp_path / "nothing.bin")})
+        train.train({**fresh, "init_from": str(tmp_path / "nothing.bin")})
 
 
 def test_label_log_likelihoods_by_hand():
@@ -412,7 +413,9 @@ def test_evaluate_generates_from_a_llama2c_file(tmp_path, capsys):
 
 import io  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 import tarfile  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import data  # noqa: E402
 import evaluate  # noqa: E402
@@ -551,6 +554,31 @@ def test_pretrain_a_llama_then_sample_and_prompt_it(review_mirror, capsys):
     train.train({**cfg, "dataset": "cfimdb", "out_dir": "cls", "max_iters": 1, "eval_interval": 0, "block_size": 256})
     with pytest.raises(SystemExit, match="not a Llama language model"):
         evaluate.main(["--ckpt", "cls/ckpt.pt", "--zero_shot", "cfimdb"])
+
+
+def test_zero_shot_counts_the_texts_cut_at_preparation_and_for_the_context(review_mirror, monkeypatch, capsys):
+    """A text can be cut twice: to max_len (256) when the data is prepared, and again so that the prompt
+    fits the model's context. The test split here: 3 reviews far over 256 tokens (cut at preparation, and
+    then again: 255 tokens of text do not fit a context of 64), 2 of about 100 (cut for the context only)
+    and 5 short ones (never cut). The report states both counts."""
+    tok = data.load_llama_tokenizer("tok512", review_mirror)
+    lengths = [300] * 3 + [100] * 2 + [3] * 5  # words; 'the' is one token of tok512 (checked below)
+    dev = "".join(f"{i % 2} ||| {' '.join(['the'] * n)}\n" for i, n in enumerate(lengths))
+    assert [len(tok.encode(line.split(" ||| ")[1], bos=True)) for line in dev.splitlines()] == [n + 1 for n in lengths]
+    (Path(review_mirror) / "minllama_sst_cfimdb" / "cfimdb-dev.txt").write_text(dev)
+    monkeypatch.setitem(data.SOURCES["cfimdb"]["files"], "minllama_sst_cfimdb/cfimdb-dev.txt",
+                        data.sha256(dev.encode()))
+    write_llama2c(tiny_llama(vocab_size=512, block_size=64), "lm.bin", 0)  # a vocabulary of 512: tok512
+    evaluate.main(["--ckpt", "lm.bin", "--zero_shot", "cfimdb", "--split", "test", "--json", "zs.json",
+                   "--device", "cpu"])
+    r = json.loads(open("zs.json").read())
+    assert (r["n"], r["prepared_max_len"], r["context"]) == (10, 256, 64)
+    assert r["texts_cut_at_preparation"] == 3 and r["texts_cut"] == 5
+    printed = capsys.readouterr().out
+    assert re.search(r"^texts of \S+: 3 of 10 cut to 256 tokens when the data was prepared, 5 cut again to fit the "
+                     r"prompt in its context of 64$", printed, re.M)
+    rows = {line[:34].strip(): line[34:].strip() for line in printed.splitlines()}
+    assert rows["texts cut at data preparation"] == "3" and rows["texts cut again to fit the context"] == "5"
 
 
 def test_evaluate_config_files_set_options(tmp_path):

@@ -7,7 +7,10 @@ seconds on a CPU; one test reads the real mirror's novel and checks the counts t
 """
 
 import json
+import math
 import os
+from contextlib import nullcontext
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -403,11 +406,15 @@ def test_train_and_evaluate_seq2seq(pig_data, tmp_path, family, capsys):
         evaluate.main(["--ckpt", os.path.join(cfg["out_dir"], "ckpt.pt"), "--text", "x1"])
 
 
-def test_seq2seq_resume_is_exact(pig_data, tmp_path):
+def test_seq2seq_resume_is_exact(pig_data, tmp_path, stop_after):
+    """Three epochs in one go == the same run stopped (as by Ctrl-C) at the end of its first epoch, resumed."""
     full = train.train(pig_cfg(pig_data, tmp_path, "encdec", max_epochs=3, dropout=0.1))
-    cfg = pig_cfg(pig_data, tmp_path / "b", "encdec", max_epochs=1, dropout=0.1)
-    train.train(cfg)
-    resumed = train.train({**cfg, "max_epochs": 3, "init_from": "resume"})
+    cfg = pig_cfg(pig_data, tmp_path / "b", "encdec", max_epochs=3, dropout=0.1)
+    epoch = full["iters"] // 3
+    stop_after(epoch)
+    stopped = train.train(cfg)
+    assert stopped["stopped"] == "interrupted" and stopped["iters"] == epoch
+    resumed = train.train({**cfg, "init_from": "resume"})
     assert resumed["final_val_loss"] == full["final_val_loss"]
     assert resumed["final_val_word_accuracy"] == full["final_val_word_accuracy"]
 
@@ -420,13 +427,159 @@ def test_wrong_family_for_the_task(pig_data, tmp_path):
         train.train(cfg)
 
 
+# -----------------------------------------------------------------------------
+# the figures the report gives (word accuracy, its breakdown, the teacher-forced loss and character accuracy),
+# against answers known in advance
+
+
+def test_error_analysis_by_hand():
+    """Ten words, five translated right; the groups counted by hand (length 12 is the first of '12+')."""
+    table = [  # word, rule, length key, translated right?
+        ("brown", "consonant", "05", True), ("quite", "consonant", "05", False),
+        ("strengthening", "consonant", "12+", True), ("thoughtfulness", "consonant", "12+", False),
+        ("my", "consonant", "02", False), ("is", "vowel", "02", True), ("equal", "vowel", "05", True),
+        ("a-b", "hyphenated", "03", False), ("mr", "no vowel", "02", True), ("conditioning", "consonant", "12+", True),
+        ("thoughtless", "consonant", "11", False),
+    ]
+    words = [w for w, *_ in table]
+    truths = [data.pig_latin(w) for w in words]
+    predicted = [t if ok else t[::-1] for t, (*_, ok) in zip(truths, table)]
+    got = evaluate.error_analysis(words, truths, predicted)
+    assert got["by_rule"] == {"consonant": {"n": 7, "accuracy": 3 / 7}, "hyphenated": {"n": 1, "accuracy": 0.0},
+                              "no vowel": {"n": 1, "accuracy": 1.0}, "vowel": {"n": 2, "accuracy": 1.0}}
+    assert list(got["by_length"]) == ["02", "03", "05", "11", "12+"]
+    assert got["by_length"] == {"02": {"n": 3, "accuracy": 2 / 3}, "03": {"n": 1, "accuracy": 0.0},
+                                "05": {"n": 3, "accuracy": 2 / 3}, "11": {"n": 1, "accuracy": 0.0},
+                                "12+": {"n": 3, "accuracy": 2 / 3}}
+    assert got["errors"] == [{"word": w, "truth": data.pig_latin(w), "predicted": data.pig_latin(w)[::-1]}
+                             for w in ("quite", "thoughtfulness", "my", "a-b", "thoughtless")]
+
+
+class RuleModel(torch.nn.Module):
+    """A stand-in seq2seq model whose answers are known in advance, run through evaluate.py's own code path
+    (translate_split, evaluate_seq2seq, seq2seq_report). It translates by data.pig_latin, except a
+    hyphenated word, which it translates whole (a-b -> a-bway), and a word of more than 4 characters, whose
+    translation loses its last letter. Teacher-forced, it gives its own answer and [EOS], position by
+    position, a logit of CONFIDENCE (every other logit 0; past the end of its answer, all 0)."""
+
+    CONFIDENCE = 3.0
+    codec = data.CharCodec(data.PIG_LATIN_VOCAB)
+
+    def __init__(self):
+        super().__init__()
+        self.cfg, self.depth = SimpleNamespace(seq2seq_layout="pair"), 1
+
+    @staticmethod
+    def answer(word):
+        if "-" in word:
+            return data.pig_latin_part(word)
+        return data.pig_latin(word)[:-1] if len(word) > 4 else data.pig_latin(word)
+
+    def own(self, src_row):
+        """Its answer and [EOS] as ids, for a source row (the word, [EOS], padding)."""
+        ids = src_row.tolist()
+        return [*self.codec.encode(self.answer(self.codec.decode(ids[:ids.index(data.EOS)]))), data.EOS]
+
+    def forward(self, src, idx, src_mask=None):
+        logits = torch.zeros(*idx.shape, len(self.codec.itos))
+        for b in range(src.size(0)):
+            for t, token in enumerate(self.own(src[b])[:idx.size(1)]):
+                logits[b, t, token] = self.CONFIDENCE
+        return logits, None
+
+    def translate(self, src, max_new_tokens, sos_id, eos_id, src_mask=None):
+        rows = [self.own(row)[:max_new_tokens] for row in src]
+        width = max(map(len, rows))
+        return torch.tensor([r + [eos_id] * (width - len(r)) for r in rows])  # an ended row repeats [EOS]
+
+    def param_counts(self):
+        return {"total": 0, "embedding": 0, "non_embedding": 0}
+
+    def flops_per_forward(self, seq_len, batch_size=1):
+        return 0
+
+
+def rule_model_scores(words):
+    """RuleModel's teacher-forced loss per character and character accuracy on these words, in closed
+    form: at a position where its answer agrees with the truth, -log(e^c / (e^c + V - 1)); where it
+    disagrees, log(e^c + V - 1); past the end of its answer, log V (uniform). Positions: truth + [EOS]."""
+    c, V = RuleModel.CONFIDENCE, len(data.PIG_LATIN_VOCAB)
+    loss, right, n = 0.0, 0, 0
+    for w in words:
+        truth, own = data.pig_latin(w) + "$", RuleModel.answer(w) + "$"  # '$' stands for [EOS]
+        for t, want in enumerate(truth):
+            n += 1
+            if t >= len(own):
+                loss += math.log(V)
+            elif own[t] == want:
+                right += 1
+                loss += math.log(math.exp(c) + V - 1) - c
+            else:
+                loss += math.log(math.exp(c) + V - 1)
+    return loss / n, right / n
+
+
+def test_seq2seq_figures_of_a_model_that_gets_some_words_right():
+    """evaluate_seq2seq on ten words, three of which RuleModel gets right, in batches of 3 (sources of
+    several lengths: translate_split groups them by length and must put each answer back in its place)."""
+    words = ["brown", "is", "a-b", "mr", "strengthening", "my", "equal", "quite", "pleasure-grounds", "yellow"]
+    codec = RuleModel.codec
+    split = evaluate.ListPairs([(codec.encode(w), codec.encode(data.pig_latin(w))) for w in words])
+    got = evaluate.evaluate_seq2seq(RuleModel(), split, "cpu", nullcontext(), batch_size=3)
+    assert got["word_accuracy"] == 3 / 10 and got["n"] == 10  # is, mr, my
+    assert [codec.decode(p) for p in got["predictions"]] == [RuleModel.answer(w) for w in words]
+    loss, char_accuracy = rule_model_scores(words)
+    assert got["n_chars"] == sum(len(data.pig_latin(w)) + 1 for w in words)
+    assert got["char_accuracy"] == pytest.approx(char_accuracy) and 0 < char_accuracy < 1
+    assert got["loss"] == pytest.approx(loss, rel=1e-5)
+
+
+def test_seq2seq_report_of_a_model_that_gets_some_words_right(pig_data, tmp_path, monkeypatch, capsys):
+    """The whole report (evaluate.main on a checkpoint that loads as RuleModel) on the prepared test split:
+    every figure against a count made here from RuleModel's rule, which gets some words right and some wrong."""
+    ds = data.Dataset(pig_data)
+    path = tmp_path / "rules" / "ckpt.pt"
+    path.parent.mkdir()
+    path.write_bytes(b"stands for RuleModel")
+    ckpt = {"data": ds.info(), "config": {"dataset": "piglatin", "data_dir": pig_data}}
+    monkeypatch.setattr(evaluate, "load", lambda p, device: (RuleModel(), ckpt))
+    out = tmp_path / "report.json"
+    evaluate.main(["--ckpt", str(path), "--no_timing", "--json", str(out), "--max_errors", "1000"])
+    report = json.loads(out.read_text())
+    test = ds.splits["test"]
+    words = [RuleModel.codec.decode(test[i][0]) for i in range(len(test))]
+    right = [len(w) <= 4 and "-" not in w for w in words]  # RuleModel's rule
+    assert 0 < sum(right) < len(words)
+    assert report["n"] == len(words) and report["word_accuracy"] == sum(right) / len(words)
+    assert report["predictions"] == [RuleModel.answer(w) for w in words] and report["words"] == words
+    loss, char_accuracy = rule_model_scores(words)
+    assert report["char_accuracy"] == pytest.approx(char_accuracy) and report["loss"] == pytest.approx(loss, rel=1e-5)
+    length = lambda w: "12+" if len(w) >= 12 else f"{len(w):02d}"  # noqa: E731
+    for grouping, key in (("by_rule", data.pig_latin_rule), ("by_length", length)):
+        groups = {}
+        for w, ok in zip(words, right):
+            groups.setdefault(key(w), []).append(ok)
+        assert report[grouping] == {k: {"n": len(v), "accuracy": sum(v) / len(v)} for k, v in groups.items()}
+    assert [e["word"] for e in report["errors"]] == [w for w, ok in zip(words, right) if not ok]
+    printed = capsys.readouterr().out
+    assert f"wrong translations of rules ({len(words) - sum(right)}; word: truth / predicted):" in printed
+    assert any(line.split() == ["word", "accuracy", f"{sum(right) / len(words):.4f}"] for line in printed.splitlines())
+
+    # --text translates its words by the rule --words follows too: upper case read as lower case
+    evaluate.main(["--ckpt", str(path), "--text", "Is A-B"])
+    assert capsys.readouterr().out == f"{path}: isway a-bway  (the rules: isway away-bay)\n"
+    for text in ("   ", "brown x1"):
+        with pytest.raises(SystemExit, match="^error: --text (is empty|'brown x1' has 'x1')"):
+            evaluate.main(["--ckpt", str(path), "--text", text])
+
+
 def test_plots(pig_data, tmp_path):
     pytest.importorskip("matplotlib")
     cfg = pig_cfg(pig_data, tmp_path, "encdec", max_epochs=1)
     train.train(cfg)
     out = str(tmp_path / "plots")
     evaluate.main(["--ckpt", os.path.join(cfg["out_dir"], "ckpt.pt"), "--no_timing", "--plots", out,
-                   "--words", "brown,is"])
+                   "--words", "Brown, is"])  # read as --text reads its words: lower case, spaces dropped
     names = sorted(os.listdir(out))
     assert names == ["attention_cross_brown.png", "attention_cross_is.png", "attention_encoder_brown.png",
                      "attention_encoder_is.png", "embeddings_pca.png"]

@@ -1,0 +1,222 @@
+"""
+evaluate.py's command line: every option checked as it is parsed (before any data or checkpoint is read),
+the options that suit some checkpoints only checked against the one loaded (before it is evaluated), the
+devices checked in resolve_device (train.py's too, under torchrun as well), and bad input told apart from
+bugs: a UserError ends in one line `error: ...`, anything else keeps its traceback.
+"""
+
+import os
+
+import pytest
+import torch
+
+import configurator
+import data
+import evaluate
+from model import GPT, EncoderClassifier, EncoderConfig, GPTConfig, Llama, LlamaConfig, save_checkpoint
+
+
+def refusal(argv):
+    """The text of the SystemExit that evaluate.main(argv) ends in."""
+    with pytest.raises(SystemExit) as e:
+        evaluate.main(argv)
+    return str(e.value)
+
+
+# -----------------------------------------------------------------------------
+# every option, checked where it is parsed
+
+
+@pytest.mark.parametrize("option, message", [
+    (["--temperature", "-0.5"], "--temperature -0.5: a number >= 0"),
+    (["--temperature", "nan"], "--temperature nan: a number >= 0"),
+    (["--top_k", "-3"], "--top_k -3: an integer >= 1"),
+    (["--top_k", "0"], "--top_k 0: an integer >= 1"),
+    (["--top_p", "1.5"], "--top_p 1.5: a number with 0 < p <= 1"),
+    (["--top_p", "0"], "--top_p 0.0: a number with 0 < p <= 1"),
+    (["--epsilon", "2"], "--epsilon 2.0: a number with 0 <= epsilon < 1"),
+    (["--epsilon", "-0.1"], "--epsilon -0.1: a number with 0 <= epsilon < 1"),
+    (["--max_new_tokens", "-5"], "--max_new_tokens -5: an integer >= 1"),
+    (["--gen_batch", "0"], "--gen_batch 0: an integer >= 1"),
+    (["--batch_size", "0"], "--batch_size 0: an integer >= 1"),
+    (["--repeats", "0"], "--repeats 0: an integer >= 1"),
+    (["--rounds", "0"], "--rounds 0: an integer >= 1"),
+    (["--bench_steps", "-1"], "--bench_steps -1: an integer >= 1"),
+    (["--bench_batch", "-2"], "--bench_batch -2: an integer >= 0"),
+    (["--max_errors", "-1"], "--max_errors -1: an integer >= 0"),
+    (["--loops", "2", "0"], "--loops 2 0: one or more integers >= 1"),
+    (["--text", "  \t "], "--text is empty"),
+    (["--words", " , "], "--words is empty"),
+    (["--words", "brown,,is"], "--words 'brown,,is' has an empty word"),
+    (["--words", "brown,don't"], "--words \"brown,don't\" has \"don't\", which is not a word the model translates"),
+    (["--zero_shot", "shakespeare_char"], "--zero_shot 'shakespeare_char': expected a labelled dataset, one of"),
+    (["--file", "no_such.tsv"], "--file no_such.tsv: no such file"),
+    (["--json", "no_such_folder/r.json"], "--json no_such_folder/r.json: there is no folder"),
+    (["--device", "gpu"], "device='gpu': expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; the devices here: cpu"),
+])
+def test_each_option_is_checked_before_anything_is_loaded(option, message, tmp_path, monkeypatch):
+    """The checkpoint does not exist: had the option not been checked first, the error would name it."""
+    monkeypatch.chdir(tmp_path)
+    text = refusal(["--ckpt", "missing.pt", *option])
+    assert text == f"error: {message}" or text.startswith(f"error: {message}"), text
+    assert "\n" not in text and "missing.pt" not in text
+
+
+def test_the_edges_of_each_range_are_accepted():
+    args = evaluate.parse_args(["--ckpt", "x.pt", "--temperature", "0", "--top_k", "1", "--top_p", "1", "--epsilon",
+                                "0", "--max_new_tokens", "1", "--gen_batch", "1", "--loops", "1", "--max_errors", "0",
+                                "--words", "Brown, pleasure-grounds"])
+    assert (args.temperature, args.top_k, args.top_p, args.epsilon) == (0.0, 1, 1.0, 0.0)
+    assert evaluate.seq2seq_words(args.words, "--words", ",") == ["brown", "pleasure-grounds"]
+
+
+def test_config_file_values_are_checked_too(tmp_path):
+    """argparse never sees a config file's values: their types and choices are checked all the same."""
+    for line, message in [("top_p = 2", "--top_p 2: a number with 0 < p <= 1"),
+                          ("max_new_tokens = 2.5", "--max_new_tokens 2.5: an integer >= 1"),
+                          ("dtype = 'fp8'", "--dtype 'fp8': expected one of ['float32', 'bfloat16', 'float16']"),
+                          ("loops = 3", "--loops 3: one or more integers >= 1")]:
+        (tmp_path / "c.py").write_text(f"ckpt = 'missing.pt'\n{line}\n")
+        assert refusal([str(tmp_path / "c.py")]).startswith(f"error: {message}")
+
+
+def test_missing_ckpt_is_one_line():
+    assert refusal([]) == "error: give --ckpt (or a config file that sets ckpt)"
+
+
+# -----------------------------------------------------------------------------
+# --text and --words for a seq2seq model: one rule
+
+
+@pytest.mark.parametrize("text, sep, words", [("Brown IS", None, ["brown", "is"]), ("Brown,IS", ",", ["brown", "is"]),
+                                              (" pleasure-Grounds ", None, ["pleasure-grounds"])])
+def test_seq2seq_words_lower_case_both_options(text, sep, words):
+    assert evaluate.seq2seq_words(text, "--x", sep) == words
+
+
+@pytest.mark.parametrize("text, message", [("", "is empty"), ("   ", "is empty"), ("x1", "'x1', which is not a word"),
+                                           ("tête", "'tête', which is not a word"), ("a--b", "'a--b', which is not")])
+def test_seq2seq_words_refuse_the_same_way_for_both_options(text, message):
+    for option, sep in (("--text", None), ("--words", ",")):
+        with pytest.raises(configurator.ConfigError, match=f"^{option} .*{message}"):
+            evaluate.seq2seq_words(text, option, sep)
+
+
+# -----------------------------------------------------------------------------
+# options that suit some checkpoints only: refused as the checkpoint loads, before its data is read
+
+
+@pytest.fixture(scope="module")
+def kinds(tmp_path_factory):
+    """Checkpoints of three kinds whose data folder does not exist (so any evaluation would fail on it):
+    a looped encoder classifier, a Llama classifier (no loops), a character GPT language model."""
+    folder = tmp_path_factory.mktemp("kinds")
+    nodata = {"dir": str(folder / "nodata"), "dataset": "sst2", "max_len": 16}
+    cls = {**nodata, "task": "classification", "label_names": ["negative", "positive"]}
+    made = {"encoder": (EncoderClassifier(EncoderConfig(vocab_size=50, block_size=16, n_layer=1, n_embd=16,
+                                                        n_head=2)), cls),
+            "llama": (Llama(LlamaConfig(vocab_size=50, block_size=16, n_layer=1, n_embd=16, n_head=2,
+                                        multiple_of=8, n_classes=2)), cls),
+            "gpt": (GPT(GPTConfig(vocab_size=12, block_size=16, n_layer=1, n_embd=16, n_head=2)),
+                    {**nodata, "task": "lm", "vocab": list("abcdefghij \n")})}
+    paths = {}
+    for name, (m, record) in made.items():
+        paths[name] = str(folder / f"{name}.pt")
+        save_checkpoint(paths[name], m, config={"dataset": "sst2", "data_dir": str(folder / "nodata")}, data=record,
+                        iter_num=1, epoch=0, best_val_loss=1.0)
+    (folder / "l.tsv").write_text("good\t1\n")
+    return paths, str(folder / "l.tsv")
+
+
+def test_options_that_do_not_suit_the_checkpoint(kinds, tmp_path):
+    paths, tsv = kinds
+    llama, gpt, encoder = paths["llama"], paths["gpt"], paths["encoder"]
+    cases = [
+        ("llama", ["--loops", "1", "2"], "--loops re-scores a looped encoder (a classifier whose layer stack is "
+         f"applied n_loops times) at other numbers of loops; {llama} is a Llama classifier, with no loops to vary"),
+        ("gpt", ["--loops", "2"], f"{gpt} is a GPT language model, with no loops to vary"),
+        ("gpt", ["--file", tsv], f"--file takes labelled sentences for a classifier; {gpt} is a language model"),
+        ("gpt", ["--zero_shot", "cfimdb"], f"{gpt} is not a Llama language model"),
+        ("gpt", ["--text", "hello"], f"{gpt} is a language model: give it a --prompt to continue, not --text"),
+        ("encoder", ["--plots", str(tmp_path / "p")], f"--plots draws a seq2seq model's attention and embeddings; "
+         f"{encoder} is a classifier"),
+        ("encoder", ["--prompt", "once"], f"--prompt starts a language model's sample; {encoder} is a classifier"),
+    ]
+    for kind, option, message in cases:
+        text = refusal(["--ckpt", paths[kind], "--device", "cpu", *option])
+        assert text.startswith("error: ") and message in text and "\n" not in text, text
+    assert not os.path.exists(tmp_path / "p")
+
+
+def test_a_char_prompt_the_model_cannot_read(kinds):
+    paths, _ = kinds
+    assert refusal(["--ckpt", paths["gpt"], "--prompt", "ROMEO", "--no_timing"]) == \
+        "error: --prompt 'ROMEO': characters 'EMOR' are not in this model's vocabulary of 12 characters"
+    assert refusal(["--ckpt", paths["gpt"], "--prompt", "", "--no_timing"]).startswith("error: --prompt '' is empty")
+
+
+# -----------------------------------------------------------------------------
+# devices
+
+
+def absent_gpu():
+    """A CUDA device this machine lacks."""
+    return "cuda" if not torch.cuda.is_available() else f"cuda:{torch.cuda.device_count()}"
+
+
+def test_devices_this_machine_lacks(monkeypatch):
+    assert evaluate.resolve_device("cpu") == "cpu"
+    assert evaluate.resolve_device("auto") in ("cpu", "cuda", "mps")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    for name in ("cuda", "cuda:0"):
+        with pytest.raises(configurator.ConfigError, match=f"^device='{name}': torch sees no CUDA GPU on this machine "
+                           r"\(torch .*\); the devices here: cpu$"):
+            evaluate.resolve_device(name)
+    with pytest.raises(configurator.ConfigError, match="^device='mps': this machine has no Apple GPU .*here: cpu$"):
+        evaluate.resolve_device("mps")
+    assert evaluate.resolve_device("auto") == "cpu"
+    # a machine with two GPUs (as torch.cuda reports them)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert [evaluate.resolve_device(d) for d in ("auto", "cuda", "cuda:1")] == ["cuda", "cuda", "cuda:1"]
+    with pytest.raises(configurator.ConfigError, match=r"^device='cuda:2': this machine has 2 CUDA GPU\(s\); the "
+                       "devices here: cpu, cuda:0, cuda:1$"):
+        evaluate.resolve_device("cuda:2")
+
+
+def test_train_under_torchrun_stops_at_the_device(tmp_path, monkeypatch):
+    """train.py's processes() resolves the device before it touches torch.cuda or joins a process group:
+    an absent GPU under torchrun's environment is one line, not torch's AttributeError."""
+    import train
+
+    for key, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                           MASTER_PORT="29581").items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(SystemExit) as e:
+        train.main([f"--device={absent_gpu()}", f"--out_dir={tmp_path / 'run'}"])
+    assert str(e.value).startswith(f"error: device='{absent_gpu()}': ") and "the devices here: cpu" in str(e.value)
+    assert not torch.distributed.is_initialized() and not os.path.exists(tmp_path / "run")
+
+
+# -----------------------------------------------------------------------------
+# bad input against bugs
+
+
+def test_a_bug_keeps_its_traceback_and_bad_input_is_one_line(kinds, monkeypatch):
+    """A KeyError or RuntimeError from inside the evaluation is not reported as the user's mistake."""
+    paths, tsv = kinds
+    argv = ["--ckpt", paths["encoder"], "--file", tsv, "--no_timing", "--device", "cpu"]
+    monkeypatch.setattr(evaluate, "text_encoder", lambda ckpt: None)
+    for error in (KeyError("vocab"), RuntimeError("shape mismatch in a refactor"), ValueError("bad cast"),
+                  data.DataError("l.tsv:3: bad line")):
+        def read_tsv(path, encoder, error=error):
+            raise error
+
+        monkeypatch.setattr(evaluate, "read_tsv", read_tsv)
+        if isinstance(error, configurator.UserError):
+            assert refusal(argv) == "error: l.tsv:3: bad line"
+        else:
+            with pytest.raises(type(error)) as e:
+                evaluate.main(argv)
+            assert e.value is error
