@@ -1379,7 +1379,7 @@ def check_args(p, args):
             raise configurator.ConfigError("--plots needs matplotlib (pip install matplotlib)")
 
 
-TASK_NAMES = {"classification": "classifier", "lm": "language model", "generate": "llama2.c language model",
+TASK_NAMES = {"classification": "classifier", "lm": "language model", "generate": "language model (llama2.c's)",
               "seq2seq": "seq2seq model", "mlm": "masked-language model"}
 
 
