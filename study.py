@@ -299,20 +299,26 @@ def finished_summary(cfg):
     return summary
 
 
-def started_config(out_dir):
-    """The config of the latest start record in out_dir/log.jsonl (the run's, as resumed), or None."""
-    log = os.path.join(out_dir, "log.jsonl")
-    started = None
-    if os.path.isfile(log):
-        with open(log) as f:
+def log_records(path, kind):
+    """The records of one type ('start', 'train', 'eval', 'summary') in a run's log.jsonl, in order; none if
+    there is no log."""
+    records = []
+    if os.path.isfile(path):
+        with open(path) as f:
             for line in f:
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # a line cut short when the run was killed
-                if record.get("type") == "start":
-                    started = record.get("config")
-    return started
+                if record.get("type") == kind:
+                    records.append(record)
+    return records
+
+
+def started_config(out_dir):
+    """The config of the latest start record in out_dir/log.jsonl (the run's, as resumed), or None."""
+    starts = log_records(os.path.join(out_dir, "log.jsonl"), "start")
+    return starts[-1].get("config") if starts else None
 
 
 def held_config(out_dir):
@@ -832,17 +838,7 @@ def cell_rows(name, results, timing):
 
 def read_log(path):
     """The evaluation records of a run's log.jsonl: [(iter, val accuracy or None, val loss)]."""
-    out = []
-    if os.path.isfile(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    r = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if r.get("type") == "eval":
-                    out.append((r["iter"], r.get("val_accuracy"), r.get("val_loss")))
-    return out
+    return [(r["iter"], r.get("val_accuracy"), r.get("val_loss")) for r in log_records(path, "eval")]
 
 
 def draw_plots(plan, results, timing, depth, folder, label):
