@@ -27,6 +27,7 @@ import sys
 import time
 from contextlib import ExitStack, contextmanager, nullcontext, redirect_stdout
 from dataclasses import asdict, dataclass, field, fields
+from datetime import timedelta
 from typing import Callable
 
 import torch
@@ -433,9 +434,10 @@ def check_world(cfg, world):
 @contextmanager
 def processes(cfg):
     """The run's Processes. Under torchrun: joins the process group (nccl when the device is CUDA, each
-    process on cuda:LOCAL_RANK; gloo on the CPU), silences the other ranks' prints, and at the end waits
-    for all the processes (rank 0 may still be scoring the test split) and leaves the group, which it
-    also leaves on an error. A plain run: just the device."""
+    process on cuda:LOCAL_RANK; gloo on the CPU; a UserError if the others have not all joined within
+    DDP_JOIN_TIMEOUT seconds), silences the other ranks' prints, and at the end waits for all the processes
+    (rank 0 may still be scoring the test split) and leaves the group, which it also leaves on an error.
+    A plain run: just the device."""
     dev = evaluate.resolve_device(cfg["device"])
     env = torchrun_env()
     if env is None:
@@ -449,7 +451,39 @@ def processes(cfg):
     if device_type == "cuda":
         dev = f"cuda:{local_rank}"
         torch.cuda.set_device(dev)
-    torch.distributed.init_process_group("nccl" if device_type == "cuda" else "gloo")
+    # Joining waits for every process to arrive. Left to torch it would wait the collectives' timeout (30
+    # minutes on gloo) for a process that failed on startup or was never started, so the join has a limit
+    # of its own: DDP_JOIN_TIMEOUT seconds, by default 600, torchrun's own rendezvous join_timeout. It bounds
+    # the join only; the collectives keep torch's timeout, because the other processes rightly wait at a
+    # barrier while rank 0 prepares a missing dataset, which can take longer.
+    text = os.environ.get("DDP_JOIN_TIMEOUT", "600")
+    join_s = float(text) if text.replace(".", "", 1).isdigit() else 0.0
+    if join_s <= 0:
+        raise configurator.ConfigError(f"DDP_JOIN_TIMEOUT={text!r}: the seconds the processes may take to join, > 0")
+    where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+    started = time.monotonic()
+    try:
+        # The env:// rendezvous that init_process_group would do itself (MASTER_ADDR and MASTER_PORT; under
+        # torchrun, its agent's store), with the join's limit on the store; then the group, under the keys
+        # init_process_group would give it.
+        store, _, _ = next(torch.distributed.rendezvous("env://", timeout=timedelta(seconds=join_s)))
+        # Each process signs in on the store and waits, within the limit, for all the others to: under torchrun
+        # every process only connects to the agent's store, and gloo would then wait the collectives' timeout
+        # for a missing one (measured). The restart count keeps a restarted run apart from an earlier attempt.
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        store.set(f"ddp_join/{attempt}/{rank}", "1")
+        store.wait([f"ddp_join/{attempt}/{r}" for r in range(world)])
+        torch.distributed.init_process_group("nccl" if device_type == "cuda" else "gloo", rank=rank, world_size=world,
+                                             store=torch.distributed.PrefixStore("default_pg", store))
+    except torch.distributed.DistError as e:
+        reason = str(e).strip().splitlines()[0]
+        if time.monotonic() - started < join_s:  # failed at once: MASTER_PORT taken, say
+            raise configurator.UserError(f"rank {rank} could not join the process group at {where}: {reason}") from e
+        raise configurator.UserError(
+            f"the other processes did not join within {join_s:g} s (this is rank {rank} of {world}, the group is at "
+            f"{where}): check that all {world} were started (torchrun --nproc_per_node, and --nnodes on every node), "
+            f"that none failed before joining (its own error says why), and that each can reach {where}; "
+            f"DDP_JOIN_TIMEOUT sets the limit in seconds ({reason})") from e
     try:
         cpu_group = torch.distributed.new_group(backend="gloo") if device_type == "cuda" else None
         procs = Processes(rank, world, dev, cpu_group)

@@ -4,20 +4,25 @@ process with the same step batch (batch_size x grad_accum), to float32 rounding,
 a language model; only rank 0 prints and writes; a stop asked of one process stops both after the same
 step, and the run resumes under DDP. One run goes through the command line as torchrun starts it, the
 others through torch.multiprocessing with the environment torchrun would set. Models have width 16.
+Every rendezvous is on a port held from the moment it is picked, so that two runs of this file at once do
+not collide, and every run of processes has deadlines, so that a lost process fails a test, never hangs it.
 """
 
 import contextlib
+import faulthandler
 import json
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from torch.multiprocessing.spawn import ProcessException
 
 import configurator
 import data
@@ -64,6 +69,50 @@ def classifier_cfg(tiny_cfg, out, **kw):
                     **kw)
 
 
+# Every run of several processes has deadlines, so that a missing or stuck process fails the test in
+# minutes with its output, never hangs it: the processes' join (train.py's DDP_JOIN_TIMEOUT, which
+# without it would wait 30 minutes), and the whole run. Both are several times what the runs take on
+# a loaded 2-core machine (the join: seconds; the runs: 5 to 60 s).
+JOIN_S = 60
+RUN_S = 180
+
+
+def tail(path, n=3000):
+    """The end of a process's output file, for a failure's message (it may not have started writing)."""
+    if not os.path.exists(path):
+        return "(no output: the process had not started)"
+    with open(path, errors="replace") as f:
+        return f.read()[-n:] or "(nothing)"
+
+
+def run_torchrun(args, tmp_path, timeout=RUN_S):
+    """`torchrun --standalone --nproc_per_node=2 train.py args`; returns its standard output. --standalone
+    hosts the rendezvous on a port the system picks and holds (localhost:0), and hands that store to the
+    processes, so two of these at once cannot collide. Output goes to files, not pipes: a process left
+    behind by a killed torchrun would keep a pipe open and the read would never end."""
+    out, err = tmp_path / "torchrun.out", tmp_path / "torchrun.err"
+    with open(out, "w") as fo, open(err, "w") as fe:
+        p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                              "train.py", *args], cwd=REPO_ROOT, stdout=fo, stderr=fe,
+                             env={**os.environ, "OMP_NUM_THREADS": "1", "DDP_JOIN_TIMEOUT": str(JOIN_S)})
+    late = False
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        late = True
+    if late:
+        p.terminate()  # torchrun stops its processes on SIGTERM (they run in sessions of their own)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        pytest.fail(f"torchrun did not finish in {timeout} s; its output:\n{tail(out)}\n{tail(err)}")
+    if p.returncode:
+        pytest.fail(f"torchrun exited with status {p.returncode}; its output:\n{tail(out)}\n{tail(err)}")
+    return out.read_text()
+
+
 def cli_args(cfg):
     """--key=value for every setting that differs from train.py's defaults (the tiny model, the data)."""
     defaults = train.make_config([f"--model={cfg['model']}"])
@@ -76,16 +125,13 @@ def test_torchrun_classifier_equals_one_process(tiny_cfg, tmp_path):
     two = classifier_cfg(tiny_cfg, tmp_path / "two")
     summary = train.train(one)
     assert summary["iters"] == 8  # 4 steps an epoch, 2 epochs
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                        "train.py", *cli_args(two)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0, r.stdout + r.stderr
+    stdout = run_torchrun(cli_args(two), tmp_path)
     assert_same_run(two, one)
     assert [r["type"] for r in read_log(two)] == [r["type"] for r in read_log(one)]
     # only rank 0 printed, and only it wrote: one start line, the run's four files and nothing else
-    assert [line for line in r.stdout.splitlines() if line.startswith("model:")] == [
-        line for line in r.stdout.splitlines() if "2 processes (DDP, gloo)" in line]
-    assert r.stdout.count("model:") == 1 and r.stdout.count("best checkpoint:") == 1
+    assert [line for line in stdout.splitlines() if line.startswith("model:")] == [
+        line for line in stdout.splitlines() if "2 processes (DDP, gloo)" in line]
+    assert stdout.count("model:") == 1 and stdout.count("best checkpoint:") == 1
     assert sorted(os.listdir(two["out_dir"])) == ["ckpt.pt", "last.pt", "log.jsonl", "summary.json"]
     stored = json.loads(open(os.path.join(two["out_dir"], "summary.json")).read())
     assert stored["test_accuracy"] == summary["test_accuracy"] and stored["iters"] == 8
@@ -96,16 +142,18 @@ def test_torchrun_classifier_equals_one_process(tiny_cfg, tmp_path):
 # runs in two processes started here, with torchrun's environment
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank, jobs):
-    """One of two processes: train each (config, stop_at, port) in turn. With stop_at, rank 1 alone gets a
-    Ctrl-C while it takes step stop_at (as train.py's handler sees one)."""
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1")
+def _worker(rank, jobs, logs):
+    """One of two processes: train each (config, stop_at, port) in turn, joining on the store at that port.
+    With stop_at, rank 1 alone gets a Ctrl-C while it takes step stop_at (as train.py's handler sees one).
+    Its output goes to logs[rank], C++ warnings too (file descriptors 1 and 2), for a failure's message."""
+    log = open(logs[rank], "w")
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout.reconfigure(line_buffering=True)  # what a killed process printed is in the file
+    faulthandler.register(signal.SIGUSR1, file=log, all_threads=True)  # where it is stuck, asked at the deadline
+    # torchrun's environment, with its agent's store (the test's, at the job's port) for the rendezvous
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                      TORCHELASTIC_USE_AGENT_STORE="True", DDP_JOIN_TIMEOUT=str(JOIN_S))
     torch.set_num_threads(1)
     real_lr = train.scheduled_lr
 
@@ -120,16 +168,41 @@ def _worker(rank, jobs):
         train.train(cfg)
 
 
-def run_two_processes(jobs, timeout=120):
-    """Run _worker in two processes on [(config, stop_at), ...]; fail (not hang) if they do not finish."""
-    jobs = [(cfg, stop_at, free_port()) for cfg, stop_at in jobs]
-    ctx = mp.start_processes(_worker, args=(jobs,), nprocs=2, join=False, start_method="spawn")
-    deadline = time.time() + timeout
-    while not ctx.join(timeout=1):  # raises if a process failed, with its traceback
-        if time.time() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"the two processes did not finish in {timeout} s")
+def held_store():
+    """A store on a port the system picks, listening until it is garbage: the store torchrun's agent hosts
+    for its processes. A port found free and let go (bind to port 0, close, pass the number on) can be taken
+    by any other process before rank 0 binds it again: by another test run's rank 0, or gloo's listening
+    sockets, which take ports from the same pool. Then rank 0 fails to bind, and rank 1 joins a stranger's
+    store or connects to a gloo socket that never answers, and waits past any timeout (seen: still
+    waiting after 60 s with a 10 s timeout)."""
+    return torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+
+
+def run_two_processes(jobs, tmp_path, timeout=RUN_S):
+    """Run _worker in two processes on [(config, stop_at), ...], each job on a store of its own held here;
+    fail with both processes' output if one fails or they do not finish in time."""
+    stores = [held_store() for _ in jobs]  # held until this returns
+    logs = [str(tmp_path / f"rank{rank}.log") for rank in range(2)]
+    ctx = mp.start_processes(_worker, args=([(cfg, stop_at, store.port) for (cfg, stop_at), store in zip(jobs, stores)],
+                                            logs), nprocs=2, join=False, start_method="spawn")
+    deadline, failure = time.monotonic() + timeout, None
+    try:
+        while not ctx.join(timeout=1):  # raises if a process failed, with its traceback
+            if time.monotonic() > deadline:
+                failure = f"the two processes did not finish their {len(jobs)} runs in {timeout} s"
+                break
+    except ProcessException as e:
+        failure = str(e)
+    if failure:  # failed here, not in the except block, so that the report is not doubled by the cause
+        for p in ctx.processes:
+            if p.is_alive():
+                os.kill(p.pid, signal.SIGUSR1)  # its Python stack into its output
+        time.sleep(1)
+        for p in ctx.processes:
+            p.kill()
+            p.join()
+        pytest.fail(failure + "\n" + "".join(f"--- rank {rank}'s output, the end:\n{tail(log)}\n"
+                                             for rank, log in enumerate(logs)))
 
 
 def test_ddp_language_model_and_a_stop_then_resume(tiny_cfg, char_mirror, char_digest, tmp_path):
@@ -149,7 +222,7 @@ def test_ddp_language_model_and_a_stop_then_resume(tiny_cfg, char_mirror, char_d
     train.train(lm_one)
     train.train(one)
 
-    run_two_processes([(lm_two, None), (two, 5), ({**two, "init_from": "resume"}, None)])
+    run_two_processes([(lm_two, None), (two, 5), ({**two, "init_from": "resume"}, None)], tmp_path)
     assert_same_run(lm_two, lm_one)
     assert_same_run(two, one)
     log = read_log(two)
@@ -172,6 +245,42 @@ def test_grad_accum_must_split_over_the_processes(tiny_cfg, monkeypatch):
     with pytest.raises(configurator.ConfigError, match=r"multiple of 2$"):  # 7 examples cannot be halved
         train.check_world({"batch_size": 7, "grad_accum": 1}, 2)
     assert not torch.distributed.is_initialized()
+
+
+def test_a_process_whose_partner_never_comes_fails_in_seconds(monkeypatch):
+    """Joining waits DDP_JOIN_TIMEOUT seconds for the other processes, not the collectives' 30 minutes, then
+    fails saying what to check. As under torchrun, the store is another's (this test's) and rank 1 only
+    connects to it, so nothing but the join's own limit notices that rank 0 never comes. The join runs in a
+    thread, so that one with no limit fails this test after 30 s instead of hanging it."""
+    store = held_store()
+    for key, value in dict(RANK=1, LOCAL_RANK=1, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=store.port,
+                           TORCHELASTIC_USE_AGENT_STORE=True, DDP_JOIN_TIMEOUT=2).items():
+        monkeypatch.setenv(key, str(value))
+    cfg = {"device": "cpu", "batch_size": 4, "grad_accum": 2}
+    errors = []
+
+    def join():
+        try:
+            with train.processes(cfg):
+                pass
+        except Exception as e:
+            errors.append(e)
+
+    started = time.monotonic()
+    thread = threading.Thread(target=join, daemon=True)  # a daemon, left behind if it hangs
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the join still waited for its partner after 30 s"
+    assert time.monotonic() - started < 10  # measured: 2.0 s
+    assert len(errors) == 1 and isinstance(errors[0], configurator.UserError), errors
+    assert re.fullmatch(rf"the other processes did not join within 2 s \(this is rank 1 of 2, the group is at "
+                        rf"127\.0\.0\.1:{store.port}\): check that all 2 were started .*DDP_JOIN_TIMEOUT sets the "
+                        r"limit in seconds \(.+\)", str(errors[0])), errors[0]  # torch's own words last
+    assert not torch.distributed.is_initialized()
+    monkeypatch.setenv("DDP_JOIN_TIMEOUT", "soon")
+    with pytest.raises(configurator.ConfigError, match=r"DDP_JOIN_TIMEOUT='soon': the seconds"):
+        with train.processes(cfg):
+            pass
 
 
 @pytest.mark.parametrize("world", [2, 3])
