@@ -1366,10 +1366,146 @@ class Mamba(TokenModel):
 
 
 # -----------------------------------------------------------------------------
+# Bag of words + logistic regression: the non-neural anchor of the encoder study
+#
+# The baseline every text classifier is measured against (Wang & Manning 2012; the TF-IDF + logistic
+# regression rows of GLUE-era papers): a document is the vector x of its unigram and n-gram weights, and
+# the classifier is one linear map, logits = x W + b, trained by cross-entropy. Nothing here is a Block,
+# and no position or word order is read beyond the n-grams themselves.
+#
+# Features, all from the token ids the transformers read (the same vocabulary, [CLS] and padding):
+#     unigram t      feature t, one of vocab_size                        (rows 0 .. vocab_size - 1)
+#     n-gram t1..tn  vocab_size + hash(n, t1, .., tn) mod n_buckets, 2 <= n <= ngrams  (the hashing trick,
+#                    Weinberger et al. 2009: no n-gram vocabulary to build, at the price of collisions)
+# Weights per document, as scikit-learn's TfidfVectorizer computes them without IDF (the model sees no data
+# when it is built, so it has no document frequencies):  v(tf) = 1 ('binary'), tf ('count') or 1 + log tf
+# ('log', sublinear_tf), then x = v / ||v|| (doc_norm 'l2' or 'l1'; 'none' keeps v). W is an
+# nn.EmbeddingBag of width n_classes, so x W is a weighted sum of the rows a document's features look up.
+
+NGRAM_HASH_PRIME = 1_000_003  # the multiplier of the polynomial n-gram hash; odd, so it scatters modulo 2^k
+
+
+@dataclass
+class BagOfWordsConfig:
+    """Logistic regression on a bag of unigrams and hashed n-grams. Defaults: unigrams + bigrams, binary
+    weights, L2-normalized per document, as the usual TF-IDF + logistic regression baseline (0.82 on SST-2's
+    GLUE dev), less the IDF; 2^20 bigram buckets hold SST-2's bigrams with few collisions."""
+
+    vocab_size: int = 50257 + 3  # the dataset's token ids (data.py: GPT-2 BPE + [PAD], [UNK], [CLS]); compact: fewer
+    n_classes: int = 2  # the prepared dataset's label_names fix it for a run
+    ngrams: int = 2  # the longest n-gram: 1 = unigrams only, 2 = also adjacent pairs (hashed), ...
+    n_buckets: int = 2**20  # rows for the hashed n-grams (all orders share them)
+    tf: str = "binary"  # a feature's value from its count in the document: 'binary' | 'count' | 'log' (1 + log tf)
+    doc_norm: str = "l2"  # divide each document's vector by its norm: 'l2' (TfidfVectorizer's) | 'l1' | 'none'
+    data_fields = ("vocab_size", "n_classes")
+    tunable = ()  # everything here changes the function; a checkpoint fixes it all
+
+    def __post_init__(self):
+        checks = [
+            (self.vocab_size >= 1, f"vocab_size={self.vocab_size} must be at least 1"),
+            (self.n_classes >= 2, f"n_classes={self.n_classes} must be at least 2 (a classifier needs labels)"),
+            (self.ngrams >= 1, f"ngrams={self.ngrams} must be at least 1 (1 = unigrams only)"),
+            # each step of the hash stays below n_buckets * NGRAM_HASH_PRIME, which int64 holds up to 2^31 buckets
+            (self.ngrams == 1 or 1 <= self.n_buckets <= 2**31, f"n_buckets={self.n_buckets}: 1 .. 2^31 for n-grams"),
+            (self.tf in ("binary", "count", "log"), f"tf={self.tf!r}: expected 'binary', 'count' or 'log'"),
+            (self.doc_norm in ("l2", "l1", "none"), f"doc_norm={self.doc_norm!r}: expected 'l2', 'l1' or 'none'"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ConfigError(f"BagOfWordsConfig: {msg}")
+        self.n_features = self.vocab_size + (self.n_buckets if self.ngrams > 1 else 0)  # derived, not a field
+
+
+class BagOfWords(nn.Module):
+    """logits = x W + b for the document vector x of BagOfWordsConfig (the section's comment), W the
+    (n_features, n_classes) table, b the bias. A classifier with the encoder's forward signature, so train.py
+    and evaluate.py drive it as they drive the encoder; it is not a TokenModel, having no Blocks."""
+
+    tasks = ("classification",)
+    depth = 0  # Blocks applied per forward (evaluate.py reports it as the effective depth)
+
+    def __init__(self, cfg: BagOfWordsConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.weight = nn.EmbeddingBag(cfg.n_features, cfg.n_classes, mode="sum")
+        self.bias = nn.Parameter(torch.zeros(cfg.n_classes))
+        # Zero, the usual start of logistic regression (its loss is convex: the optimum does not depend on
+        # the start). A seed then changes only the order of the batches.
+        nn.init.zeros_(self.weight.weight)
+
+    def features(self, idx, key_mask=None):
+        """The document vectors x, sparse: (ids (B, L), weights (B, L)) such that x W is the sum over l of
+        weights[:, l] * W[ids[:, l]], one entry per occurrence of a feature. idx: (B, T) token ids with [CLS]
+        (or another start token) at position 0, which is skipped; key_mask: bool (B, T), False on padding."""
+        cfg = self.cfg
+        B, T = idx.shape
+        real = torch.ones_like(idx, dtype=torch.bool) if key_mask is None else key_mask.clone()
+        real[:, 0] = False  # [CLS] is in every document: a second bias, and a share of every norm
+        ids, keep = [idx], [real]
+        for n in range(2, cfg.ngrams + 1):
+            # the n-gram starting at t: tokens t .. t+n-1, all real; hashed as a polynomial in NGRAM_HASH_PRIME
+            # starting from n, so that a bigram and a trigram of the same ids fall apart
+            m = max(0, T - n + 1)  # n-grams in a row of T tokens
+            h = torch.full_like(idx[:, :m], n)  # (B, m)
+            ok = torch.ones_like(real[:, :m])
+            for k in range(n):
+                h = (h * NGRAM_HASH_PRIME + idx[:, k:k + m]) % cfg.n_buckets
+                ok = ok & real[:, k:k + m]
+            ids.append(cfg.vocab_size + h)
+            keep.append(ok)
+        ids, keep = torch.cat(ids, 1), torch.cat(keep, 1)  # (B, L): L = T + (T-1) + ... + (T-ngrams+1)
+        # tf: how often each occurrence's feature occurs in its document (one key per document and feature;
+        # the occurrences that do not count share the key -1 and get weight 0 below)
+        key = torch.where(keep, torch.arange(B, device=idx.device)[:, None] * cfg.n_features + ids, -1)
+        _, inverse, counts = torch.unique(key, return_inverse=True, return_counts=True)
+        tf = counts[inverse].float()  # (B, L)
+        value = {"binary": torch.ones_like(tf), "count": tf, "log": 1 + torch.log(tf)}[cfg.tf]
+        w = torch.where(keep, value / tf, 0.0)  # a feature's tf occurrences sum to its value v
+        if cfg.doc_norm == "l2":
+            norm = (w * value).sum(1, keepdim=True).sqrt()  # sum over occurrences of v^2 / tf = sum of v^2
+        elif cfg.doc_norm == "l1":
+            norm = w.sum(1, keepdim=True)  # values are positive: the sum of v
+        else:
+            norm = torch.ones_like(w[:, :1])
+        # a document with no feature (only [CLS]) has the vector 0: its logits are the bias
+        return torch.where(keep, ids, 0), w / norm.clamp(min=1e-12)
+
+    def forward(self, idx, key_mask=None, targets=None):
+        """idx: (B, T) token ids, [CLS] first; key_mask: bool (B, T), True for real tokens (None = no
+        padding); targets: (B,) class ids. Returns (logits (B, n_classes), cross-entropy or None)."""
+        ids, w = self.features(idx, key_mask)
+        logits = self.weight(ids, per_sample_weights=w) + self.bias  # (B, n_classes): x W + b
+        loss = F.cross_entropy(logits.float(), targets) if targets is not None else None
+        return logits, loss
+
+    def param_counts(self):
+        """The table W is looked up by feature id, as the transformers' token tables are by token id: it
+        counts as embedding, which leaves the bias as the only non-embedding parameters."""
+        emb, total = self.weight.weight.numel(), sum(p.numel() for p in self.parameters())
+        trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
+        return {"total": total, "embedding": emb, "non_embedding": total - emb, "trainable": trainable}
+
+    def flops_per_forward(self, seq_len, batch_size=1):
+        """x W as the sparse product it is: one multiply-add per class for each feature occurrence of a
+        sequence of seq_len tokens, [CLS] included: seq_len - 1 unigrams and seq_len - n n-grams of each order
+        n. Hashing, counting and normalizing are left out, as norms and softmax are for the transformers."""
+        occurrences = sum(max(0, seq_len - n) for n in range(1, self.cfg.ngrams + 1))
+        return batch_size * 2 * occurrences * self.cfg.n_classes
+
+    def no_weight_decay(self):
+        """Only the bias. AdamW's weight decay is this model's L2 penalty (the C of scikit-learn's
+        LogisticRegression, though decoupled from the gradient: each step shrinks W by lr * weight_decay), so
+        the table must be decayed, although TokenModel exempts the transformers' embedding tables. The bias is
+        not penalized, as in scikit-learn."""
+        return {"bias"}
+
+
+# -----------------------------------------------------------------------------
 # The model families: the config key `model` picks one
 
 FAMILIES = {"encoder": (EncoderConfig, EncoderClassifier), "gpt": (GPTConfig, GPT), "llama": (LlamaConfig, Llama),
-            "encdec": (EncDecConfig, EncoderDecoder), "mamba": (MambaConfig, Mamba)}
+            "encdec": (EncDecConfig, EncoderDecoder), "mamba": (MambaConfig, Mamba),
+            "bow": (BagOfWordsConfig, BagOfWords)}
 
 
 def family_settings(family):

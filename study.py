@@ -234,9 +234,9 @@ def plan_runs(configs, seeds, out_root, sets=(), grid=()):
     names = run_names(configs, grid)  # checks the grid's form too
     check_overrides(sets, "--set")
     check_overrides(grid, "--grid")
-    runs = {}
-    for name, path, point in names:
-        for seed in seeds:
+    runs = {}  # seed by seed, so that a study stopped partway holds whole pairs of configs
+    for seed in seeds:
+        for name, path, point in names:
             # --overwrite=False whatever a config file says: a run the study starts never replaces another
             argv = [path, *[f"--{s}" for s in sets], *point, f"--seed={seed}", "--overwrite=False"]
             cfg = run_folder(train.make_config(argv), os.path.join(out_root, name, f"seed{seed}"),

@@ -23,6 +23,7 @@ import json
 import math
 import os
 import signal
+import subprocess
 import sys
 import time
 from contextlib import ExitStack, contextmanager, nullcontext, redirect_stdout
@@ -766,6 +767,7 @@ def train(cfg):
         model, state, resume, cfg = start(cfg, dataset, procs.device, files)
         peak = device_peak(cfg, procs.device, dtype_name)  # (FLOP/s, source) or None
         print(setup_line(model, procs, dtype_name, peak))
+        files.log({"type": "conditions", "iter": state.iter_num, **run_conditions(procs, dtype_name)})
 
         optimizer = make_optimizer(model, cfg, device_type)
         plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=cfg["plateau_factor"],
@@ -900,6 +902,38 @@ def setup_line(model, procs, dtype_name, peak):
             + (f"; {procs.world} processes (DDP, {torch.distributed.get_backend()})" if procs.world > 1 else "")
             + (f"; MFU of a peak {peak[0] / 1e12:,.1f} TFLOP/s per device ({peak[1]})" if peak else
                "; no MFU (no peak FLOP/s known for this device; peak_tflops sets one)"))
+
+
+def run_conditions(procs, dtype_name):
+    """Where and how a run runs, for its log: study.py reports a study's conditions from its runs, not from
+    the machine that writes the report. The processor (or GPU), the cores this process may use and its
+    threads, the precision, the processes, the versions, and the code's commit ('+changes' when tracked
+    files differed from it)."""
+    machine = "unknown CPU"
+    if procs.device.startswith("cuda"):
+        machine = torch.cuda.get_device_name(torch.device(procs.device))
+    elif os.path.isfile("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            machine = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), machine)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"machine": machine, "cores": cores, "threads": torch.get_num_threads(), "device": procs.device,
+            "dtype": dtype_name, "processes": procs.world, "torch": torch.__version__,
+            "python": sys.version.split()[0], "commit": code_commit()}
+
+
+def code_commit():
+    """The git commit of this file's checkout, short, with '+changes' if tracked files differ from it;
+    'unknown' outside a git checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True, cwd=here, timeout=10)  # noqa: E731
+        head = git("rev-parse", "--short", "HEAD")
+        if head.returncode != 0:
+            return "unknown"
+        changed = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head.stdout.strip() + ("+changes" if changed else "")
 
 
 def report_progress(state, total_iters, epoch, epochs, loss, lr, speed):
