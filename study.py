@@ -227,9 +227,11 @@ def run_names(configs, grid=()):
     return names
 
 
-def plan_runs(configs, seeds, out_root, sets=(), grid=()):
-    """The planned runs, in order: {(name, seed): (train.py arguments, full config)}, named by run_names.
-    Each run writes to out_root/<name>/seed<seed>, or beside it if that folder holds another run (run_folder)."""
+def plan_runs(configs, seeds, out_root, sets=(), grid=(), records=None):
+    """The planned runs, in order: {(name, seed): (train.py arguments, full config, record folder or None)},
+    named by run_names. Each run writes to out_root/<name>/seed<seed>, or beside it if that folder holds
+    another run (run_folder); with `records` (a plan's), its record goes to records/<name>/seed<seed> (or
+    the same -2, -3 beside it)."""
     check_seeds(list(seeds), "seeds")
     names = run_names(configs, grid)  # checks the grid's form too
     check_overrides(sets, "--set")
@@ -239,41 +241,47 @@ def plan_runs(configs, seeds, out_root, sets=(), grid=()):
         for name, path, point in names:
             # --overwrite=False whatever a config file says: a run the study starts never replaces another
             argv = [path, *[f"--{s}" for s in sets], *point, f"--seed={seed}", "--overwrite=False"]
-            cfg = run_folder(train.make_config(argv), os.path.join(out_root, name, f"seed{seed}"),
-                             f"{name} seed {seed}")
-            runs[(name, seed)] = ([*argv, f"--out_dir={cfg['out_dir']}"], cfg)
+            cfg, record = run_folder(train.make_config(argv), os.path.join(out_root, name, f"seed{seed}"),
+                                     f"{name} seed {seed}", records and os.path.join(records, name, f"seed{seed}"))
+            runs[(name, seed)] = ([*argv, f"--out_dir={cfg['out_dir']}"], cfg, record)
     return runs
 
 
-def run_folder(cfg, planned, what):
-    """cfg with the out_dir its run has. That is the planned folder (.../seed<N>) if it holds no run, or a run
-    of this config (finished, or stopped and resumable). Otherwise the run there is another one (the config
-    file was edited since, say): it is left as it is, and this run's folder is the first of planned-2,
-    planned-3, ... that holds a run of this config, else the first that holds no run. Printed when so."""
-    parent, base = os.path.split(planned)
-    siblings = os.listdir(parent) if os.path.isdir(parent) else []
-    numbers = sorted(int(f[len(base) + 1:]) for f in siblings if re.fullmatch(re.escape(base) + r"-\d+", f))
-    candidates = [planned, *(f"{planned}-{k}" for k in numbers)]
-    folder = next((f for f in candidates if holds_this_run({**cfg, "out_dir": f})), None)
+def run_folder(cfg, planned, what, record=None):
+    """(cfg with the out_dir its run has, its record folder or None). That is the planned folder (.../seed<N>)
+    if it holds no run (and `record`, the planned record folder, no record), or a run of this config
+    (finished, or stopped and resumable). Otherwise the run there is another one (the config file was
+    edited since, say): it is left as it is, and this run's folder is the first of planned-2, planned-3, ...
+    that holds a run of this config, else the first that holds no run; its record folder takes the same
+    ending. Printed when so."""
+    record_of = lambda folder: record and record + folder[len(planned):]  # noqa: E731
+    numbers = set()
+    for start in (planned, record):
+        parent, base = os.path.split(start) if start else ("", "")
+        for f in os.listdir(parent) if start and os.path.isdir(parent) else []:
+            if re.fullmatch(re.escape(base) + r"-\d+", f):
+                numbers.add(int(f[len(base) + 1:]))
+    candidates = [planned, *(f"{planned}-{k}" for k in sorted(numbers))]
+    folder = next((f for f in candidates if holds_this_run({**cfg, "out_dir": f}, record_of(f))), None)
     found = folder is not None
     if not found:
         folder, k = planned, 1
-        while train.existing_run(folder):
+        while train.existing_run(folder) or has_record(record_of(folder)):
             k += 1
             folder = f"{planned}-{k}"
     if folder != planned:
-        held = other_run(planned, {**cfg, "out_dir": planned})
+        held = other_run(planned, {**cfg, "out_dir": planned}, record_of(planned))
         print(f"  {what}: {planned} holds {held}, left as it is; this run {'is' if found else 'goes'} in {folder}"
               if held else f"  {what}: this run is in {folder} ({planned} holds no run)", flush=True)
-    return {**cfg, "out_dir": folder}
+    return {**cfg, "out_dir": folder}, record_of(folder)
 
 
-def other_run(folder, cfg):
-    """Words for the run `folder` holds that is not cfg's (None if it holds none), for the line that says
-    why cfg's run is elsewhere."""
-    if not train.existing_run(folder):
+def other_run(folder, cfg, record=None):
+    """Words for the run `folder` (or its record) holds that is not cfg's (None if it holds none), for the
+    line that says why cfg's run is elsewhere."""
+    if not train.existing_run(folder) and not has_record(record):
         return None
-    held = held_config(folder)
+    held = held_config(folder) if train.existing_run(folder) else held_config(record)
     if held is None:
         return "a run whose settings it does not record"
     other = train.run_differences(held, cfg)[1]
@@ -282,21 +290,23 @@ def other_run(folder, cfg):
     return f"a run of other settings ({train.changes(held, cfg, other)})"
 
 
-def holds_this_run(cfg):
-    """Whether cfg's out_dir holds a run of cfg: finished, or stopped and resumable."""
-    return finished_summary(cfg) is not None or can_resume(cfg)
+def holds_this_run(cfg, record=None):
+    """Whether cfg's out_dir (or its record) holds a run of cfg: finished, or stopped and resumable."""
+    return finished_summary(cfg, record) is not None or can_resume(cfg)
 
 
-def finished_summary(cfg):
-    """The summary.json of a finished run of this config (train.same_run), else None (then it must be run)."""
-    path = os.path.join(cfg["out_dir"], "summary.json")
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        summary = json.load(f)
-    if not train.same_run(summary.get("config", {}), cfg) or summary.get("stopped") == "interrupted":
-        return None
-    return summary
+def finished_summary(cfg, record=None):
+    """The summary.json of a finished run of this config (train.same_run), from its record if it has one,
+    else from its out_dir; None if neither holds one (then it must be run)."""
+    for folder in (record, cfg["out_dir"]):
+        path = folder and os.path.join(folder, "summary.json")
+        if not path or not os.path.isfile(path):
+            continue
+        with open(path) as f:
+            summary = json.load(f)
+        if train.same_run(summary.get("config", {}), cfg) and summary.get("stopped") != "interrupted":
+            return summary
+    return None
 
 
 def log_records(path, kind):
@@ -339,6 +349,59 @@ def can_resume(cfg):
 
 
 # -----------------------------------------------------------------------------
+# run records: what a finished run of a plan leaves in the repository
+#
+# A plan's runs write their checkpoints under out_root, which git ignores. Each finished run's record goes
+# to the plan's `records` folder (results/runs/<cell>/<config>/seed<N>, committed): its summary.json and
+# log.jsonl as train.py wrote them, and config.py, its settings as train.py resolved them. Beside a cell's
+# runs lie what the report needs of their checkpoints and data: timing.json, depth_<config>.json and
+# data.json. A run with a record is finished, so a fresh clone (no out/) continues a plan where the last
+# session stopped, and --collect_only writes the same report from the records alone.
+
+RECORD_FILES = ("summary.json", "log.jsonl", "config.py")
+
+
+def has_record(record):
+    return bool(record) and os.path.isfile(os.path.join(record, "summary.json"))
+
+
+def save_record(cfg, record):
+    """Copy the finished run in cfg's out_dir to its record folder (RECORD_FILES), whole or not at all (made
+    in a temporary folder, then renamed). A record that is there already is kept, and so is a folder of
+    that name holding anything else (StudyError). Returns whether a record was written."""
+    if not record or has_record(record) or finished_summary(cfg) is None:
+        return False
+    if os.path.exists(record):
+        raise StudyError(f"{record} exists but holds no run record (no summary.json): move it away, and the "
+                         f"record of {cfg['out_dir']} is written there")
+    os.makedirs(os.path.dirname(record), exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".record-", dir=os.path.dirname(record))
+    try:
+        for name in RECORD_FILES[:2]:
+            shutil.copyfile(os.path.join(cfg["out_dir"], name), os.path.join(staging, name))
+        with open(os.path.join(staging, "summary.json")) as f:
+            settings = json.load(f)["config"]
+        with open(os.path.join(staging, "config.py"), "w") as f:
+            f.write(config_file(settings))
+        os.rename(staging, record)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return True
+
+
+def config_file(settings):
+    """A run's settings as a train.py config file, which trains the run again (in another out_dir)."""
+    lines = ["# The settings of this run as train.py resolved them (config file, overrides, seed). To train it",
+             "# again: python train.py config.py --out_dir=<a new folder>", ""]
+    return "\n".join([*lines, *(f"{k} = {v!r}" for k, v in settings.items() if k != "out_dir")]) + "\n"
+
+
+def run_file(cfg, record, name):
+    """A file of a finished run (log.jsonl, say): its record's copy if it has one, else out_dir's."""
+    return os.path.join(record if has_record(record) else cfg["out_dir"], name)
+
+
+# -----------------------------------------------------------------------------
 # running
 
 
@@ -358,7 +421,7 @@ def run_pending(runs, todo, jobs):
         while pending or running:
             while pending and free_slots:
                 key, slot = pending.pop(0), free_slots.pop(0)
-                argv, cfg = runs[key]
+                argv, cfg, _ = runs[key]
                 resume = can_resume(cfg)
                 os.makedirs(cfg["out_dir"], exist_ok=True)
                 log = open(os.path.join(cfg["out_dir"], "train.out"), "a" if resume else "w")
@@ -386,6 +449,7 @@ def run_pending(runs, todo, jobs):
                     raise RunFailed(f"{key[0]} seed {key[1]} failed (exit {proc.returncode}); see "
                                     f"{runs[key][1]['out_dir']}/train.out")
                 print(f"  finished {key[0]} seed {key[1]}", flush=True)
+                save_record(*runs[key][1:])
     finally:
         for _, proc, log, _ in running:
             proc.terminate()  # SIGTERM: train.py finishes its step, saves last.pt and exits
@@ -395,13 +459,13 @@ def run_pending(runs, todo, jobs):
 
 def run_study(runs, jobs=1, collect_only=False):
     """Run the planned runs that are not finished yet, then return {(name, seed): summary}."""
-    todo = [key for key, (_, cfg) in runs.items() if finished_summary(cfg) is None]
+    todo = [key for key, (_, cfg, record) in runs.items() if finished_summary(cfg, record) is None]
     if todo and collect_only:
         raise StudyError(f"{len(todo)} runs are not finished (first: {runs[todo[0]][1]['out_dir']}); "
                          f"run without --collect_only to train them")
     print(f"study: {len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to train ({jobs} at a time)")
     run_pending(runs, todo, jobs)
-    summaries = {key: finished_summary(cfg) for key, (_, cfg) in runs.items()}
+    summaries = {key: finished_summary(cfg, record) for key, (_, cfg, record) in runs.items()}
     missing = [k for k, v in summaries.items() if v is None]
     if missing:
         raise StudyError(f"runs {missing} ended without a finished summary.json (interrupted?); run the study again")
@@ -478,7 +542,7 @@ def study_table(summaries, names, seeds, metrics, n_boot=10000):
 # The whole plan is checked when it is loaded (check_plan), so that a mistake in its last cell stops the study
 # before the first cell trains, not hours later.
 
-PLAN_KEYS = {"out_root": str, "seeds": list, "cells": list, "labels": dict, "verdicts": list, "depth": list,
+PLAN_KEYS = {"out_root": str, "records": str, "seeds": list, "cells": list, "labels": dict, "verdicts": list, "depth": list,
              "depth_loops": list, "targets": list, "budget_note": str, "notes": list}
 CELL_KEYS = {"name": str, "configs": list, "set": list, "seeds": list, "test_set": str, "what": str}
 VERDICT_KEYS = {"claim": str, "a": str, "b": str, "metric": str, "cost": str}
@@ -505,6 +569,8 @@ def load_plan(path):
         raise ConfigError(f"{path} plans no cells")
     plan = {"out_root": "out/plan", "seeds": [1, 2, 3], "labels": {}, "verdicts": [], "depth": [],
             "depth_loops": [1, 2, 3, 4], "targets": [], "notes": [], **plan}
+    # a plan whose records are to be committed names their folder (config/encoders_study.py: results/runs)
+    plan.setdefault("records", plan["out_root"].rstrip("/") + "_records")
     check_plan(plan, path)
     return {**plan, "path": path}
 
@@ -641,22 +707,24 @@ def plan_cells(plan):
     """{cell name: (cell, its runs as plan_runs gives them)}, in the plan's order."""
     out = {}
     for cell in plan["cells"]:
-        root = os.path.join(plan["out_root"], cell["name"])
+        root, records = (os.path.join(plan[k], cell["name"]) for k in ("out_root", "records"))
         out[cell["name"]] = (cell, plan_runs(cell["configs"], cell.get("seeds", plan["seeds"]), root,
-                                             cell.get("set", [])))
+                                             cell.get("set", []), records=records))
     return out
 
 
 def run_plan(plan, jobs=1, collect_only=False, only=None):
     """Train every cell's unfinished runs, cell after cell (unless collect_only; with `only`, just those
-    cells'), then return {cell name: (cell, runs, {(config name, seed): summary or None})}."""
+    cells'), record every finished run that has no record yet (save_record) and each cell's test labels
+    (cell_data), then return {cell name: (cell with its "data", runs, {(config name, seed): summary or
+    None})}."""
     names = [cell["name"] for cell in plan["cells"]]
     unknown = sorted(set(only or ()) - set(names))
     if unknown:
         raise ConfigError(f"--cells {unknown}: the plan has {names}")
     cells = plan_cells(plan)
     for name, (cell, runs) in list(cells.items()):
-        todo = [key for key, (_, cfg) in runs.items() if finished_summary(cfg) is None]
+        todo = [key for key, (_, cfg, record) in runs.items() if finished_summary(cfg, record) is None]
         if todo and not collect_only and (not only or name in only):
             print(f"cell {name}: {len(runs)} runs, {len(todo)} to train")
             try:
@@ -665,8 +733,47 @@ def run_plan(plan, jobs=1, collect_only=False, only=None):
                 print(f"cell {name} stopped: {e}")
                 cells[name] = ({**cell, "error": str(e)}, runs)
     # collected after all the training: runs that finished meanwhile elsewhere (another core's queue) count
-    return {name: (cell, runs, {key: finished_summary(cfg) for key, (_, cfg) in runs.items()})
-            for name, (cell, runs) in cells.items()}
+    results = {}
+    for name, (cell, runs) in cells.items():
+        for _, cfg, record in runs.values():
+            if save_record(cfg, record):
+                print(f"  recorded {cfg['out_dir']} in {record}")
+        summaries = {key: finished_summary(cfg, record) for key, (_, cfg, record) in runs.items()}
+        results[name] = ({**cell, "data": cell_data(os.path.join(plan["records"], name), runs, summaries)}, runs,
+                         summaries)
+    return results
+
+
+def prepared_folder(cfg):
+    """The folder of a run's prepared dataset if it is there (never prepared here), else None."""
+    folder = cfg.get("data_dir") or data.dataset_dir(cfg["dataset"], cfg.get("protocol"), cfg.get("vocab"),
+                                                     data.resolve_tokenizer(cfg["dataset"], cfg.get("tokenizer", "")),
+                                                     cfg.get("subset", ""), cfg.get("max_len"))
+    return folder if os.path.isfile(os.path.join(folder, "meta.json")) else None
+
+
+def cell_data(folder, runs, summaries):
+    """What the report needs of a cell's prepared dataset, kept in folder/data.json (beside its run records)
+    so that a clone without the data writes the same report: the test labels (McNemar's test) and the count
+    of training examples of each length (the length histograms). Written the first time the cell has a
+    finished run and its data is prepared here; {} until then."""
+    path = os.path.join(folder, "data.json")
+    if os.path.isfile(path):
+        with open(path) as f:
+            return json.load(f)
+    cfg = next((cfg for key, (_, cfg, _) in runs.items() if summaries[key] is not None), None)
+    prepared = cfg and cfg["dataset"] in data.DATASETS and prepared_folder(cfg)
+    if not prepared:
+        return {}
+    dataset = data.Dataset(prepared)
+    if dataset.task != "classification" or "test" not in dataset.splits:
+        return {}
+    lengths = np.bincount(dataset.splits["train"].lengths)
+    out = {"dataset": os.path.basename(prepared), "test_labels": [int(y) for y in dataset.splits["test"].labels],
+           "train_lengths": {str(n): int(c) for n, c in enumerate(lengths) if c}}
+    os.makedirs(folder, exist_ok=True)
+    data.write_json(path, out)
+    return out
 
 
 def finished_seeds(summaries, name):
@@ -691,11 +798,6 @@ def term_values(term, results, metric):
     return {seed: v - values[1][seed] for seed, v in values[0].items() if seed in values[1]}
 
 
-def test_labels(cfg):
-    """The true labels of a run's test split, read from its prepared data folder."""
-    return data.load_dataset(cfg).splits["test"].labels
-
-
 def judge(claim, results, metrics):
     """One verdict row: the claim that term a beats term b in `metric`, over the seeds both finished:
     mean difference, paired t-interval (decides), bootstrap interval, and for two single runs on the same
@@ -713,10 +815,9 @@ def judge(claim, results, metrics):
     row.update(mean=d, lo=lo, hi=hi, boot_lo=b_lo, boot_hi=b_hi, verdict=claim_verdict(lo, hi, better))
     if " - " not in claim["a"] + claim["b"]:
         (cell_a, _, name_a), (cell_b, _, name_b) = claim["a"].partition("/"), claim["b"].partition("/")
-        run_a = results[cell_a][1]
         same_test = results[cell_a][0].get("test_set") == results[cell_b][0].get("test_set")
-        if same_test and metric.startswith("test_"):
-            labels = test_labels(run_a[(name_a, seeds[0])][1])
+        labels = results[cell_a][0]["data"].get("test_labels")
+        if same_test and metric.startswith("test_") and labels:
             row["mcnemar"] = [mcnemar(labels, results[cell_a][2][(name_a, s)]["test_predictions"],
                                       results[cell_b][2][(name_b, s)]["test_predictions"]) for s in seeds]
     return row
@@ -741,36 +842,39 @@ def evaluate_script(argv, json_path):
 
 
 def cached_evaluation(out, ckpts, argv, what, remeasure=False):
-    """The rows of an evaluate.py JSON file `out` for the checkpoints `ckpts`, in order: read from `out` if
-    it measured exactly these and is newer than each (and not `remeasure`), else measured now with
-    `evaluate.py --ckpt CKPTS ARGV` (announced as `what`). None if there are none for these checkpoints."""
+    """The rows of an evaluate.py JSON file `out` (a record, committed) for the checkpoints `ckpts`, in order:
+    read from `out` if it measured exactly these and none of them is newer (a clone without the checkpoints
+    reads it as it is), else measured now with `evaluate.py --ckpt CKPTS ARGV` (announced as `what`), as it
+    is with `remeasure`. None if there are none for these checkpoints and they cannot be measured here."""
     rows = None
     if os.path.isfile(out):
         with open(out) as f:
             rows = json.load(f)
         rows = rows if isinstance(rows, list) else [rows]
-    if remeasure or rows is None or [r["ckpt"] for r in rows] != ckpts or \
-            any(os.path.getmtime(out) < os.path.getmtime(p) for p in ckpts):
+    here = all(os.path.isfile(p) for p in ckpts)
+    stale = rows is None or [r["ckpt"] for r in rows] != ckpts or \
+        (here and any(os.path.getmtime(out) < os.path.getmtime(p) for p in ckpts))
+    if here and (stale or remeasure):
         print(what)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
         rows = evaluate_script(["--ckpt", *ckpts, *argv], out)
-    return rows
+    return None if stale and not here else rows
 
 
 def measure(results, plan, remeasure=False):
     """Size, FLOPs, latency and throughput of each cell's configs (their first finished seed's best
     checkpoint, all of a cell in one evaluate.py call, one thread: latency at batch 1, throughput in
-    batches of 256), and the test-time depth runs. Cached in each cell's folder next to the runs, and
-    measured again only when a checkpoint is newer or `remeasure`."""
+    batches of 256), and the test-time depth runs. Recorded in each cell's record folder next to the runs
+    (cached_evaluation), and measured again only when a checkpoint is newer or `remeasure`."""
     timing, depth = {}, {}
     for name, (cell, runs, summaries) in results.items():
         ckpts = {}
         for config in dict.fromkeys(n for n, _ in runs):
             seeds = finished_seeds(summaries, config)
-            path = seeds and os.path.join(runs[(config, seeds[0])][1]["out_dir"], "ckpt.pt")
-            if path and os.path.isfile(path) and summaries[(config, seeds[0])].get("test_n"):
-                ckpts[config] = path
+            if seeds and summaries[(config, seeds[0])].get("test_n"):
+                ckpts[config] = os.path.join(runs[(config, seeds[0])][1]["out_dir"], "ckpt.pt")
         if ckpts:
-            rows = cached_evaluation(os.path.join(plan["out_root"], name, "timing.json"), list(ckpts.values()),
+            rows = cached_evaluation(os.path.join(plan["records"], name, "timing.json"), list(ckpts.values()),
                                      ["--split", "test"], f"measuring {name}: {', '.join(ckpts)}", remeasure)
             if rows:
                 timing[name] = dict(zip(ckpts, rows))
@@ -781,7 +885,7 @@ def measure(results, plan, remeasure=False):
         _, runs, summaries = results[cell]
         paths = [os.path.join(runs[(config, s)][1]["out_dir"], "ckpt.pt") for s in finished_seeds(summaries, config)]
         if paths:
-            rows = cached_evaluation(os.path.join(plan["out_root"], cell, f"depth_{config}.json"), paths,
+            rows = cached_evaluation(os.path.join(plan["records"], cell, f"depth_{config}.json"), paths,
                                      ["--no_timing", "--loops", *map(str, plan["depth_loops"])],
                                      f"test-time depth of {term}: loops {plan['depth_loops']}", remeasure)
             if rows:
@@ -904,7 +1008,7 @@ def draw_plots(plan, results, timing, depth, folder, label):
             for color, config in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"],
                                      dict.fromkeys(n for n, _ in runs)):
                 for i, s in enumerate(finished_seeds(summaries, config)):
-                    log = read_log(os.path.join(runs[(config, s)][1]["out_dir"], "log.jsonl"))
+                    log = read_log(run_file(*runs[(config, s)][1:], "log.jsonl"))
                     use_acc = log and log[0][1] is not None
                     ax.plot([x[0] for x in log], [x[1] if use_acc else x[2] for x in log], color=color, lw=1,
                             alpha=0.8, label=label(config) if i == 0 else None)
@@ -916,20 +1020,26 @@ def draw_plots(plan, results, timing, depth, folder, label):
             ax.axis("off")
         save(fig, "learning_curves.png", "Learning curves (validation, every seed)")
 
+    # the length subsets' training splits beside the whole one they are cut from (data.json of each cell)
+    subsets = {cell["data"]["dataset"]: next(iter(runs.values()))[1] for cell, runs, _ in results.values()
+               if cell["data"].get("train_lengths")}
+    counts = {cell["data"]["dataset"]: cell["data"]["train_lengths"] for cell, _, _ in results.values()
+              if cell["data"].get("train_lengths")}
     lengths = {}
-    for name, (cell, runs, summaries) in results.items():
-        cfg = next(iter(runs.values()))[1]
+    for folder_, cfg in subsets.items():
         if re.fullmatch(r"(short|long)\d+", cfg.get("subset", "")):
-            for label_, sub in ((cfg["subset"], cfg["subset"]), ("all", "")):
-                folder_ = data.dataset_dir(cfg["dataset"], cfg.get("protocol"), cfg.get("vocab"), "", sub,
-                                           cfg.get("max_len"))
-                if os.path.isfile(os.path.join(folder_, "meta.json")) and label_ not in lengths:
-                    lengths[label_] = data.ClassificationSplit(folder_, "train", verify=False).lengths
+            lengths[cfg["subset"]] = counts[folder_]
+            whole = os.path.basename(data.dataset_dir(cfg["dataset"], cfg.get("protocol"), cfg.get("vocab"), "", "",
+                                                      cfg.get("max_len")))
+            if whole in counts:
+                lengths["all"] = counts[whole]
     if len(lengths) > 1:
         fig, ax = plt.subplots(figsize=(6.5, 3.6))
-        top = max(int(v.max()) for v in lengths.values())
-        for name, v in sorted(lengths.items()):
-            ax.hist(v, bins=range(1, top + 2), alpha=0.5, label=f"{name} (n={len(v):,})", density=True)
+        top = max(int(n) for c in lengths.values() for n in c)
+        for name, c in sorted(lengths.items()):
+            n = sum(c.values())
+            ax.hist([int(k) for k in c], bins=range(1, top + 2), weights=[v / n for v in c.values()], alpha=0.5,
+                    label=f"{name} (n={n:,})")
         ax.set_xlabel("tokens per training example (incl. [CLS])")
         ax.set_ylabel("share of the split")
         ax.legend(fontsize=8)
@@ -949,18 +1059,27 @@ def draw_plots(plan, results, timing, depth, folder, label):
     return made
 
 
-def machine_conditions():
-    """Where the numbers come from: CPU model, cores, torch, numpy, Python, and the git commit."""
-    cpu = "unknown CPU"
-    if os.path.isfile("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    import torch
-
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "numpy": np.__version__,
-            "python": sys.version.split()[0], "commit": commit, "cuda": torch.cuda.is_available()}
+def run_conditions(results):
+    """Where the runs ran, from their own logs (train.run_conditions' record): one line per distinct set
+    of conditions with its count of runs, most runs first; runs made before logs held it are counted."""
+    groups, unknown = {}, 0
+    for cell, runs, summaries in results.values():
+        for key, summary in summaries.items():
+            if summary is None:
+                continue
+            found = log_records(run_file(*runs[key][1:], "log.jsonl"), "conditions")
+            if not found:
+                unknown += 1
+                continue
+            c = found[0]
+            processes = f", {c['processes']} processes" if c["processes"] > 1 else ""
+            text = (f"{c['machine']}, {c['device']}, {c['dtype']}, {c['threads']} thread(s) on {c['cores']} "
+                    f"core(s){processes}; torch {c['torch']}, Python {c['python']}; code at commit {c['commit']}")
+            groups[text] = groups.get(text, 0) + 1
+    lines = [f"{n} run{'s' * (n > 1)}: {text}" for text, n in sorted(groups.items(), key=lambda g: (-g[1], g[0]))]
+    if unknown:
+        lines.append(f"{unknown} run{'s' * (unknown > 1)} made before train.py logged its conditions: not recorded")
+    return lines
 
 
 def fmt_ci(pair, digits=4):
@@ -1052,18 +1171,16 @@ def report_lines(plan, results, timing, depth, path, plots):
         for s in summaries.values():
             if s is not None:
                 metrics.update(s.get("metrics", {}))
-    cond = machine_conditions()
     rel = lambda p: os.path.relpath(p, os.path.dirname(os.path.abspath(path)))  # noqa: E731
     done, planned = finished_runs(results)
     lines = ["# Results: recurrent vs standard encoders", "",
              f"Written by `python study.py --plan {plan['path']} --report {os.path.basename(path)}` from the "
-             f"finished runs under `{plan['out_root']}/` (do not edit by hand: run the command again).", "",
+             f"run records under `{plan['records']}/` (do not edit by hand: run the command again; "
+             f"`--collect_only` writes it from the records alone).", "",
              # read back by reported_runs: a report is not replaced by one with fewer finished runs
              f"Finished runs: {done} of {planned}.", "",
              "## Conditions", "",
-             f"- Machine: {cond['cpu']}, {cond['cores']} cores, {'a CUDA GPU' if cond['cuda'] else 'no GPU'}; "
-             f"torch {cond['torch']}, numpy {cond['numpy']}, Python {cond['python']}; code at commit {cond['commit']}.",
-             "- Training: float32, each run one thread pinned to one core (`taskset`), another run on the other core.",
+             "- Training, as each run's log records it:", *[f"  - {line}" for line in run_conditions(results)],
              f"- Seeds: {plan['seeds']} per cell unless a cell says otherwise; mean ± 95 % t-interval over seeds.",
              f"- Budget: {plan.get('budget_note', 'as each cell sets')}",
              "- Timing (size, FLOPs, latency, throughput): evaluate.py on the first seed's best checkpoint, one "

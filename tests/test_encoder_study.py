@@ -9,6 +9,8 @@ import io
 import json
 import math
 import os
+import re
+import shutil
 import tarfile
 import time
 
@@ -343,7 +345,7 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
     assert {*study.RUN_FIGURES, "test_accuracy", "test_mcc", "final_val_loss"} <= set(summary)
     figures = {k for k in summary if k.startswith(("test_", "final_val_"))}
     assert figures - {"test_n", "final_val_n", "test_predictions"} <= set(study.metric_names())
-    timing = json.loads((tmp_path / "runs" / "a" / "timing.json").read_text())
+    timing = json.loads((tmp_path / "runs_records" / "a" / "timing.json").read_text())
     assert [r["ckpt"] for r in timing] == [str(tmp_path / "runs" / "a" / n / "seed1" / "ckpt.pt")
                                            for n in ("tiny_plain", "tiny_looped")]
     assert all(r["latency_ms"] > 0 for r in timing)
@@ -391,3 +393,50 @@ def test_the_encoder_study_plan_loads(monkeypatch):
     for v in plan["verdicts"]:
         for term in (v["a"], v["b"]):
             assert all(part.strip().split("/")[0] in names for part in term.split(" - "))
+
+
+def test_a_fresh_clone_writes_the_same_report_from_the_run_records(tiny_dataset, tmp_path, monkeypatch):
+    """Each finished run of a plan leaves its record (summary.json, log.jsonl, config.py; no checkpoint) in
+    the plan's records folder, and each cell its measurements and test labels. A clone that has the plan and
+    the records but no out/ and no data counts every run as finished (nothing is trained or measured) and
+    writes the same report and plots, byte for byte, with --collect_only or without."""
+    work, clone = tmp_path / "work", tmp_path / "clone"
+    os.makedirs(work)
+    monkeypatch.chdir(work)
+    shutil.copytree(tiny_dataset, "data")
+    configs = [os.path.basename(p) for p in write_tiny_configs(work, "data")]
+    plan = (f"out_root = 'out/s'\nrecords = 'results/runs'\nseeds = [1, 2]\n"
+            f"cells = [dict(name='a', configs={configs!r}, set=['max_iters=4'], test_set='tiny test', what='tiny')]\n"
+            "verdicts = [dict(claim='looped beats plain', a='a/tiny_looped', b='a/tiny_plain')]\n"
+            "depth = ['a/tiny_looped']\ndepth_loops = [1, 2]\n")
+    (work / "plan.py").write_text(plan)
+    study.main(["--plan", "plan.py", "--jobs", "2"])
+    records = sorted(os.path.relpath(os.path.join(d, f), "results/runs") for d, _, fs in os.walk("results/runs")
+                     for f in fs)
+    assert records == ["a/data.json", "a/depth_tiny_looped.json", "a/timing.json",
+                       *[f"a/{n}/seed{s}/{f}" for n in ("tiny_looped", "tiny_plain") for s in (1, 2)
+                         for f in ("config.py", "log.jsonl", "summary.json")]]
+    record = "results/runs/a/tiny_looped/seed2"
+    summary = json.loads(open(f"{record}/summary.json").read())
+    assert summary == json.loads(open("out/s/a/tiny_looped/seed2/summary.json").read())
+    assert study.train.same_run(study.train.make_config([f"{record}/config.py"]), summary["config"])
+    with open("results/runs/a/data.json") as f:
+        assert json.load(f)["test_labels"] == [int(y) for y in data.Dataset("data").splits["test"].labels]
+    text = open("RESULTS.md").read()
+    assert "p=" in text  # McNemar's test, from the recorded labels
+    assert re.search(r"  - 4 runs: .*, cpu, float32, 1 thread\(s\) on 1 core\(s\); torch ", text)
+
+    os.makedirs(clone)
+    for name in ("plan.py", *configs, "RESULTS.md", "results"):
+        (shutil.copytree if os.path.isdir(name) else shutil.copy)(name, clone / name)
+    monkeypatch.chdir(clone)
+    monkeypatch.setattr(study, "run_pending", lambda *a: pytest.fail("trained again"))
+    monkeypatch.setattr(study, "evaluate_script", lambda *a: pytest.fail("measured again"))
+    for flags in (["--collect_only"], []):
+        study.main(["--plan", "plan.py", *flags])
+        for d, _, files in os.walk("results"):
+            for f in files:
+                path = os.path.join(d, f)
+                assert open(path, "rb").read() == open(work / path, "rb").read(), path
+        assert open("RESULTS.md").read() == text
+    assert not os.path.exists("out") and not os.path.exists("data")

@@ -104,7 +104,7 @@ def test_plan_names_grid_points_and_overrides(tmp_path):
                            grid=["n_loops=1,3", "pooling=cls,mean"])
     assert len(runs) == 8
     key = ("tiny_enc@n_loops=3,pooling=mean", 2)
-    argv, cfg = runs[key]
+    argv, cfg, _ = runs[key]
     assert (cfg["n_loops"], cfg["pooling"], cfg["max_iters"], cfg["seed"], cfg["n_layer"]) == (3, "mean", 3, 2, 1)
     assert cfg["out_dir"] == os.path.join(str(tmp_path / "s"), "tiny_enc@n_loops=3,pooling=mean", "seed2")
     assert list(dict.fromkeys(n for n, _ in runs))[0] == "tiny_enc@n_loops=1,pooling=cls"  # the grid in order
@@ -147,7 +147,7 @@ def test_a_folder_holding_another_run_is_left_alone(tmp_path, capsys):
     a run of its config, else to the first that holds no run, and collection finds it there."""
     configs = write_tiny_configs(tmp_path, str(tmp_path / "data"))[:1]
     out_root = str(tmp_path / "s")
-    planned = {seed: cfg for (_, seed), (_, cfg) in study.plan_runs(configs, [1, 2, 3, 4], out_root).items()}
+    planned = {seed: cfg for (_, seed), (_, cfg, _) in study.plan_runs(configs, [1, 2, 3, 4], out_root).items()}
     before_the_edit = {seed: {**cfg, "max_iters": 5} for seed, cfg in planned.items()}
     fake_run(before_the_edit[1])
     fake_run(before_the_edit[2], finished=False)
@@ -164,7 +164,7 @@ def test_a_folder_holding_another_run_is_left_alone(tmp_path, capsys):
     assert folders == [planned[1]["out_dir"] + "-2", planned[2]["out_dir"] + "-2", planned[3]["out_dir"] + "-3",
                        planned[4]["out_dir"] + "-2"]
     assert [runs[("tiny_plain", seed)][0][-1] for seed in (1, 2, 3, 4)] == [f"--out_dir={f}" for f in folders]
-    assert all("--overwrite=False" in argv for argv, _ in runs.values())
+    assert all("--overwrite=False" in argv for argv, _, _ in runs.values())
     out = capsys.readouterr().out
     assert (f"  tiny_plain seed 1: {planned[1]['out_dir']} holds a run of other settings (max_iters 5 -> 6), left "
             f"as it is; this run goes in {folders[0]}\n") in out

@@ -248,7 +248,7 @@ def test_the_report_and_its_plots_are_written_together(tmp_path, monkeypatch):
 
     monkeypatch.setattr(study, "draw_plots", draw_plots)
     with monkeypatch.context() as m:  # a failure after the plots are drawn
-        m.setattr(study, "machine_conditions", lambda: 1 / 0)
+        m.setattr(study, "run_conditions", lambda results: 1 / 0)
         with pytest.raises(ZeroDivisionError):
             study.write_report(plan, results, {}, {}, str(report))
     assert report.read_text() == old_report and {n: (plots / n).read_bytes() for n in old} == old
