@@ -79,6 +79,42 @@ def t_quantile_975(df):
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
+def t_cdf(x, df):
+    """P(T <= x) for Student's t with df degrees of freedom: 1/2 plus the density's integral from 0 to x
+    (Simpson's rule on 2,000 intervals of the substitution x = tan(u), which keeps the tails short)."""
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    top = math.atan(abs(x))
+    u = np.linspace(0.0, top, 2001)
+    t = np.tan(u)
+    f = np.exp(log_c - (df + 1) / 2 * np.log1p(t * t / df)) / np.cos(u) ** 2  # density * dx/du
+    area = top / 6000 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
+    return 0.5 + math.copysign(float(area), x)
+
+
+def t_quantile(p, df):
+    """The p-quantile of Student's t with df degrees of freedom (0.5 < p < 1), by bisection on t_cdf."""
+    lo, hi = 0.0, 1e3
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_cdf(mid, df) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def detectable_effect(sd, n, power=0.8):
+    """The smallest true mean difference a paired t-test on n seeds (differences with standard deviation sd)
+    finds at the 95 % level (two-sided) with probability `power`: (t_{0.975,n-1} + t_{power,n-1}) * sd /
+    sqrt(n). A smaller effect, if there is one, the study would most likely call inconclusive."""
+    return (t_quantile_975(n - 1) + t_quantile(power, n - 1)) * sd / math.sqrt(n)
+
+
+def seeds_needed(sd, effect, power=0.8, most=1000):
+    """How many seeds a paired comparison whose per-seed differences have standard deviation sd needs to
+    find a true difference `effect` at the 95 % level with probability `power` (None if more than `most`)."""
+    if sd == 0:
+        return 2
+    return next((n for n in range(2, most + 1) if detectable_effect(sd, n, power) <= effect), None)
+
+
 def mean_ci(values):
     """(mean, half-width of the 95 % confidence interval of the mean): t_{0.975,n-1} * s / sqrt(n),
     with s the sample standard deviation."""
@@ -542,10 +578,12 @@ def study_table(summaries, names, seeds, metrics, n_boot=10000):
 # The whole plan is checked when it is loaded (check_plan), so that a mistake in its last cell stops the study
 # before the first cell trains, not hours later.
 
-PLAN_KEYS = {"out_root": str, "records": str, "seeds": list, "cells": list, "labels": dict, "verdicts": list, "depth": list,
-             "depth_loops": list, "targets": list, "budget_note": str, "notes": list}
-CELL_KEYS = {"name": str, "configs": list, "set": list, "seeds": list, "test_set": str, "what": str}
+PLAN_KEYS = {"out_root": str, "records": str, "seeds": list, "cells": list, "labels": dict, "verdicts": list,
+             "depth": list, "depth_loops": list, "targets": list, "budget_note": str, "notes": list,
+             "conclusions": list, "effect": (int, float)}
+CELL_KEYS = {"name": str, "configs": list, "set": list, "grid": list, "seeds": list, "test_set": str, "what": str}
 VERDICT_KEYS = {"claim": str, "a": str, "b": str, "metric": str, "cost": str}
+CONCLUSION_KEYS = {"claim": str, "source": str, "verdict": str, "margin": (int, float), "note": str}
 TARGET_KEYS = {"what": str, "term": str, "metric": str, "at_least": (int, float), "at_most": (int, float)}
 TEST_METRICS = ["test_accuracy", "test_f1", "test_precision", "test_recall", "test_mcc"]
 # the figures train.summarize writes for every run, beside its task's final validation and test figures
@@ -568,7 +606,7 @@ def load_plan(path):
     if not plan.get("cells"):
         raise ConfigError(f"{path} plans no cells")
     plan = {"out_root": "out/plan", "seeds": [1, 2, 3], "labels": {}, "verdicts": [], "depth": [],
-            "depth_loops": [1, 2, 3, 4], "targets": [], "notes": [], **plan}
+            "depth_loops": [1, 2, 3, 4], "targets": [], "notes": [], "conclusions": [], "effect": 0.01, **plan}
     # a plan whose records are to be committed names their folder (config/encoders_study.py: results/runs)
     plan.setdefault("records", plan["out_root"].rstrip("/") + "_records")
     check_plan(plan, path)
@@ -650,10 +688,11 @@ def check_cell(cell, where):
     if "seeds" in cell:
         check_seeds(cell["seeds"], f"{where}: seeds")
     check_overrides(cell.get("set", []), f"{where}: set")
+    check_overrides(cell.get("grid", []), f"{where}: grid")
     try:
-        names = [name for name, _, _ in run_names(cell["configs"])]
-        for path in cell["configs"]:
-            train.make_config([path, *[f"--{s}" for s in cell.get("set", [])]])
+        names = [name for name, _, _ in run_names(cell["configs"], cell.get("grid", []))]
+        for path, point in itertools.product(cell["configs"], grid_points(cell.get("grid", []))):
+            train.make_config([path, *[f"--{s}" for s in cell.get("set", [])], *point])
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
     return names
@@ -696,6 +735,12 @@ def check_plan(plan, path):
             raise ConfigError(f"{where}: give exactly one of at_least and at_most")
         check_term(target["term"], configs, f"{where}: term")
         check_metric(target.get("metric", "test_accuracy"), where)
+    claims = [v["claim"] for v in plan["verdicts"]]
+    for i, conclusion in enumerate(plan["conclusions"]):
+        where = f"{path}: conclusion {entry_name(conclusion, 'claim', i)}"
+        check_entry(conclusion, CONCLUSION_KEYS, ("claim", "source", "verdict"), where)
+        if conclusion["verdict"] not in claims:
+            raise ConfigError(f"{where}: no verdict {conclusion['verdict']!r}{closest(conclusion['verdict'], claims)}")
     for term in plan["depth"]:
         check_term(term, configs, f"{path}: depth", single=True)
     loops = plan["depth_loops"]
@@ -709,7 +754,7 @@ def plan_cells(plan):
     for cell in plan["cells"]:
         root, records = (os.path.join(plan[k], cell["name"]) for k in ("out_root", "records"))
         out[cell["name"]] = (cell, plan_runs(cell["configs"], cell.get("seeds", plan["seeds"]), root,
-                                             cell.get("set", []), records=records))
+                                             cell.get("set", []), cell.get("grid", []), records=records))
     return out
 
 
@@ -798,10 +843,12 @@ def term_values(term, results, metric):
     return {seed: v - values[1][seed] for seed, v in values[0].items() if seed in values[1]}
 
 
-def judge(claim, results, metrics):
+def judge(claim, results, metrics, effect=0.01):
     """One verdict row: the claim that term a beats term b in `metric`, over the seeds both finished:
-    mean difference, paired t-interval (decides), bootstrap interval, and for two single runs on the same
-    test examples McNemar's exact p per seed."""
+    mean difference, paired t-interval (decides), bootstrap interval, the smallest effect these seeds could
+    detect (detectable_effect, from the spread of the per-seed differences) and the seeds a true difference
+    of `effect` would need (seeds_needed), and for two single runs on the same test examples McNemar's
+    exact p per seed."""
     metric = claim.get("metric", "test_accuracy")
     a, b = term_values(claim["a"], results, metric), term_values(claim["b"], results, metric)
     seeds = sorted(set(a) & set(b))
@@ -812,7 +859,9 @@ def judge(claim, results, metrics):
     d, lo, hi = paired_t(*pair)
     _, b_lo, b_hi = paired_bootstrap(*pair)
     better = metrics.get(metric, {}).get("better", "higher")
-    row.update(mean=d, lo=lo, hi=hi, boot_lo=b_lo, boot_hi=b_hi, verdict=claim_verdict(lo, hi, better))
+    sd = float(np.std(np.subtract(pair[1], pair[0]), ddof=1))
+    row.update(mean=d, lo=lo, hi=hi, boot_lo=b_lo, boot_hi=b_hi, verdict=claim_verdict(lo, hi, better), sd=sd,
+               detectable=detectable_effect(sd, len(seeds)), seeds_needed=seeds_needed(sd, effect))
     if " - " not in claim["a"] + claim["b"]:
         (cell_a, _, name_a), (cell_b, _, name_b) = claim["a"].partition("/"), claim["b"].partition("/")
         same_test = results[cell_a][0].get("test_set") == results[cell_b][0].get("test_set")
@@ -1162,6 +1211,38 @@ def write_report(plan, results, timing, depth, path):
     return lines
 
 
+def verdict_rows(plan, results, metrics):
+    """{claim: judge's row} for every verdict of the plan, in its order."""
+    return {claim["claim"]: judge(claim, results, metrics, plan["effect"]) for claim in plan["verdicts"]}
+
+
+def conclusion_line(conclusion, row, effect):
+    """One plain sentence on a claim of the seed write-ups: confirmed, refuted or not settled, from its
+    verdict's row, with the smallest effect the study could have seen and what would settle it. A claim of
+    comparable performance (`margin`) is confirmed when the whole interval lies within +-margin, refuted
+    when it lies wholly outside."""
+    head = f"- **{conclusion['claim']}** ({conclusion['source']}): "
+    note = f" {conclusion['note']}" if conclusion.get("note") else ""
+    if row["verdict"] == "not run":
+        return f"{head}**not settled**: not run yet ({row['n']} seeds finished of the pair `{row['a']}` / `{row['b']}`).{note}"
+    m = conclusion.get("margin")
+    if m is None:
+        status = {"confirmed": "confirmed", "refuted": "refuted"}.get(row["verdict"], "not settled")
+    else:
+        status = ("confirmed" if -m <= row["lo"] and row["hi"] <= m else
+                  "refuted" if row["lo"] > m or row["hi"] < -m else "not settled")
+    figures = (f"A − B = {row['mean']:+.4f} in {row['metric']}, 95 % interval [{row['lo']:+.4f}, {row['hi']:+.4f}] "
+               f"over {row['n']} seeds (A = `{row['a']}`, B = `{row['b']}`" + (f"; comparable means within ±{m:g}"
+                                                                              if m is not None else "") + ")")
+    if status != "not settled":
+        return f"{head}**{status}**: {figures}.{note}"
+    needed = row["seeds_needed"]
+    settle = f"{needed} seeds would find a true difference of {effect:g}" if needed else \
+        f"more than 1,000 seeds would be needed to find a difference of {effect:g}"
+    return (f"{head}**not settled**: {figures}. The smallest difference these seeds could see is "
+            f"{row['detectable']:.4f}; {settle}.{note}")
+
+
 def report_lines(plan, results, timing, depth, path, plots):
     """The lines of the report at `path`: conditions, the count of finished runs, targets, verdicts, one
     table per cell (a cell not run yet says so), test-time depth, and the `plots` [(title, path)]."""
@@ -1178,22 +1259,28 @@ def report_lines(plan, results, timing, depth, path, plots):
              f"run records under `{plan['records']}/` (do not edit by hand: run the command again; "
              f"`--collect_only` writes it from the records alone).", "",
              # read back by reported_runs: a report is not replaced by one with fewer finished runs
-             f"Finished runs: {done} of {planned}.", "",
-             "## Conditions", "",
-             "- Training, as each run's log records it:", *[f"  - {line}" for line in run_conditions(results)],
-             f"- Seeds: {plan['seeds']} per cell unless a cell says otherwise; mean ± 95 % t-interval over seeds.",
-             f"- Budget: {plan.get('budget_note', 'as each cell sets')}",
-             "- Timing (size, FLOPs, latency, throughput): evaluate.py on the first seed's best checkpoint, one "
-             "thread, float32; latency = median ms per sentence at batch 1 over the first 200 test sentences × 3 "
-             "passes; throughput = sentences/s in length-sorted batches of 256 (first 1,024 test sentences). "
-             "Other runs were training on the other core, so compare ratios within a cell, not absolute times.",
-             "- Verdicts: a claim that A beats B is *confirmed* if the 95 % paired t-interval of A − B over "
-             "seeds lies on the better side, *refuted* if it lies on the worse side, *inconclusive* otherwise. "
-             "The percentile bootstrap interval (10,000 resamples of the per-seed differences) is shown beside it "
-             "but does not decide: with 3 seeds it excludes 0 whenever the three differences share a sign. "
-             "McNemar's exact test compares the two models' per-example test predictions for each seed "
-             "(p < 0.05: that seed's two runs disagree beyond what chance in the test examples explains).",
-             *[f"- {n}" for n in plan["notes"]], ""]
+             f"Finished runs: {done} of {planned}.", ""]
+    rows = verdict_rows(plan, results, metrics)
+    if plan["conclusions"]:
+        lines += ["## Conclusions", "", "Each claim of the seed write-ups, judged by the verdict below that tests "
+                  "it (*confirmed* or *refuted* when its 95 % interval says so; otherwise *not settled*, with the "
+                  "smallest difference the study could have seen).", "",
+                  *[conclusion_line(c, rows[c["verdict"]], plan["effect"]) for c in plan["conclusions"]], ""]
+    lines += ["## Conditions", "",
+              "- Training, as each run's log records it:", *[f"  - {line}" for line in run_conditions(results)],
+              f"- Seeds: {plan['seeds']} per cell unless a cell says otherwise; mean ± 95 % t-interval over seeds.",
+              f"- Budget: {plan.get('budget_note', 'as each cell sets')}",
+              "- Timing (size, FLOPs, latency, throughput): evaluate.py on the first seed's best checkpoint, one "
+              "thread, float32; latency = median ms per sentence at batch 1 over the first 200 test sentences × 3 "
+              "passes; throughput = sentences/s in length-sorted batches of 256 (first 1,024 test sentences). "
+              "Other runs were training on the other core, so compare ratios within a cell, not absolute times.",
+              "- Verdicts: a claim that A beats B is *confirmed* if the 95 % paired t-interval of A − B over "
+              "seeds lies on the better side, *refuted* if it lies on the worse side, *inconclusive* otherwise. "
+              "The percentile bootstrap interval (10,000 resamples of the per-seed differences) is shown beside it "
+              "but does not decide: with 3 seeds it excludes 0 whenever the three differences share a sign. "
+              "McNemar's exact test compares the two models' per-example test predictions for each seed "
+              "(p < 0.05: that seed's two runs disagree beyond what chance in the test examples explains).",
+              *[f"- {n}" for n in plan["notes"]], ""]
     if plan["targets"]:
         lines += ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
         for t in plan["targets"]:
@@ -1208,16 +1295,20 @@ def report_lines(plan, results, timing, depth, path, plots):
             else:
                 lines.append(f"| {t['what']} | not run | – |")
         lines.append("")
-    lines += ["## Verdicts", "", "| claim | metric | seeds | A − B | 95 % t-interval | 95 % bootstrap | "
-              "McNemar per seed (A only / B only, p) | verdict |", "|---|---|---|---|---|---|---|---|"]
-    for claim in plan["verdicts"]:
-        r = judge(claim, results, metrics)
+    effect = plan["effect"]
+    lines += ["## Verdicts", "", f"Detectable: the smallest true difference these seeds find with 80 % power "
+              f"(from the spread of the per-seed differences); seeds for {effect:g}: how many a true difference of "
+              f"{effect:g} would need.", "",
+              "| claim | metric | seeds | A − B | 95 % t-interval | 95 % bootstrap | McNemar per seed (A only / B "
+              f"only, p) | detectable | seeds for {effect:g} | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for claim, r in verdict_rows(plan, results, metrics).items():
         if r["verdict"] == "not run":
-            lines.append(f"| {r['claim']} | {r['metric']} | {r['n']} | – | – | – | – | not run |")
+            lines.append(f"| {r['claim']} | {r['metric']} | {r['n']} | – | – | – | – | – | – | not run |")
             continue
         mc = "; ".join(f"{a}/{b}, p={p:.3g}" for a, b, p in r.get("mcnemar", [])) or "–"
         lines.append(f"| {r['claim']} | {r['metric']} | {r['n']} | {r['mean']:+.4f} | [{r['lo']:+.4f}, "
-                     f"{r['hi']:+.4f}] | [{r['boot_lo']:+.4f}, {r['boot_hi']:+.4f}] | {mc} | **{r['verdict']}** |")
+                     f"{r['hi']:+.4f}] | [{r['boot_lo']:+.4f}, {r['boot_hi']:+.4f}] | {mc} | {r['detectable']:.4f} | "
+                     f"{r['seeds_needed'] or '> 1,000'} | **{r['verdict']}** |")
     for claim in plan["verdicts"]:
         if "cost" in claim:  # what A spent beyond B (a pretraining run), beside what it gained
             cost, fine = (term_values(t, results, "train_flops") for t in (claim["cost"], claim["a"]))

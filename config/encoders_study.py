@@ -1,102 +1,163 @@
-# The recurrent-vs-baseline encoder study: every cell and claim of RESULTS.md (a plan for study.py).
-# python study.py --plan config/encoders_study.py                # trains what is missing, cell by cell, then
-#                                                                # measures the checkpoints and writes RESULTS.md
-# python study.py --plan config/encoders_study.py --collect_only # only reads the finished runs
+# The recurrent-vs-baseline encoder study: every cell, claim and conclusion of RESULTS.md (a plan for study.py).
+# python study.py --plan config/encoders_study.py --jobs 2          # trains what is missing, cell by cell, one run
+#                                                                   # pinned per core; records each finished run in
+#                                                                   # results/runs/; measures; writes RESULTS.md
+# python study.py --plan config/encoders_study.py --cells sst2_glue --jobs 2   # only that cell's runs
+# python study.py --plan config/encoders_study.py --collect_only    # only the records: a fresh clone writes the
+#                                                                   # committed RESULTS.md again, byte for byte
 #
-# The budget is this CPU session's (2 cores, no GPU): 300 optimizer steps of 64 examples per SST-2 run, not
-# our configs' full 2 epochs (recurrent) / 1 epoch (baseline). On a GPU, drop BUDGET from the cells to run
-# the configs as they are.
+# Budgets are the configs' own (config/sst2_*.py: the recurrent model 2 epochs, the baseline 1, which costs
+# about the same training compute), early stopping on (patience 3 evaluations, every 500 steps), unless a cell
+# says otherwise. The cells are in the order to run them: the headline first.
 out_root = "out/encoders"
-seeds = [1, 2, 3]
-_BUDGET = ["max_iters=300", "warmup_iters=30", "eval_interval=100", "max_epochs=100"]
-_PAIR = ["config/sst2_recurrent.py", "config/sst2_baseline.py"]
+records = "results/runs"
+seeds = [1, 2, 3, 4, 5]
+effect = 0.01  # the difference of interest: one point of accuracy
+_R, _B, _W = "config/sst2_recurrent.py", "config/sst2_baseline.py", "config/sst2_bow.py"
+_PAIR = [_R, _B, _W]  # every cell holds the bag-of-words row
 _GLUE, _STANDARD = "SST-2 GLUE dev (872)", "SST-2 standard test (6,823)"
+# cells of a few thousand examples: train until validation stops improving, one evaluation per epoch
+_UNTIL_IT_STOPS = ["max_epochs=30", "eval_interval=0"]
 cells = [
-    dict(name="sst2_glue", configs=_PAIR, set=_BUDGET, test_set=_GLUE,
+    dict(name="sst2_glue", configs=_PAIR, test_set=_GLUE,
          what="SST-2, GLUE protocol (train = GLUE train less 5 %, test = GLUE dev)"),
-    dict(name="sst2_standard", configs=_PAIR, set=_BUDGET + ["protocol=standard"], test_set=_STANDARD,
+    dict(name="sst2_standard", configs=_PAIR, set=["protocol=standard"], test_set=_STANDARD,
          what="SST-2, the seed's standard protocol (GLUE train + dev pooled, 80/10/10)"),
-    dict(name="multidomain_uci", configs=_PAIR, test_set="UCI three-domain test (300)",
-         set=["max_iters=150", "warmup_iters=30", "eval_interval=50", "max_epochs=100", "dataset=multidomain_uci"],
+    dict(name="iso_width", configs=["config/sst2_w256_6x1.py", "config/sst2_w256_3x1.py"], seeds=[1, 2, 3],
+         test_set=_GLUE, what="controls at the recurrent model's width (256) and budget: 6 and 3 layers of their own, "
+                              "applied once (the recurrent model is sst2_glue's, on the same seeds)"),
+    dict(name="width_depth", configs=["config/sst2_deep_recurrent.py", "config/sst2_wide.py"], seeds=[1, 2, 3],
+         test_set=_GLUE, what="384 wide, 3 shared layers x 2 loops (the baseline's FLOPs per token: the iso-FLOP "
+                              "control) and 512 wide x 6 layers, at the baseline's budget (1 epoch)"),
+    dict(name="mlm_pretrain", configs=["config/sst2_mlm.py"], seeds=[1, 2], test_set="none (pretraining)",
+         set=["max_iters=0", "max_epochs=2", "eval_interval=500"],
+         what="masked-language-model pretraining of the recurrent encoder, 2 epochs of SST-2 GLUE train + IMDB "
+              "train reviews (about 88,000 texts of at most 128 tokens)"),
+    *[dict(name=f"mlm_finetune_p{p}", configs=["config/sst2_recurrent_pretrained.py"], test_set=_GLUE,
+           set=[f"init_from=out/encoders/mlm_pretrain/sst2_mlm/seed{p}/ckpt.pt"],
+           what=f"the recurrent encoder fine-tuned from pretraining seed {p}, sst2_glue's budget")
+      for p in (1, 2)],
+    dict(name="sst2_standard_frac50", configs=_PAIR, set=["protocol=standard", "subset=frac50", *_UNTIL_IT_STOPS],
+         seeds=[1, 2, 3], test_set=_STANDARD,
+         what="SST-2 standard, 50 % of train (27,288 examples; holds frac10's), full val and test"),
+    dict(name="sst2_standard_frac10", configs=_PAIR, set=["protocol=standard", "subset=frac10", *_UNTIL_IT_STOPS],
+         seeds=[1, 2, 3], test_set=_STANDARD,
+         what="SST-2 standard, 10 % of train (5,458 examples), full val and test"),
+    dict(name="sst2_standard_short30", configs=_PAIR, set=["protocol=standard", "subset=short30", *_UNTIL_IT_STOPS],
+         seeds=[1, 2, 3], test_set="SST-2 standard test, shortest 30 %",
+         what="SST-2 standard, the shortest 30 % of every split"),
+    dict(name="sst2_standard_long30", configs=_PAIR, set=["protocol=standard", "subset=long30", *_UNTIL_IT_STOPS],
+         seeds=[1, 2, 3], test_set="SST-2 standard test, longest 30 %",
+         what="SST-2 standard, the longest 30 % of every split"),
+    dict(name="multidomain_uci", configs=_PAIR, set=["dataset=multidomain_uci", *_UNTIL_IT_STOPS], seeds=[1, 2, 3],
+         test_set="UCI three-domain test (300)",
          what="three-domain task (movie / local business / online shopping) from the UCI sentences, 2,400 train"),
-    dict(name="sst2_standard_short30", configs=_PAIR, set=_BUDGET + ["protocol=standard", "subset=short30"],
-         test_set="SST-2 standard test, shortest 30 %", what="SST-2 standard, the shortest 30 % of every split"),
-    dict(name="sst2_standard_long30", configs=_PAIR, set=_BUDGET + ["protocol=standard", "subset=long30"],
-         test_set="SST-2 standard test, longest 30 %", what="SST-2 standard, the longest 30 % of every split"),
-    dict(name="sst2_standard_frac10", configs=_PAIR, set=_BUDGET + ["protocol=standard", "subset=frac10"],
-         test_set=_STANDARD, what="SST-2 standard, 10 % of train (5,458 examples), full val and test"),
-    dict(name="sst2_standard_frac50", configs=_PAIR, set=_BUDGET + ["protocol=standard", "subset=frac50"],
-         test_set=_STANDARD, what="SST-2 standard, 50 % of train (27,288 examples; holds frac10's), full val and test"),
-    dict(name="width_depth", configs=["config/sst2_deep_recurrent.py", "config/sst2_wide.py"], test_set=_GLUE,
-         set=["max_iters=150", "warmup_iters=15", "eval_interval=50", "max_epochs=100"],
-         what="width vs depth: 384 wide, 3 layers x 2 loops against 512 wide, 6 layers (SST-2 GLUE)"),
-    dict(name="paper", configs=["config/sst2_recurrent_paper.py"], test_set=_STANDARD,
-         set=["max_iters=1200", "eval_interval=300", "max_epochs=100"],
-         what="the seed paper's recipe (lr 3e-5, batch 16, plateau schedule): 1,200 steps of 16 = the same "
-              "19,200 examples as 300 steps of 64"),
-    dict(name="mlm_pretrain", configs=["config/sst2_mlm.py"], seeds=[1], set=["max_iters=300", "warmup_iters=30",
-         "eval_interval=100"], test_set="none (pretraining)",
-         what="masked-language-model pretraining of the recurrent encoder on SST-2 GLUE train + IMDB train reviews"),
-    dict(name="mlm_finetune", configs=["config/sst2_recurrent_pretrained.py"], test_set=_GLUE,
-         set=_BUDGET + ["init_from=out/encoders/mlm_pretrain/sst2_mlm/seed1/ckpt.pt"],
-         what="the recurrent encoder fine-tuned from the MLM checkpoint, the same budget as sst2_glue"),
-    dict(name="imdb", configs=_PAIR, test_set="IMDB test, 1,000 of 25,000 reviews cut to 128 tokens",
-         set=["dataset=imdb", "max_len=128", "subset=sample1000", "batch_size=32", "max_iters=80", "warmup_iters=10",
-              "eval_interval=40", "max_epochs=100"],
-         what="IMDB reviews (long texts), a seeded 1,000 per split, cut to 128 tokens"),
-    dict(name="yelp_polarity", configs=_PAIR, set=_BUDGET + ["dataset=yelp_polarity"],
-         test_set="Yelp polarity test (6,823)", what="Yelp polarity at the seed's sizes (its 166 MB archive is "
-         "downloaded; it is not in this machine's mirror)"),
-    dict(name="multidomain", configs=_PAIR, set=_BUDGET + ["dataset=multidomain"], test_set="three-domain test (6,823)",
-         what="the seed's three-domain task from IMDB, Yelp and Amazon polarity (downloads 850 MB)"),
+    dict(name="imdb", configs=_PAIR, set=["dataset=imdb", "max_len=256", "subset=sample5000", "batch_size=32",
+                                          *_UNTIL_IT_STOPS], seeds=[1, 2, 3],
+         test_set="IMDB test, 5,000 of 25,000 reviews cut to 256 tokens",
+         what="IMDB reviews (long texts), a seeded 5,000 per split, cut to 256 tokens"),
+    dict(name="grid", configs=[_R], seeds=[1, 2, 3], test_set=_GLUE,
+         set=["ffn_hidden=0", "max_iters=600", "warmup_iters=60", "eval_interval=200"],
+         grid=["n_embd=128,256,384", "n_layer=2,3,6", "n_loops=1,2,3"],
+         what="the seed's grid, width x layers x loops (4x FFN, 4 heads), at a reduced budget: 600 steps of 64 "
+              "(0.6 epoch). Layers 4 is left out: 4x1, 4x2 and 4x3 repeat the effective depths of 2x2, 2x4 "
+              "(not planned) and 6x2"),
+    dict(name="paper", configs=["config/sst2_recurrent_paper.py"], seeds=[1, 2, 3], test_set=_STANDARD,
+         what="the seed paper's recipe (lr 3e-5, batch 16, plateau schedule, early stopping), as it stands"),
+    dict(name="yelp_polarity", configs=_PAIR, set=["dataset=yelp_polarity"], test_set="Yelp polarity test (6,823)",
+         seeds=[1, 2, 3], what="Yelp polarity at the seed's sizes (its 166 MB archive is downloaded; it is not in "
+                               "this machine's mirror)"),
+    dict(name="multidomain", configs=_PAIR, set=["dataset=multidomain"], test_set="three-domain test (6,823)",
+         seeds=[1, 2, 3], what="the seed's three-domain task from IMDB, Yelp and Amazon polarity (downloads 850 MB)"),
 ]
 labels = {"sst2_recurrent": "recurrent 3×256, 2 loops", "sst2_baseline": "baseline 6×384",
-          "sst2_deep_recurrent": "recurrent 3×384, 2 loops", "sst2_wide": "wide 6×512",
-          "sst2_recurrent_paper": "recurrent, paper recipe", "sst2_recurrent_pretrained": "recurrent, MLM-pretrained",
-          "sst2_mlm": "MLM pretraining (recurrent 3×256)"}
-_R, _B = "sst2_recurrent", "sst2_baseline"
+          "sst2_bow": "bag of words + logistic regression", "sst2_w256_6x1": "6×256, unshared",
+          "sst2_w256_3x1": "3×256, unshared", "sst2_deep_recurrent": "recurrent 3×384, 2 loops",
+          "sst2_wide": "wide 6×512", "sst2_recurrent_paper": "recurrent, paper recipe",
+          "sst2_recurrent_pretrained": "recurrent, MLM-pretrained", "sst2_mlm": "MLM pretraining (recurrent 3×256)"}
+_r, _b, _w = "sst2_recurrent", "sst2_baseline", "sst2_bow"
 verdicts = [
-    *[dict(claim=f"recurrent beats baseline: {cell}", a=f"{cell}/{_R}", b=f"{cell}/{_B}")
+    *[dict(claim=f"recurrent beats baseline: {cell}", a=f"{cell}/{_r}", b=f"{cell}/{_b}")
       for cell in ("sst2_glue", "sst2_standard", "multidomain_uci", "imdb", "yelp_polarity", "multidomain",
                    "sst2_standard_frac50", "sst2_standard_frac10", "sst2_standard_short30", "sst2_standard_long30")],
-    dict(claim="data size: recurrent's edge over baseline is larger on 10 % of train than on all of it",
-         a=f"sst2_standard_frac10/{_R} - sst2_standard_frac10/{_B}", b=f"sst2_standard/{_R} - sst2_standard/{_B}"),
-    dict(claim="data size: the recurrent model loses accuracy on 10 % of train (all beats 10 %)",
-         a=f"sst2_standard/{_R}", b=f"sst2_standard_frac10/{_R}"),
-    dict(claim="length: recurrent's edge over baseline is larger on long sentences than on short ones",
-         a=f"sst2_standard_long30/{_R} - sst2_standard_long30/{_B}",
-         b=f"sst2_standard_short30/{_R} - sst2_standard_short30/{_B}"),
+    *[dict(claim=f"recurrent beats bag of words: {cell}", a=f"{cell}/{_r}", b=f"{cell}/{_w}")
+      for cell in ("sst2_glue", "sst2_standard")],
+    dict(claim="weight sharing at equal width: 3 shared layers x 2 loops beat 6 unshared (256 wide)",
+         a=f"sst2_glue/{_r}", b="iso_width/sst2_w256_6x1"),
+    dict(claim="looping: 3 shared layers x 2 loops beat the same 3 layers once (256 wide)",
+         a=f"sst2_glue/{_r}", b="iso_width/sst2_w256_3x1"),
+    dict(claim="iso-FLOP: 384 wide, 3 shared layers x 2 loops beat 6 unshared (the baseline)",
+         a="width_depth/sst2_deep_recurrent", b=f"sst2_glue/{_b}"),
     dict(claim="width vs depth: 384×3×2 (recurrent) beats 512×6", a="width_depth/sst2_deep_recurrent",
          b="width_depth/sst2_wide"),
-    dict(claim="our tuned recipe beats the seed paper's (recurrent, standard protocol)", a=f"sst2_standard/{_R}",
+    dict(claim="data size: recurrent's edge over baseline is larger on 10 % of train than on all of it",
+         a=f"sst2_standard_frac10/{_r} - sst2_standard_frac10/{_b}", b=f"sst2_standard/{_r} - sst2_standard/{_b}"),
+    dict(claim="length: recurrent's edge over baseline is larger on long sentences than on short ones",
+         a=f"sst2_standard_long30/{_r} - sst2_standard_long30/{_b}",
+         b=f"sst2_standard_short30/{_r} - sst2_standard_short30/{_b}"),
+    dict(claim="our tuned recipe beats the seed paper's (recurrent, standard protocol)", a=f"sst2_standard/{_r}",
          b="paper/sst2_recurrent_paper"),
-    dict(claim="MLM pretraining beats training from scratch (recurrent, GLUE dev)",
-         a="mlm_finetune/sst2_recurrent_pretrained", b=f"sst2_glue/{_R}", cost="mlm_pretrain/sst2_mlm"),
+    *[dict(claim=f"MLM pretraining (seed {p}) beats training from scratch (recurrent, GLUE dev)",
+           a=f"mlm_finetune_p{p}/sst2_recurrent_pretrained", b=f"sst2_glue/{_r}", cost=f"mlm_pretrain/sst2_mlm")
+      for p in (1, 2)],
 ]
-depth = [f"sst2_glue/{_R}", "width_depth/sst2_deep_recurrent"]
+conclusions = [
+    dict(claim="The recurrent encoder is more accurate than the baseline on SST-2", source="001, Table 6: 0.7993 "
+         "against 0.7901", verdict="recurrent beats baseline: sst2_glue",
+         note="GLUE dev: sentences never seen in training."),
+    dict(claim="The same on the seed's own split", source="001, Table 6 (its pooled 80/10/10 split)",
+         verdict="recurrent beats baseline: sst2_standard"),
+    dict(claim="The recurrent encoder keeps the baseline's accuracy with about a third of its parameters",
+         source="000, sec. 5: '64 % parameter reduction while maintaining comparable performance'", margin=0.01,
+         verdict="recurrent beats baseline: sst2_glue", note="Comparable is read as within one point."),
+    dict(claim="Its advantage comes from weight sharing, not from the narrower width", source="001, 'Rationale "
+         "for fixed configurations': the setup 'isolates the architectural contribution of recurrence'",
+         verdict="weight sharing at equal width: 3 shared layers x 2 loops beat 6 unshared (256 wide)"),
+    dict(claim="Narrow-deep (384×3×2) beats wide-shallow (512×6)", source="000, sec. 5.4",
+         verdict="width vs depth: 384×3×2 (recurrent) beats 512×6"),
+    dict(claim="On long sentences the recurrent model is ahead", source="001, Table 9: 0.8710 against 0.8666",
+         verdict="recurrent beats baseline: sst2_standard_long30"),
+    dict(claim="On short sentences the baseline is slightly ahead", source="001, Table 10: 0.7522 against 0.7610",
+         verdict="recurrent beats baseline: sst2_standard_short30", note="Read as: the recurrent model does not "
+         "beat it (a refutation of 'recurrent beats baseline' here would confirm the seed)."),
+    dict(claim="The recurrent model is slightly ahead on the three-domain task", source="001, Table 12: 0.9865 "
+         "against 0.9840", verdict="recurrent beats baseline: multidomain",
+         note="Offline, the seed's version cannot be built; multidomain_uci is the closest."),
+    dict(claim="The recurrent model generalizes across data sizes (50 % / 10 % of SST-2)", source="001, 'Data "
+         "size sensitivity' (no figures given)",
+         verdict="data size: recurrent's edge over baseline is larger on 10 % of train than on all of it"),
+    dict(claim="Yelp: the architecture's behaviour is consistent across domains", source="001, 'Cross-domain "
+         "consistency on Yelp' (no figures given)", verdict="recurrent beats baseline: yelp_polarity"),
+]
+depth = [f"sst2_glue/{_r}", "width_depth/sst2_deep_recurrent"]
 depth_loops = [1, 2, 3, 4]
 targets = [
-    dict(what="recurrent ≥ 0.84 on GLUE dev (TF-IDF + logistic regression: 0.822)", term=f"sst2_glue/{_R}",
-         at_least=0.84),
-    dict(what="recurrent, MLM-pretrained, ≥ 0.84 on GLUE dev", term="mlm_finetune/sst2_recurrent_pretrained",
-         at_least=0.84),
-    dict(what="recurrent ≥ 0.93 on the standard split (TF-IDF + logistic regression: 0.922)",
-         term=f"sst2_standard/{_R}", at_least=0.93),
+    dict(what="recurrent ≥ 0.84 on GLUE dev, from scratch", term=f"sst2_glue/{_r}", at_least=0.84),
+    dict(what="recurrent ahead of the bag-of-words row by ≥ 2 points on GLUE dev",
+         term=f"sst2_glue/{_r} - sst2_glue/{_w}", at_least=0.02),
+    dict(what="bag of words ≈ 0.82 on GLUE dev (TF-IDF + logistic regression elsewhere: 0.822)",
+         term=f"sst2_glue/{_w}", at_least=0.81),
+    dict(what="bag of words ≈ 0.92 on the standard split (elsewhere: 0.922)", term=f"sst2_standard/{_w}",
+         at_least=0.91),
+    *[dict(what=f"recurrent, MLM-pretrained (pretraining seed {p}), ≥ 0.86 on GLUE dev",
+           term=f"mlm_finetune_p{p}/sst2_recurrent_pretrained", at_least=0.86) for p in (1, 2)],
 ]
-budget_note = ("this session's CPU budget, not the configs' full one: every SST-2 cell trains 300 optimizer steps "
-               "of 64 examples (19,200 examples, 0.3 epoch of GLUE train; 30 steps of linear warm-up, then cosine "
-               "decay to min_lr; validation every 100 steps, the best validation loss kept); the other cells' "
-               "overrides are listed with them. Both models of a cell see the same examples; the baseline spends "
-               "2.2× the recurrent model's FLOPs on them.")
+budget_note = ("the configs' own: the recurrent model (and the controls at its width) 2 epochs, the baseline and the "
+               "384/512-wide models 1 epoch (about the recurrent model's training compute), cosine decay after 300 "
+               "warm-up steps, validation every 500 steps, early stopping after 3 evaluations without a gain of "
+               "0.001 in validation loss, the best checkpoint scored; the bag of words its own config. The small "
+               "cells (subsets, three-domain, IMDB) train up to 30 epochs with one evaluation per epoch, so each "
+               "model stops when it stops improving; the grid trains 600 steps. Each cell's overrides are listed "
+               "with it.")
 notes = [
     "Two SST-2 protocols. *GLUE*: train on GLUE train (less a 5 % validation split), test on GLUE dev, whose "
     "sentences never occur in train. *Standard* (the seed paper's): GLUE train (phrases of every sentence, with "
     "their sub-phrases) and dev pooled and split 80/10/10 at random, so phrases of one sentence land in both train "
-    "and test. The standard split is much easier: TF-IDF + logistic regression scores 0.922 there and 0.822 on "
-    "GLUE dev. Both are reported; only GLUE dev measures generalization to unseen sentences.",
-    "Subsets (`subset=`): frac10 takes 10 % of train by a seeded permutation (frac50 would take a superset of it); "
+    "and test. The standard split is much easier; only GLUE dev measures generalization to unseen sentences.",
+    "Subsets (`subset=`): frac10 takes 10 % of train by a seeded permutation (frac50 takes a superset of it); "
     "short30 / long30 take the 30 % shortest / longest of every split by word count, so train and test come from "
-    "the same length regime. Truncation: 256 tokens (incl. [CLS]) unless a cell says otherwise (IMDB: 128).",
+    "the same length regime. Truncation: 256 tokens (incl. [CLS]). Under the standard protocol some test texts "
+    "occur verbatim in train (of short30's 2,047 test texts, 54): a model that memorizes phrases scores on them.",
     "Offline, the multi-domain task is built from the UCI sentiment sentences (1,000 per domain); the seed's "
     "version (`multidomain`) and Yelp polarity need archives this machine cannot download.",
 ]

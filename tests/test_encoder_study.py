@@ -59,6 +59,37 @@ def test_claim_verdicts():
     assert study.claim_verdict(-0.03, -0.01, "lower") == "confirmed"  # a loss: lower is better
 
 
+def test_t_quantiles_and_the_detectable_effect():
+    # Student's t from its density agrees with the printed table, and with published t_{0.80} values
+    assert [round(study.t_quantile(0.975, df), 3) for df in range(1, 31)] == study.T_975
+    assert [round(study.t_quantile(0.8, df), 3) for df in (1, 2, 5, 10, 30)] == [1.376, 1.061, 0.920, 0.879, 0.854]
+    assert study.t_cdf(0.0, 3) == pytest.approx(0.5) and study.t_cdf(-2.776, 4) == pytest.approx(0.025, abs=1e-4)
+    # 3 seeds whose differences spread by 0.0105 (the 300-step GLUE cell): (4.303 + 1.061) * 0.0105 / sqrt(3)
+    assert study.detectable_effect(0.0105, 3) == pytest.approx(5.364 * 0.0105 / math.sqrt(3), rel=1e-3)
+    n = study.seeds_needed(0.0105, 0.01)
+    assert n == 11 and study.detectable_effect(0.0105, n) <= 0.01 < study.detectable_effect(0.0105, n - 1)
+    assert study.seeds_needed(0.0, 0.01) == 2 and study.seeds_needed(1.0, 0.001) is None
+
+
+def test_conclusion_lines_say_confirmed_refuted_or_not_settled():
+    row = dict(a="c/r", b="c/b", metric="test_accuracy", n=5, verdict="inconclusive", mean=0.004, lo=-0.006,
+               hi=0.014, detectable=0.0175, seeds_needed=11)
+    claim = dict(claim="R beats B", source="001, Table 6", verdict="v")
+    line = study.conclusion_line(claim, row, 0.01)
+    assert line.startswith("- **R beats B** (001, Table 6): **not settled**: A − B = +0.0040 in test_accuracy, 95 % "
+                           "interval [-0.0060, +0.0140] over 5 seeds")
+    assert "could see is 0.0175; 11 seeds would find a true difference of 0.01." in line
+    assert "**confirmed**" in study.conclusion_line(claim, {**row, "verdict": "confirmed", "lo": 0.001}, 0.01)
+    assert "**refuted**" in study.conclusion_line(claim, {**row, "verdict": "refuted", "hi": -0.001}, 0.01)
+    # comparable within a margin: the whole interval inside is confirmed, wholly outside refuted
+    same = {**claim, "margin": 0.02}
+    assert "**confirmed**: " in study.conclusion_line(same, row, 0.01)
+    assert "**refuted**: " in study.conclusion_line(same, {**row, "lo": 0.021, "hi": 0.03}, 0.01)
+    assert "**not settled**: " in study.conclusion_line(same, {**row, "lo": 0.01, "hi": 0.03}, 0.01)
+    assert "**not settled**: not run yet (1 seeds finished" in study.conclusion_line(
+        claim, {**row, "verdict": "not run", "n": 1}, 0.01)
+
+
 def test_pareto_front():
     # (cost, value): (1, .80) and (3, .85) and (5, .90) are on it; (2, .79) and (4, .84) are dominated
     points = [(3, 0.85), (2, 0.79), (5, 0.90), (1, 0.80), (4, 0.84), (5, 0.70)]
@@ -386,7 +417,7 @@ def test_the_encoder_study_plan_loads(monkeypatch):
     plan = study.load_plan("config/encoders_study.py")  # and checked whole
     assert time.perf_counter() - start < 1.0
     cells = study.plan_cells(plan)
-    assert "sst2_glue" in cells and len(cells["sst2_glue"][1]) == 6
+    assert "sst2_glue" in cells and len(cells["sst2_glue"][1]) == 15  # 3 configs x 5 seeds
     with pytest.raises(ValueError, match="--cells \\['nope'\\]"):
         study.run_plan(plan, only=["nope"])
     names = {c["name"] for c in plan["cells"]}
@@ -408,7 +439,8 @@ def test_a_fresh_clone_writes_the_same_report_from_the_run_records(tiny_dataset,
     plan = (f"out_root = 'out/s'\nrecords = 'results/runs'\nseeds = [1, 2]\n"
             f"cells = [dict(name='a', configs={configs!r}, set=['max_iters=4'], test_set='tiny test', what='tiny')]\n"
             "verdicts = [dict(claim='looped beats plain', a='a/tiny_looped', b='a/tiny_plain')]\n"
-            "depth = ['a/tiny_looped']\ndepth_loops = [1, 2]\n")
+            "depth = ['a/tiny_looped']\ndepth_loops = [1, 2]\neffect = 0.05\n"
+            "conclusions = [dict(claim='Looping wins', source='a test', verdict='looped beats plain')]\n")
     (work / "plan.py").write_text(plan)
     study.main(["--plan", "plan.py", "--jobs", "2"])
     records = sorted(os.path.relpath(os.path.join(d, f), "results/runs") for d, _, fs in os.walk("results/runs")
@@ -424,6 +456,7 @@ def test_a_fresh_clone_writes_the_same_report_from_the_run_records(tiny_dataset,
         assert json.load(f)["test_labels"] == [int(y) for y in data.Dataset("data").splits["test"].labels]
     text = open("RESULTS.md").read()
     assert "p=" in text  # McNemar's test, from the recorded labels
+    assert re.search(r"## Conclusions\n\n.*\n\n- \*\*Looping wins\*\* \(a test\): \*\*(confirmed|refuted|not settled)", text)
     assert re.search(r"  - 4 runs: .*, cpu, float32, 1 thread\(s\) on 1 core\(s\); torch ", text)
 
     os.makedirs(clone)
