@@ -125,18 +125,29 @@ def test_fractions_are_seeded_nested_and_leave_val_and_test_whole():
 
 @pytest.mark.parametrize("kind", ["short", "long"])
 def test_length_subsets_take_each_split_from_one_regime(kind):
-    splits = synthetic_splits()
+    """Each split is ranked by its own word counts and cut on its own: a subset keeps examples of that split
+    only, in their order, with their labels. Texts shared by train and test (on SST-2's standard split, 54 of
+    short30's 2,047 test texts occur verbatim in train) stay shared: the subset neither makes nor hides them."""
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(12)]  # one small vocabulary for every split: texts repeat across splits
+    splits = {k: ([" ".join(rng.choice(words, size=int(rng.integers(1, 30)))) for _ in range(n)], list(range(n)))
+              for k, n in (("train", 200), ("val", 40), ("test", 40))}
+    splits["test"][0][:3] = splits["train"][0][:3]  # three test texts occur verbatim in train
     sub = data.subset_splits(splits, f"{kind}30", seed=7)
-    for k, (texts, _) in splits.items():
-        kept = sub[k][0]
+    for k, (texts, labels) in splits.items():
+        kept, kept_labels = sub[k]
         assert len(kept) == round(0.3 * len(texts))
-        words = sorted(len(t.split()) for t in texts)
+        assert kept_labels == sorted(kept_labels) and all(texts[i] == t for i, t in zip(kept_labels, kept))
+        lengths = sorted(len(t.split()) for t in texts)
         n = len(kept)
         if kind == "short":
-            assert max(len(t.split()) for t in kept) <= words[n - 1]
+            assert max(len(t.split()) for t in kept) <= lengths[n - 1]
         else:
-            assert min(len(t.split()) for t in kept) >= words[len(words) - n]
-    assert not set(sub["train"][0]) & set(sub["test"][0])  # no example moves between splits
+            assert min(len(t.split()) for t in kept) >= lengths[len(lengths) - n]
+    shared = set(sub["train"][0]) & set(sub["test"][0])
+    assert shared <= set(splits["train"][0]) & set(splits["test"][0])
+    planted = [t for t in splits["train"][0][:3] if t in sub["train"][0] and t in sub["test"][0]]
+    assert planted and set(planted) <= shared  # a text of both splits in the regime stays in both
 
 
 @pytest.mark.parametrize("bad", ["frac0", "frac101", "half", "short", "sample0"])
