@@ -910,11 +910,28 @@ def cached_evaluation(out, ckpts, argv, what, remeasure=False):
     return None if stale and not here else rows
 
 
-def measure(results, plan, remeasure=False):
-    """Size, FLOPs, latency and throughput of each cell's configs (their first finished seed's best
-    checkpoint, all of a cell in one evaluate.py call, one thread: latency at batch 1, throughput in
-    batches of 256), and the test-time depth runs. Recorded in each cell's record folder next to the runs
-    (cached_evaluation), and measured again only when a checkpoint is newer or `remeasure`."""
+def machine_load():
+    """The load average of the last minute: about the number of processes that wanted a core."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+
+
+QUIET_LOAD = 0.5  # a machine whose load average is above this is busy: its latencies would not be the models'
+
+
+def measure(results, plan, remeasure=False, timed=False):
+    """Size and FLOPs of each cell's configs (their first finished seed's best checkpoint, all of a cell in
+    one evaluate.py call on one thread), and the test-time depth runs; with `timed` (study.py --time, on a
+    quiet machine, training done) also latency at batch 1 and throughput in batches of 256, every cell
+    measured again, and the pass's conditions in the records folder (timing.json). Recorded in each cell's
+    record folder next to the runs (cached_evaluation), and measured again only when a checkpoint is newer
+    or `remeasure`."""
+    if timed:
+        load = machine_load()
+        if load > QUIET_LOAD:
+            raise StudyError(f"the machine is busy (load average {load:.2f} over the last minute): time the "
+                             f"checkpoints when nothing else runs, or the latencies are the other processes' too")
+        # evaluate.py runs on one thread (evaluate_script)
+        started = {"load_before": round(load, 2), **train.machine_conditions("cpu"), "threads": 1}
     timing, depth = {}, {}
     for name, (cell, runs, summaries) in results.items():
         ckpts = {}
@@ -924,7 +941,9 @@ def measure(results, plan, remeasure=False):
                 ckpts[config] = os.path.join(runs[(config, seeds[0])][1]["out_dir"], "ckpt.pt")
         if ckpts:
             rows = cached_evaluation(os.path.join(plan["records"], name, "timing.json"), list(ckpts.values()),
-                                     ["--split", "test"], f"measuring {name}: {', '.join(ckpts)}", remeasure)
+                                     ["--split", "test", *([] if timed else ["--no_timing"])],
+                                     f"{'timing' if timed else 'measuring'} {name}: {', '.join(ckpts)}",
+                                     remeasure or timed)
             if rows:
                 timing[name] = dict(zip(ckpts, rows))
     for term in plan["depth"]:
@@ -939,6 +958,9 @@ def measure(results, plan, remeasure=False):
                                      f"test-time depth of {term}: loops {plan['depth_loops']}", remeasure)
             if rows:
                 depth[term] = rows
+    if timed:
+        data.write_json(os.path.join(plan["records"], "timing.json"),
+                        {**started, "load_after": round(machine_load(), 2)}, indent=1)
     return timing, depth
 
 
@@ -1136,6 +1158,13 @@ def fmt_ci(pair, digits=4):
     return f"{mean:.{digits}f}" if math.isnan(half) else f"{mean:.{digits}f} ± {half:.{digits}f}"
 
 
+def latency(ms, first):
+    """'6.10 ms (0.85×)': a latency with its ratio to the cell's first model's; '–' if not timed."""
+    if ms is None:
+        return "–"
+    return f"{ms:.2f} ms" + (f" ({ms / first:.2f}×)" if first else "")
+
+
 def fmt_num(x, spec):
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
@@ -1211,6 +1240,22 @@ def write_report(plan, results, timing, depth, path):
     return lines
 
 
+def timing_note(plan):
+    """How the latencies were measured, from the timing pass's record (study.py --time), or that they were not."""
+    path = os.path.join(plan["records"], "timing.json")
+    if not os.path.isfile(path):
+        return (f"Timing: not measured yet (`python study.py --plan {plan['path']} --time` on a machine where nothing "
+                f"else runs, after the training); size and FLOPs are shown.")
+    with open(path) as f:
+        c = json.load(f)
+    return ("Timing (latency, throughput): one pass after the training, on a quiet machine (load average "
+            f"{c['load_before']:.2f} before, {c['load_after']:.2f} after): {c['machine']}, {c['threads']} thread, "
+            f"float32, torch {c['torch']}, code at commit {c['commit']}; evaluate.py on each config's first seed's "
+            "best checkpoint, a cell's models in one process; latency = median ms per sentence at batch 1 over the "
+            "first 200 test sentences × 3 passes (in brackets: the ratio to the cell's first model); throughput = "
+            "sentences/s in length-sorted batches of 256 (first 1,024 test sentences).")
+
+
 def verdict_rows(plan, results, metrics):
     """{claim: judge's row} for every verdict of the plan, in its order."""
     return {claim["claim"]: judge(claim, results, metrics, plan["effect"]) for claim in plan["verdicts"]}
@@ -1270,10 +1315,7 @@ def report_lines(plan, results, timing, depth, path, plots):
               "- Training, as each run's log records it:", *[f"  - {line}" for line in run_conditions(results)],
               f"- Seeds: {plan['seeds']} per cell unless a cell says otherwise; mean ± 95 % t-interval over seeds.",
               f"- Budget: {plan.get('budget_note', 'as each cell sets')}",
-              "- Timing (size, FLOPs, latency, throughput): evaluate.py on the first seed's best checkpoint, one "
-              "thread, float32; latency = median ms per sentence at batch 1 over the first 200 test sentences × 3 "
-              "passes; throughput = sentences/s in length-sorted batches of 256 (first 1,024 test sentences). "
-              "Other runs were training on the other core, so compare ratios within a cell, not absolute times.",
+              f"- {timing_note(plan)}",
               "- Verdicts: a claim that A beats B is *confirmed* if the 95 % paired t-interval of A − B over "
               "seeds lies on the better side, *refuted* if it lies on the worse side, *inconclusive* otherwise. "
               "The percentile bootstrap interval (10,000 resamples of the per-seed differences) is shown beside it "
@@ -1332,6 +1374,7 @@ def report_lines(plan, results, timing, depth, path, plots):
         lines += ["| model | seeds | accuracy | F1 | precision | recall | MCC | params (non-emb.) | fp32 MB | "
                   "FLOPs/sample | latency bs=1 | throughput | train min | steps | train FLOPs |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        first = rows[0].get("latency_ms")
         for r in rows:
             if not r["seeds"]:
                 lines.append(f"| {label(r['config'])} | 0 of {r['planned']} | not run |" + " |" * 12)
@@ -1340,7 +1383,7 @@ def report_lines(plan, results, timing, depth, path, plots):
             params = f"{r['params'] / 1e6:.2f} M ({r['params_non_embedding'] / 1e6:.2f} M)"
             lines.append(f"| {label(r['config'])} | {len(r['seeds'])} of {r['planned']} | {' | '.join(acc)} | "
                          f"{params} | {fmt_num(r['size_mb'], '.1f')} | {fmt_num(r['flops_per_sample'], '.2e')} | "
-                         f"{fmt_num(r['latency_ms'], '.2f')} ms | {fmt_num(r['throughput'], ',.0f')} /s | "
+                         f"{latency(r['latency_ms'], first)} | {fmt_num(r['throughput'], ',.0f')} /s | "
                          f"{r['train_minutes']:.1f} | {', '.join(map(str, r['iters']))} | "
                          f"{fmt_num(r['train_flops'], '.2e')} |")
         lines.append("")
@@ -1381,7 +1424,7 @@ def plan_main(args):
     done, planned = finished_runs(results)
     print(f"plan {args.plan}: {done} of {planned} runs finished")
     check_report_keeps_runs(report, done, planned, plan["out_root"], args.allow_fewer)
-    timing, depth = measure(results, plan, args.remeasure)
+    timing, depth = measure(results, plan, args.remeasure, args.time)
     lines = write_report(plan, results, timing, depth, report)
     print(f"wrote {report} ({len(lines)} lines)")
 
@@ -1417,7 +1460,7 @@ def configs_main(args):
 
 
 # the flags of each way to run: given to the other one, they would be ignored, so they are refused
-PLAN_FLAGS = ("report", "cells", "remeasure", "allow_fewer")
+PLAN_FLAGS = ("report", "cells", "remeasure", "allow_fewer", "time")
 CONFIGS_FLAGS = ("configs", "seeds", "set", "grid", "out_root", "metrics", "json")
 
 
@@ -1433,6 +1476,8 @@ def main(argv=None):
                    "more finished runs than the new one will")
     p.add_argument("--cells", nargs="*", default=None, help="with --plan: train only these cells (the report "
                    "still reads every finished run)")
+    p.add_argument("--time", action="store_true", help="with --plan: after the training, on a machine where "
+                   "nothing else runs: time every cell's checkpoints (latency, throughput) and record it")
     p.add_argument("--remeasure", action="store_true", help="with --plan: time the checkpoints again even if "
                    "their measurements are newer")
     p.add_argument("--seeds", type=int, nargs="+", help="the seeds (at least two, distinct; default 1 2 3 4 5)")

@@ -909,15 +909,21 @@ def run_conditions(procs, dtype_name):
     the machine that writes the report. The processor (or GPU), the cores this process may use and its
     threads, the precision, the processes, the versions, and the code's commit ('+changes' when tracked
     files differed from it)."""
+    return {**machine_conditions(procs.device), "device": procs.device, "dtype": dtype_name,
+            "processes": procs.world}
+
+
+def machine_conditions(device):
+    """The processor (or the GPU of a CUDA device), the cores this process may use and its threads, the
+    versions, and the code's commit."""
     machine = "unknown CPU"
-    if procs.device.startswith("cuda"):
-        machine = torch.cuda.get_device_name(torch.device(procs.device))
+    if device.startswith("cuda"):
+        machine = torch.cuda.get_device_name(torch.device(device))
     elif os.path.isfile("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:
             machine = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), machine)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"machine": machine, "cores": cores, "threads": torch.get_num_threads(), "device": procs.device,
-            "dtype": dtype_name, "processes": procs.world, "torch": torch.__version__,
+    return {"machine": machine, "cores": cores, "threads": torch.get_num_threads(), "torch": torch.__version__,
             "python": sys.version.split()[0], "commit": code_commit()}
 
 

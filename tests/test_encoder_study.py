@@ -390,7 +390,7 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
     timing = json.loads((tmp_path / "runs_records" / "a" / "timing.json").read_text())
     assert [r["ckpt"] for r in timing] == [str(tmp_path / "runs" / "a" / n / "seed1" / "ckpt.pt")
                                            for n in ("tiny_plain", "tiny_looped")]
-    assert all(r["latency_ms"] > 0 for r in timing)
+    assert all(r["flops_per_sample"] > 0 and "latency_ms" not in r for r in timing)  # timed only by --time
 
     # the verdict row's figures, by hand from the summaries
     def acc(cell, name, seed):
@@ -454,11 +454,17 @@ def test_a_fresh_clone_writes_the_same_report_from_the_run_records(tiny_dataset,
             "conclusions = [dict(claim='Looping wins', source='a test', verdict='looped beats plain')]\n")
     (work / "plan.py").write_text(plan)
     study.main(["--plan", "plan.py", "--jobs", "2"])
+    assert "Timing: not measured yet" in open("RESULTS.md").read()
+    monkeypatch.setattr(study, "machine_load", lambda: 1.7)  # another process on each core: no timing
+    with pytest.raises(SystemExit, match="the machine is busy \\(load average 1.70"):
+        study.main(["--plan", "plan.py", "--time"])
+    monkeypatch.setattr(study, "machine_load", lambda: 0.05)
+    study.main(["--plan", "plan.py", "--time"])
     records = sorted(os.path.relpath(os.path.join(d, f), "results/runs") for d, _, fs in os.walk("results/runs")
                      for f in fs)
     assert records == ["a/data.json", "a/depth_tiny_looped.json", "a/timing.json",
                        *[f"a/{n}/seed{s}/{f}" for n in ("tiny_looped", "tiny_plain") for s in (1, 2)
-                         for f in ("config.py", "log.jsonl", "summary.json")]]
+                         for f in ("config.py", "log.jsonl", "summary.json")], "timing.json"]
     record = "results/runs/a/tiny_looped/seed2"
     summary = json.loads(open(f"{record}/summary.json").read())
     assert summary == json.loads(open("out/s/a/tiny_looped/seed2/summary.json").read())
@@ -469,6 +475,8 @@ def test_a_fresh_clone_writes_the_same_report_from_the_run_records(tiny_dataset,
     assert "p=" in text  # McNemar's test, from the recorded labels
     assert re.search(r"## Conclusions\n\n.*\n\n- \*\*Looping wins\*\* \(a test\): \*\*(confirmed|refuted|not settled)", text)
     assert re.search(r"  - 4 runs: .*, cpu, float32, 1 thread\(s\) on 1 core\(s\); torch ", text)
+    assert "on a quiet machine (load average 0.05 before, 0.05 after)" in text
+    assert re.search(r"\| \d+\.\d\d ms \(1\.00×\) \|", text) and re.search(r"\| \d+\.\d\d ms \(\d\.\d\d×\) \|", text)
 
     os.makedirs(clone)
     for name in ("plan.py", *configs, "RESULTS.md", "results"):
