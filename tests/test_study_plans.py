@@ -260,3 +260,19 @@ def test_the_report_and_its_plots_are_written_together(tmp_path, monkeypatch):
     assert not (plots / "old_cell.png").exists()
     assert {n: (plots / n).read_bytes() for n in ("runs/record.png", "mine.png")} == {
         n: old[n] for n in ("runs/record.png", "mine.png")}
+
+
+def test_the_committed_records_write_the_committed_report_again(tmp_path, monkeypatch):
+    """tests/fixtures/study_records holds a plan of tiny runs, its run records (results/runs/, as a session
+    commits them: no checkpoint, no out/, no data) and the report they made. In a copy, --collect_only writes
+    that report again byte for byte, and trains and measures nothing. After a deliberate change of the
+    report's form, run `python study.py --plan plan.py --collect_only` in that folder and review the diff."""
+    shutil.copytree(os.path.join(REPO_ROOT, "tests", "fixtures", "study_records"), tmp_path / "f")
+    monkeypatch.chdir(tmp_path / "f")
+    monkeypatch.setattr(study, "run_pending", lambda *a: pytest.fail("trained"))
+    monkeypatch.setattr(study, "evaluate_script", lambda *a: pytest.fail("measured"))
+    committed = open("RESULTS.md", "rb").read()
+    os.remove("RESULTS.md")
+    study.main(["--plan", "plan.py", "--collect_only"])
+    assert open("RESULTS.md", "rb").read() == committed
+    assert b"Finished runs: 4 of 4." in committed and b"## Conclusions" in committed and b"p=" in committed
