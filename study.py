@@ -389,9 +389,9 @@ def can_resume(cfg):
 #
 # A plan's runs write their checkpoints under out_root, which git ignores. Each finished run's record goes
 # to the plan's `records` folder (results/runs/<cell>/<config>/seed<N>, committed): its summary.json and
-# log.jsonl as train.py wrote them, and config.py, its settings as train.py resolved them. Beside a cell's
-# runs lie what the report needs of their checkpoints and data: timing.json, depth_<config>.json and
-# data.json. A run with a record is finished, so a fresh clone (no out/) continues a plan where the last
+# log.jsonl as train.py wrote them, and config.py, its settings as train.py resolved them; later, what the
+# report needs of its checkpoint, measured while the checkpoint is here (measure.json, depth.json). Beside
+# a cell's runs lies what the report needs of their data (data.json). A run with a record is finished, so a fresh clone (no out/) continues a plan where the last
 # session stopped, and --collect_only writes the same report from the records alone.
 
 RECORD_FILES = ("summary.json", "log.jsonl", "config.py")
@@ -890,26 +890,6 @@ def evaluate_script(argv, json_path):
     return out if isinstance(out, list) else [out]
 
 
-def cached_evaluation(out, ckpts, argv, what, remeasure=False):
-    """The rows of an evaluate.py JSON file `out` (a record, committed) for the checkpoints `ckpts`, in order:
-    read from `out` if it measured exactly these and none of them is newer (a clone without the checkpoints
-    reads it as it is), else measured now with `evaluate.py --ckpt CKPTS ARGV` (announced as `what`), as it
-    is with `remeasure`. None if there are none for these checkpoints and they cannot be measured here."""
-    rows = None
-    if os.path.isfile(out):
-        with open(out) as f:
-            rows = json.load(f)
-        rows = rows if isinstance(rows, list) else [rows]
-    here = all(os.path.isfile(p) for p in ckpts)
-    stale = rows is None or [r["ckpt"] for r in rows] != ckpts or \
-        (here and any(os.path.getmtime(out) < os.path.getmtime(p) for p in ckpts))
-    if here and (stale or remeasure):
-        print(what)
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        rows = evaluate_script(["--ckpt", *ckpts, *argv], out)
-    return None if stale and not here else rows
-
-
 def machine_load():
     """The load average of the last minute: about the number of processes that wanted a core."""
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
@@ -918,13 +898,32 @@ def machine_load():
 QUIET_LOAD = 0.5  # a machine whose load average is above this is busy: its latencies would not be the models'
 
 
+def run_measurement(cfg, record, name, argv, what, remeasure=False):
+    """A measurement of one finished run's best checkpoint, kept in its record folder as `name` (committed
+    with it: checkpoints do not outlive a session, the record does). Read from there if it is there (and
+    not `remeasure`), else measured now with `evaluate.py --ckpt CKPT ARGV` (announced as `what`) if the
+    checkpoint is here; None if neither."""
+    path, ckpt = os.path.join(record, name), os.path.join(cfg["out_dir"], "ckpt.pt")
+    here = os.path.isfile(ckpt) and has_record(record)
+    if here and (remeasure or not os.path.isfile(path)):
+        print(what)
+        rows = evaluate_script(["--ckpt", ckpt, *argv], path)
+        return rows[0] if rows else None
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        rows = json.load(f)
+    return rows[0] if isinstance(rows, list) else rows
+
+
 def measure(results, plan, remeasure=False, timed=False):
-    """Size and FLOPs of each cell's configs (their first finished seed's best checkpoint, all of a cell in
-    one evaluate.py call on one thread), and the test-time depth runs; with `timed` (study.py --time, on a
-    quiet machine, training done) also latency at batch 1 and throughput in batches of 256, every cell
-    measured again, and the pass's conditions in the records folder (timing.json). Recorded in each cell's
-    record folder next to the runs (cached_evaluation), and measured again only when a checkpoint is newer
-    or `remeasure`."""
+    """Size and FLOPs of each cell's configs (their first finished seed's best checkpoint, on one thread),
+    and the test-time depth of the plan's `depth` runs (every finished seed); with `timed` (study.py --time,
+    on a quiet machine, training done) also latency at batch 1 and throughput in batches of 256, measured
+    again, with the pass's conditions in the records folder (timing.json). Each measurement is kept in its
+    run's record folder (run_measurement: measure.json, depth.json), so a later session, whose out/ holds
+    none of these checkpoints, reports them as they were. Returns ({cell: {config: figures}}, {depth term:
+    [figures per seed]})."""
     if timed:
         load = machine_load()
         if load > QUIET_LOAD:
@@ -934,30 +933,25 @@ def measure(results, plan, remeasure=False, timed=False):
         started = {"load_before": round(load, 2), **train.machine_conditions("cpu"), "threads": 1}
     timing, depth = {}, {}
     for name, (cell, runs, summaries) in results.items():
-        ckpts = {}
         for config in dict.fromkeys(n for n, _ in runs):
             seeds = finished_seeds(summaries, config)
             if seeds and summaries[(config, seeds[0])].get("test_n"):
-                ckpts[config] = os.path.join(runs[(config, seeds[0])][1]["out_dir"], "ckpt.pt")
-        if ckpts:
-            rows = cached_evaluation(os.path.join(plan["records"], name, "timing.json"), list(ckpts.values()),
-                                     ["--split", "test", *([] if timed else ["--no_timing"])],
-                                     f"{'timing' if timed else 'measuring'} {name}: {', '.join(ckpts)}",
-                                     remeasure or timed)
-            if rows:
-                timing[name] = dict(zip(ckpts, rows))
+                _, cfg, record = runs[(config, seeds[0])]
+                row = run_measurement(cfg, record, "measure.json", ["--split", "test", *([] if timed else
+                                                                                          ["--no_timing"])],
+                                      f"{'timing' if timed else 'measuring'} {name}/{config} seed {seeds[0]}",
+                                      remeasure or timed)
+                if row:
+                    timing.setdefault(name, {})[config] = row
     for term in plan["depth"]:
         cell, _, config = term.partition("/")
-        if cell not in results:
-            raise ConfigError(f"depth {term!r}: no cell {cell!r}")
         _, runs, summaries = results[cell]
-        paths = [os.path.join(runs[(config, s)][1]["out_dir"], "ckpt.pt") for s in finished_seeds(summaries, config)]
-        if paths:
-            rows = cached_evaluation(os.path.join(plan["records"], cell, f"depth_{config}.json"), paths,
-                                     ["--no_timing", "--loops", *map(str, plan["depth_loops"])],
-                                     f"test-time depth of {term}: loops {plan['depth_loops']}", remeasure)
-            if rows:
-                depth[term] = rows
+        rows = [run_measurement(*runs[(config, s)][1:], "depth.json",
+                                ["--no_timing", "--loops", *map(str, plan["depth_loops"])],
+                                f"test-time depth of {term} seed {s}: loops {plan['depth_loops']}", remeasure)
+                for s in finished_seeds(summaries, config)]
+        if any(rows):
+            depth[term] = [r for r in rows if r]
     if timed:
         data.write_json(os.path.join(plan["records"], "timing.json"),
                         {**started, "load_after": round(machine_load(), 2)}, indent=1)

@@ -387,7 +387,8 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
     assert {*study.RUN_FIGURES, "test_accuracy", "test_mcc", "final_val_loss"} <= set(summary)
     figures = {k for k in summary if k.startswith(("test_", "final_val_"))}
     assert figures - {"test_n", "final_val_n", "test_predictions"} <= set(study.metric_names())
-    timing = json.loads((tmp_path / "runs_records" / "a" / "timing.json").read_text())
+    timing = [json.loads((tmp_path / "runs_records" / "a" / n / "seed1" / "measure.json").read_text())
+              for n in ("tiny_plain", "tiny_looped")]
     assert [r["ckpt"] for r in timing] == [str(tmp_path / "runs" / "a" / n / "seed1" / "ckpt.pt")
                                            for n in ("tiny_plain", "tiny_looped")]
     assert all(r["flops_per_sample"] > 0 and "latency_ms" not in r for r in timing)  # timed only by --time
@@ -462,9 +463,11 @@ def test_a_fresh_clone_writes_the_same_report_from_the_run_records(tiny_dataset,
     study.main(["--plan", "plan.py", "--time"])
     records = sorted(os.path.relpath(os.path.join(d, f), "results/runs") for d, _, fs in os.walk("results/runs")
                      for f in fs)
-    assert records == ["a/data.json", "a/depth_tiny_looped.json", "a/timing.json",
-                       *[f"a/{n}/seed{s}/{f}" for n in ("tiny_looped", "tiny_plain") for s in (1, 2)
-                         for f in ("config.py", "log.jsonl", "summary.json")], "timing.json"]
+    measured = {("tiny_looped", 1): ["depth.json", "measure.json"], ("tiny_looped", 2): ["depth.json"],
+                ("tiny_plain", 1): ["measure.json"], ("tiny_plain", 2): []}  # first seeds; depth: every seed
+    assert records == ["a/data.json", *[f"a/{n}/seed{s}/{f}" for n in ("tiny_looped", "tiny_plain") for s in (1, 2)
+                                        for f in sorted(["config.py", "log.jsonl", "summary.json", *measured[n, s]])],
+                       "timing.json"]
     record = "results/runs/a/tiny_looped/seed2"
     summary = json.loads(open(f"{record}/summary.json").read())
     assert summary == json.loads(open("out/s/a/tiny_looped/seed2/summary.json").read())
