@@ -41,6 +41,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import traceback
 
@@ -895,6 +896,7 @@ def machine_load():
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
 
 
+BUBBLE_PER_MB = 12  # a frontier plot's bubble area, in points^2, per MB of fp32 weights
 QUIET_LOAD = 0.5  # a machine whose load average is above this is busy: its latencies would not be the models'
 
 
@@ -1019,49 +1021,66 @@ def draw_plots(plan, results, timing, depth, folder, label):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     os.makedirs(folder, exist_ok=True)
     made = []
 
-    def save(fig, file, title):
+    def save(fig, file, title, layout=True):
         path = os.path.join(folder, file)
-        fig.tight_layout()
+        if layout:
+            fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
         made.append((title, path))
 
-    groups = {}  # test set -> [(cell, row)] with a test accuracy
+    # one frontier per training set (a cell's prepared dataset, data.json): models trained on other data
+    # (a subset, the other protocol) are not points of the same trade-off, even on the same test set
+    groups = {}  # (training set, test set) -> [(cell, row)] with a test accuracy
     for name in results:
+        trained_on = results[name][0]["data"].get("dataset", name)
         for row in cell_rows(name, results, timing):
             if "test_accuracy" in row:
-                groups.setdefault(results[name][0].get("test_set", name), []).append((name, row))
-    for test_set, items in groups.items():
-        timed = [(n, r) for n, r in items if r.get("latency_ms")]
+                groups.setdefault((trained_on, results[name][0].get("test_set", name)), []).append((name, row))
+    for (trained_on, test_set), items in groups.items():
         if len(items) < 2:
             continue
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        timed = [(n, r) for n, r in items if r.get("latency_ms")]
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
         for ax, key, xlabel, pts in ((axes[0], "latency_ms", "latency at batch 1 (ms, one CPU thread)", timed),
                                      (axes[1], "params_non_embedding", "non-embedding parameters", items)):
+            if not pts:
+                ax.text(0.5, 0.5, "not timed yet (study.py --time)", ha="center", va="center", transform=ax.transAxes)
+                ax.set_xlabel(xlabel)
+                continue
             xy = [(r[key], r["test_accuracy"][0]) for _, r in pts]
-            sizes = [40 * (r.get("size_mb") or 10) ** 0.8 for _, r in pts] if key == "latency_ms" else 40
+            # bubble area (points^2) proportional to the fp32 size, on the latency panel
+            sizes = [BUBBLE_PER_MB * (r.get("size_mb") or 0) for _, r in pts] if key == "latency_ms" else 30
             ax.scatter([p[0] for p in xy], [p[1] for p in xy], s=sizes, alpha=0.45, edgecolors="k")
             ax.errorbar([p[0] for p in xy], [p[1] for p in xy], fmt="none", ecolor="grey", lw=0.8,
                         yerr=[0 if math.isnan(r["test_accuracy"][1]) else r["test_accuracy"][1] for _, r in pts])
-            for (n, r), (x, y) in zip(pts, xy):
-                ax.annotate(f"{label(r['config'])} [{n}]", (x, y), fontsize=7, xytext=(4, 4),
-                            textcoords="offset points")
+            for i, (x, y) in enumerate(xy):  # numbers, not names: the legend below says which is which
+                ax.annotate(str(i + 1), (x, y), fontsize=7, ha="center", va="center")
             front = pareto_front(xy)
-            if front:
-                ax.plot([xy[i][0] for i in front], [xy[i][1] for i in front], "r--x", lw=1, label="Pareto frontier")
+            if len(front) > 1:
+                ax.plot([xy[i][0] for i in front], [xy[i][1] for i in front], "r--", lw=1, label="Pareto frontier")
                 ax.legend(fontsize=7, loc="lower right")
-            ax.set_xscale("log")
-            ax.margins(0.25)
+            if max(p[0] for p in xy) / max(min(p[0] for p in xy), 1e-12) > 20:  # a log axis only for a wide range
+                ax.set_xscale("log")
+                ax.xaxis.set_major_formatter(matplotlib.ticker.LogFormatterSciNotation(labelOnlyBase=True))
+                ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            ax.margins(0.15)
             ax.set_xlabel(xlabel)
             ax.set_ylabel("test accuracy (mean over seeds)")
-        axes[0].set_title("bubble area = fp32 size; bars: 95 % CI over seeds", fontsize=9)
-        fig.suptitle(f"test set: {test_set}", fontsize=10)
-        save(fig, f"frontier_{re.sub(r'[^A-Za-z0-9]+', '_', test_set).strip('_')}.png",
-             f"Accuracy against latency and non-embedding parameters ({test_set})")
+        key = "; ".join(f"{i + 1} {label(r['config'])} [{n}]" for i, (n, r) in enumerate(items))
+        axes[0].set_title(f"bubble area ∝ fp32 size ({BUBBLE_PER_MB:g} pt² per MB); bars: 95 % CI over seeds",
+                          fontsize=8)
+        fig.suptitle(f"trained on {trained_on}, tested on {test_set}", fontsize=10)
+        fig.text(0.01, 0.01, textwrap.fill(key, 190), fontsize=6.5, va="bottom")
+        fig.tight_layout(rect=(0, 0.04 + 0.02 * (len(key) // 190), 1, 1))
+        save(fig, f"frontier_{re.sub(r'[^A-Za-z0-9]+', '_', trained_on).strip('_')}.png",
+             f"Accuracy against latency and non-embedding parameters (trained on {trained_on}; {test_set})",
+             layout=False)
 
     curves = [(name, cell, runs, summaries) for name, (cell, runs, summaries) in results.items()
               if any(s is not None for s in summaries.values())]
@@ -1111,14 +1130,16 @@ def draw_plots(plan, results, timing, depth, folder, label):
         save(fig, "length_histograms.png", "Length histograms of the short / long subsets' training splits")
 
     if depth:
-        fig, ax = plt.subplots(figsize=(6, 3.8))
-        for term, rows in depth.items():
-            for i, r in enumerate(rows):
-                loops = [x["n_loops"] for x in r["loops"]]
-                ax.plot(loops, [x["accuracy"] for x in r["loops"]], "o-", lw=1, label=term if i == 0 else None)
-            ax.axvline(rows[0]["loops"][0]["trained_loops"], color="grey", ls=":", lw=1)
-        ax.set_xlabel("loops at test time (dotted: as trained)")
-        ax.set_ylabel("test accuracy")
+        fig, ax = plt.subplots(figsize=(6.5, 3.8))
+        for term, rows in depth.items():  # one line per run group: the mean over its seeds, bars its 95 % CI
+            loops = sorted({x["n_loops"] for r in rows for x in r["loops"]})
+            accs = [[x["accuracy"] for r in rows for x in r["loops"] if x["n_loops"] == k] for k in loops]
+            stats = [mean_ci(a) if len(a) > 1 else (a[0], 0.0) for a in accs]
+            ax.errorbar(loops, [m for m, _ in stats], yerr=[h for _, h in stats], fmt="o-", lw=1, capsize=3,
+                        label=f"{term} ({len(rows)} seeds; trained with {rows[0]['loops'][0]['trained_loops']})")
+        ax.set_xticks(sorted({x["n_loops"] for rows in depth.values() for r in rows for x in r["loops"]}))
+        ax.set_xlabel("loops at test time")
+        ax.set_ylabel("test accuracy (mean over seeds)")
         ax.legend(fontsize=7)
         save(fig, "test_time_depth.png", "Test-time depth: accuracy against the number of loops (each seed)")
     return made

@@ -379,7 +379,8 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
     assert "\nFinished runs: 4 of 4.\n" in text and study.reported_runs(str(report)) == 4
     assert "## Test-time depth" in text and "(trained: 2)" in text
     assert 'Cost of "looped beats plain": `a/tiny_plain` spent' in text  # training FLOPs beside the gain
-    for png in ("learning_curves.png", "test_time_depth.png", "frontier_tiny_test.png"):
+    trained_on = os.path.basename(tiny_dataset)  # one frontier per training set
+    for png in ("learning_curves.png", "test_time_depth.png", f"frontier_{trained_on}.png"):
         assert f"(results/{png})" in text and os.path.isfile(tmp_path / "results" / png)
     # the figures a verdict may name (study.RUN_FIGURES, with the task's test_ and final_val_ ones) are the
     # ones train.py writes
