@@ -404,6 +404,35 @@ def latency_ms(model, split, device, ctx, n=200, repeats=3, warmup=10):
     return 1000 * statistics.median(times)
 
 
+@torch.no_grad()
+def interleaved_timing(entries, device, ctx, rounds=3, batch_size=256, n=200, n_throughput=1024):
+    """Latency and throughput of several classifiers [(model, its test split)], timed in turns: each round
+    times every model once (batch 1 over its first n sentences, then its first n_throughput in batches),
+    so that a slow spell of the machine falls on all of them alike instead of on whichever ran then.
+    Returns [{latency_ms, throughput}]: the median ms per sentence over rounds x sentences, and sentences/s
+    at the median round."""
+    seqs = [[torch.from_numpy(split[i][0])[None].to(device) for i in range(min(n, len(split)))] for _, split in entries]
+    subs = [ListSplit([split[i] for i in range(min(n_throughput, len(split)))]) for _, split in entries]
+    for (model, _), s, sub in zip(entries, seqs, subs):  # warm-up, untimed
+        model.eval()
+        for x in s[:10]:
+            model(x)
+        predict(model, sub, batch_size, device, ctx)
+
+    def forward(model, x):
+        with ctx:
+            model(x)
+
+    latency = [[] for _ in entries]
+    batch_times = [[] for _ in entries]
+    for _ in range(rounds):
+        for i, ((model, _), s, sub) in enumerate(zip(entries, seqs, subs)):
+            latency[i] += [timed(lambda: forward(model, x), device) for x in s]
+            batch_times[i].append(timed(lambda: predict(model, sub, batch_size, device, ctx), device))
+    return [{"latency_ms": 1000 * statistics.median(lat), "throughput": len(sub) / statistics.median(bt)}
+            for lat, bt, sub in zip(latency, batch_times, subs)]
+
+
 def compiled_for_timing(model, device):
     """--compile for a checkpoint's timings: torch.compile with dynamic shapes (sentences differ in length),
     and on CUDA mode 'reduce-overhead', which replays CUDA graphs: a small model's batch-1 forward is bound
@@ -1284,6 +1313,8 @@ def parser():
     p.add_argument("--batch_size", type=int, default=256, help="batch size for metrics and throughput")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats (the median is reported)")
     p.add_argument("--no_timing", action="store_true", help="skip latency and throughput")
+    p.add_argument("--interleave", action="store_true", help="classifiers: time all the --ckpt models in turns, "
+                   "round after round, so that a slow spell of the machine falls on all of them alike")
     p.add_argument("--loops", type=int, nargs="+", default=None, help="classifiers: also score a looped encoder "
                    "with each of these numbers of loops (test-time depth, no retraining), e.g. --loops 1 2 3 4")
     p.add_argument("--max_errors", type=int, default=50, help="seq2seq: wrong translations to print (all go to --json)")
@@ -1426,14 +1457,25 @@ def parse_args(argv):
 def evaluate_checkpoints(args, device):
     """Each --ckpt's report (by its task, or zero-shot), the table, and --json."""
     ctx = autocast_context(device.split(":")[0], args.dtype)
-    results = []
+    results, to_time = [], []
     for path in args.ckpt:
         if path in data.PRETRAINED and not os.path.exists(path):  # a name: 'stories260K'
             path = data.pretrained_file(path)
         model, ckpt = load(path, device)
         check_fits(args, model, ckpt, path)
         report = zero_shot_report if args.zero_shot else REPORTS[ckpt["data"]["task"]]
-        results.append(report(model, ckpt, path, args, device, ctx))
+        if args.interleave:  # the figures now, the timing below, all models in turns
+            if ckpt["data"]["task"] != "classification" or args.zero_shot or args.file:
+                raise configurator.ConfigError(f"--interleave times classifiers on their test splits; {path} is a "
+                                               f"{ckpt['data']['task']} checkpoint" + (" (and --file/--zero_shot "
+                                               "are not for it)" if ckpt["data"]["task"] == "classification" else ""))
+            results.append(report(model, ckpt, path, argparse.Namespace(**{**vars(args), "no_timing": True}), device,
+                                  ctx))
+            to_time.append((model, checkpoint_dataset(ckpt, path).splits[args.split]))
+        else:
+            results.append(report(model, ckpt, path, args, device, ctx))
+    for r, figures in zip(results, interleaved_timing(to_time, device, ctx, args.repeats, args.batch_size)):
+        r.update(figures, timed_interleaved=True)
     threads = torch.get_num_threads()
     conditions = {"device": device, "dtype": args.dtype, "torch": torch.__version__, "threads": threads,
                   "split": args.file or args.split, "repeats": args.repeats, "batch_size": args.batch_size}

@@ -921,8 +921,9 @@ def run_measurement(cfg, record, name, argv, what, remeasure=False):
 def measure(results, plan, remeasure=False, timed=False):
     """Size and FLOPs of each cell's configs (their first finished seed's best checkpoint, on one thread),
     and the test-time depth of the plan's `depth` runs (every finished seed); with `timed` (study.py --time,
-    on a quiet machine, training done) also latency at batch 1 and throughput in batches of 256, measured
-    again, with the pass's conditions in the records folder (timing.json). Each measurement is kept in its
+    on a quiet machine, training done) also latency at batch 1 and throughput in batches of 256, every
+    checkpoint here in one process, in turns, with the pass's conditions in the records folder
+    (timing.json). Each measurement is kept in its
     run's record folder (run_measurement: measure.json, depth.json), so a later session, whose out/ holds
     none of these checkpoints, reports them as they were. Returns ({cell: {config: figures}}, {depth term:
     [figures per seed]})."""
@@ -933,18 +934,27 @@ def measure(results, plan, remeasure=False, timed=False):
                              f"checkpoints when nothing else runs, or the latencies are the other processes' too")
         # evaluate.py runs on one thread (evaluate_script)
         started = {"load_before": round(load, 2), **train.machine_conditions("cpu"), "threads": 1}
-    timing, depth = {}, {}
+    firsts = []  # (cell, config, its first finished seed's config and record folder) of every tested config
     for name, (cell, runs, summaries) in results.items():
         for config in dict.fromkeys(n for n, _ in runs):
             seeds = finished_seeds(summaries, config)
             if seeds and summaries[(config, seeds[0])].get("test_n"):
-                _, cfg, record = runs[(config, seeds[0])]
-                row = run_measurement(cfg, record, "measure.json", ["--split", "test", *([] if timed else
-                                                                                          ["--no_timing"])],
-                                      f"{'timing' if timed else 'measuring'} {name}/{config} seed {seeds[0]}",
-                                      remeasure or timed)
-                if row:
-                    timing.setdefault(name, {})[config] = row
+                firsts.append((name, config, *runs[(config, seeds[0])][1:]))
+    if timed:  # every checkpoint here in one evaluate.py process, timed in turns (evaluate.py --interleave)
+        here = [f for f in firsts if os.path.isfile(os.path.join(f[2]["out_dir"], "ckpt.pt")) and has_record(f[3])]
+        print(f"timing {len(here)} checkpoints in turns (of {len(firsts)} configs' first seeds; the others have no "
+              f"checkpoint here)")
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = evaluate_script(["--ckpt", *[os.path.join(f[2]["out_dir"], "ckpt.pt") for f in here], "--split",
+                                    "test", "--interleave"], os.path.join(tmp, "timing.json")) if here else []
+        for (_, _, _, record), row in zip(here, rows or []):
+            data.write_json(os.path.join(record, "measure.json"), row, indent=2)
+    timing, depth = {}, {}
+    for name, config, cfg, record in firsts:
+        row = run_measurement(cfg, record, "measure.json", ["--split", "test", "--no_timing"],
+                              f"measuring {name}/{config}", remeasure)
+        if row:
+            timing.setdefault(name, {})[config] = row
     for term in plan["depth"]:
         cell, _, config = term.partition("/")
         _, runs, summaries = results[cell]
@@ -1265,8 +1275,9 @@ def timing_note(plan):
         c = json.load(f)
     return ("Timing (latency, throughput): one pass after the training, on a quiet machine (load average "
             f"{c['load_before']:.2f} before, {c['load_after']:.2f} after): {c['machine']}, {c['threads']} thread, "
-            f"float32, torch {c['torch']}, code at commit {c['commit']}; evaluate.py on each config's first seed's "
-            "best checkpoint, a cell's models in one process; latency = median ms per sentence at batch 1 over the "
+            f"float32, torch {c['torch']}, code at commit {c['commit']}; evaluate.py --interleave on each config's "
+            "first seed's best checkpoint, all of them in one process, timed in turns (3 rounds, each model once a "
+            "round); latency = median ms per sentence at batch 1 over the "
             "first 200 test sentences × 3 passes (in brackets: the ratio to the cell's first model); throughput = "
             "sentences/s in length-sorted batches of 256 (first 1,024 test sentences).")
 

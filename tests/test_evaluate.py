@@ -1,5 +1,6 @@
 """evaluate.py: metrics against hand-computed values, and the command line on a tiny checkpoint."""
 
+import contextlib
 import json
 import math
 import os
@@ -277,3 +278,28 @@ def test_bench_refuses_unknown_cases_and_missing_peer(tmp_path):
         evaluate.main(["--bench", "--nanogpt", str(tmp_path / "missing.py")])
     with pytest.raises(SystemExit, match="^error: --rounds 0: an integer >= 1$"):
         evaluate.main(["--bench", "--rounds", "0"])
+
+
+def test_interleaved_timing_times_the_models_in_turns(tiny_ckpt, monkeypatch):
+    """--interleave: every round times each model once (its batch-1 sentences, then its batched pass), so a
+    slow spell of the machine falls on all of them; each gets a median latency and a throughput."""
+    torch.manual_seed(0)
+    models = [EncoderClassifier(EncoderConfig(vocab_size=50, block_size=16, n_layer=k, n_embd=16, n_head=2,
+                                              dropout=0.0)) for k in (1, 2)]
+    rng = np.random.default_rng(0)
+    split = evaluate.ListSplit([(rng.integers(0, 50, size=int(rng.integers(2, 16))), i % 2) for i in range(12)])
+    order, timed = [], evaluate.timed
+
+    def spy(fn, device):  # which model each timed call ran, read from the closure's cell
+        order.append(next(c.cell_contents for c in fn.__closure__ if isinstance(c.cell_contents, EncoderClassifier)))
+        return timed(fn, device)
+
+    monkeypatch.setattr(evaluate, "timed", spy)
+    rows = evaluate.interleaved_timing([(m, split) for m in models], "cpu", contextlib.nullcontext(), rounds=2,
+                                       batch_size=4, n=5, n_throughput=8)
+    per_round = [models[0]] * 6 + [models[1]] * 6  # 5 sentences at batch 1 and one batched pass, per model
+    assert order == per_round * 2
+    assert all(r["latency_ms"] > 0 and r["throughput"] > 0 for r in rows) and len(rows) == 2
+    a, b = tiny_ckpt[0]
+    with pytest.raises(SystemExit, match="--interleave times classifiers on their test splits"):
+        evaluate.main(["--ckpt", a, b, "--interleave", "--file", tiny_ckpt[1], "--device", "cpu"])
