@@ -1295,7 +1295,8 @@ def conclusion_line(conclusion, row, effect):
     head = f"- **{conclusion['claim']}** ({conclusion['source']}): "
     note = f" {conclusion['note']}" if conclusion.get("note") else ""
     if row["verdict"] == "not run":
-        return f"{head}**not settled**: not run yet ({row['n']} seeds finished of the pair `{row['a']}` / `{row['b']}`).{note}"
+        return (f"{head}**not settled**: not run yet (paired seeds finished: {row['n']}; A = `{row['a']}`, "
+                f"B = `{row['b']}`).{note}")
     m = conclusion.get("margin")
     if m is None:
         status = {"confirmed": "confirmed", "refuted": "refuted"}.get(row["verdict"], "not settled")
@@ -1359,7 +1360,7 @@ def report_lines(plan, results, timing, depth, path, plots):
             if len(values) >= 1:
                 mean = float(np.mean(list(values.values())))
                 met = "yes" if (mean >= t["at_least"] if "at_least" in t else mean <= t["at_most"]) else "no"
-                lines.append(f"| {t['what']} | {mean:.4f} (mean of {len(values)} seeds, `{t['term']}`) | {met} |")
+                lines.append(f"| {t['what']} | {mean:.4f} (mean over seeds: {len(values)}; `{t['term']}`) | {met} |")
             else:
                 lines.append(f"| {t['what']} | not run | – |")
         lines.append("")

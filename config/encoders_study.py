@@ -105,7 +105,7 @@ conclusions = [
     dict(claim="The recurrent encoder is more accurate than the baseline on SST-2", source="001, Table 6: 0.7993 "
          "against 0.7901", verdict="recurrent beats baseline: sst2_glue",
          note="GLUE dev: sentences never seen in training."),
-    dict(claim="The same on the seed's own split", source="001, Table 6 (its pooled 80/10/10 split)",
+    dict(claim="The same on the seed's own split", source="001, Table 6, on its pooled 80/10/10 split",
          verdict="recurrent beats baseline: sst2_standard"),
     dict(claim="The recurrent encoder keeps the baseline's accuracy with about a third of its parameters",
          source="000, sec. 5: '64 % parameter reduction while maintaining comparable performance'", margin=0.01,

@@ -86,7 +86,7 @@ def test_conclusion_lines_say_confirmed_refuted_or_not_settled():
     assert "**confirmed**: " in study.conclusion_line(same, row, 0.01)
     assert "**refuted**: " in study.conclusion_line(same, {**row, "lo": 0.021, "hi": 0.03}, 0.01)
     assert "**not settled**: " in study.conclusion_line(same, {**row, "lo": 0.01, "hi": 0.03}, 0.01)
-    assert "**not settled**: not run yet (1 seeds finished" in study.conclusion_line(
+    assert "**not settled**: not run yet (paired seeds finished: 1; A = `c/r`" in study.conclusion_line(
         claim, {**row, "verdict": "not run", "n": 1}, 0.01)
 
 

@@ -207,22 +207,29 @@ def test_a_report_with_more_finished_runs_is_kept(tmp_path, capsys):
     assert f"wrote {report}" in capsys.readouterr().out
 
 
-def test_a_fresh_clone_keeps_the_committed_results(tmp_path, monkeypatch):
-    """`python study.py --plan config/encoders_study.py --collect_only` on a fresh clone (no out/) found no
-    finished run, rewrote the committed RESULTS.md as 'not run' throughout, and exited 0. It is refused."""
+def test_a_fresh_clone_writes_the_committed_results_again(tmp_path, monkeypatch):
+    """`python study.py --plan config/encoders_study.py --collect_only` on a fresh clone (no out/, no data/)
+    writes the committed RESULTS.md and its plots again, byte for byte, from the committed run records in
+    results/runs/, training and measuring nothing. Without the records it would hold no run, and the
+    committed report, which holds more, is kept (refused in one line)."""
     shutil.copy(os.path.join(REPO_ROOT, "RESULTS.md"), tmp_path / "RESULTS.md")
     shutil.copytree(os.path.join(REPO_ROOT, "results"), tmp_path / "results")
     os.symlink(os.path.join(REPO_ROOT, "config"), tmp_path / "config")
     monkeypatch.chdir(tmp_path)
-    before = {p: open(p, "rb").read() for p in ["RESULTS.md", *(os.path.join("results", f)
-                                                                for f in os.listdir("results"))] if os.path.isfile(p)}
+    monkeypatch.setattr(study, "run_pending", lambda *a: pytest.fail("trained"))
+    monkeypatch.setattr(study, "evaluate_script", lambda *a: pytest.fail("measured"))
+    files = ["RESULTS.md", *(os.path.join(d, f) for d, _, fs in os.walk("results") for f in fs)]
+    before = {p: open(p, "rb").read() for p in files}
     committed = study.reported_runs("RESULTS.md")
-    assert committed > 0  # read from its `K of N` seeds if it predates the `Finished runs:` line
+    assert committed > 0
+    study.main(["--plan", "config/encoders_study.py", "--collect_only"])
+    after = {os.path.join(d, f) for d, _, fs in os.walk("results") for f in fs}
+    assert {p: open(p, "rb").read() for p in files} == before and after == set(files) - {"RESULTS.md"}
+    shutil.rmtree("results/runs")
     with pytest.raises(SystemExit, match=f"error: RESULTS.md reports {committed} finished runs, and a new report "
                                          f"would hold 0 "):
         study.main(["--plan", "config/encoders_study.py", "--collect_only"])
-    assert {p: open(p, "rb").read() for p in before} == before and sorted(os.listdir(".")) == [
-        "RESULTS.md", "config", "results"]
+    assert open("RESULTS.md", "rb").read() == before["RESULTS.md"]
 
 
 def test_the_report_and_its_plots_are_written_together(tmp_path, monkeypatch):
