@@ -4,7 +4,8 @@ The transformer building blocks of this lab, written out by hand, and the models
 Read top to bottom: norms -> rotary and sinusoidal positions -> attention -> feed-forward -> Mamba's
 selective SSM -> Block -> shared config checks, initialization and FLOPs -> what every model shares
 (`TokenModel`) -> encoder classifier -> causal GPT -> LoRA -> Llama -> the seq2seq families
-(encoder-decoder, Mamba) -> the family registry -> checkpoints -> llama2.c's formats.
+(encoder-decoder, Mamba) -> the bag-of-words logistic regression (the non-neural baseline) -> the family
+registry -> checkpoints -> llama2.c's formats.
 
 Glossary (code name -> symbol in the study write-ups)
     B, T, C        batch size, sequence length, model width d
@@ -13,11 +14,12 @@ Glossary (code name -> symbol in the study write-ups)
     n_loops        recurrent iterations R (effective depth D_eff = N_layers * R)
     loop_alpha     cross-iteration residual scale alpha in h^(r+1) = F(h^(r)) + alpha * h^(r)
 
-Every model shares one `Block`. Anything that differs between model families (norm type, FFN type,
-position scheme, causal or not, number of key/value heads, attention or Mamba's SSM as the token
-mixer, a cross-attention sub-layer) is a field of the config or an argument of Block, dispatched in
-exactly one place. A run picks its family with the config key `model` (see FAMILIES at the end);
-the family's config dataclass fields are the run's model settings, with the family's own defaults.
+Every neural model shares one `Block` (the bag of words has none). Anything that differs between
+model families (norm type, FFN type, position scheme, causal or not, number of key/value heads,
+attention or Mamba's SSM as the token mixer, a cross-attention sub-layer) is a field of the config or
+an argument of Block, dispatched in exactly one place. A run picks its family with the config key
+`model` (see FAMILIES at the end); the family's config dataclass fields are the run's model settings,
+with the family's own defaults.
 """
 
 import math
@@ -1368,21 +1370,25 @@ class Mamba(TokenModel):
 # -----------------------------------------------------------------------------
 # Bag of words + logistic regression: the non-neural anchor of the encoder study
 #
-# The baseline every text classifier is measured against (Wang & Manning 2012; the TF-IDF + logistic
-# regression rows of GLUE-era papers): a document is the vector x of its unigram and n-gram weights, and
-# the classifier is one linear map, logits = x W + b, trained by cross-entropy. Nothing here is a Block,
-# and no position or word order is read beyond the n-grams themselves.
+# The baseline a text classifier has to beat (unigrams and bigrams: Wang & Manning 2012, "Baselines and
+# Bigrams"): a document is the vector x of its unigram and n-gram weights, and the classifier is one linear
+# map, logits = x W + b, trained by cross-entropy. Nothing here is a Block, and no word order is read
+# beyond the n-grams themselves.
 #
 # Features, all from the token ids the transformers read (the same vocabulary, [CLS] and padding):
-#     unigram t      feature t, one of vocab_size                        (rows 0 .. vocab_size - 1)
-#     n-gram t1..tn  vocab_size + hash(n, t1, .., tn) mod n_buckets, 2 <= n <= ngrams  (the hashing trick,
-#                    Weinberger et al. 2009: no n-gram vocabulary to build, at the price of collisions)
+#     unigram t      feature t                                  (rows 0 .. vocab_size - 1)
+#     n-gram t1..tn  feature vocab_size + h_n, 2 <= n <= ngrams, with h_0 = n and
+#                    h_k = (h_(k-1) * NGRAM_HASH_PRIME + t_k) mod n_buckets   (the hashing trick, Weinberger
+#                    et al. 2009: no n-gram vocabulary to build, at the price of collisions)
+# An [UNK] (a word outside the compact vocabulary: in test sentences only) is a feature like any other; never
+# seen in training, its row stays 0, but it takes its share of the document's norm.
 # Weights per document, as scikit-learn's TfidfVectorizer computes them without IDF (the model sees no data
 # when it is built, so it has no document frequencies):  v(tf) = 1 ('binary'), tf ('count') or 1 + log tf
 # ('log', sublinear_tf), then x = v / ||v|| (doc_norm 'l2' or 'l1'; 'none' keeps v). W is an
 # nn.EmbeddingBag of width n_classes, so x W is a weighted sum of the rows a document's features look up.
 
-NGRAM_HASH_PRIME = 1_000_003  # the multiplier of the polynomial n-gram hash; odd, so it scatters modulo 2^k
+NGRAM_HASH_PRIME = 1_000_003  # the polynomial hash's multiplier: odd, so multiplying by it modulo a power of two
+# (2^20 buckets) is a bijection that loses nothing of the hash so far
 
 
 @dataclass
@@ -1405,7 +1411,7 @@ class BagOfWordsConfig:
             (self.vocab_size >= 1, f"vocab_size={self.vocab_size} must be at least 1"),
             (self.n_classes >= 2, f"n_classes={self.n_classes} must be at least 2 (a classifier needs labels)"),
             (self.ngrams >= 1, f"ngrams={self.ngrams} must be at least 1 (1 = unigrams only)"),
-            # each step of the hash stays below n_buckets * NGRAM_HASH_PRIME, which int64 holds up to 2^31 buckets
+            # the hash's h * NGRAM_HASH_PRIME stays far inside int64 below 2^31 buckets (more would not fit in memory)
             (self.ngrams == 1 or 1 <= self.n_buckets <= 2**31, f"n_buckets={self.n_buckets}: 1 .. 2^31 for n-grams"),
             (self.tf in ("binary", "count", "log"), f"tf={self.tf!r}: expected 'binary', 'count' or 'log'"),
             (self.doc_norm in ("l2", "l1", "none"), f"doc_norm={self.doc_norm!r}: expected 'l2', 'l1' or 'none'"),
@@ -1443,8 +1449,8 @@ class BagOfWords(nn.Module):
         real[:, 0] = False  # [CLS] is in every document: a second bias, and a share of every norm
         ids, keep = [idx], [real]
         for n in range(2, cfg.ngrams + 1):
-            # the n-gram starting at t: tokens t .. t+n-1, all real; hashed as a polynomial in NGRAM_HASH_PRIME
-            # starting from n, so that a bigram and a trigram of the same ids fall apart
+            # the n-gram starting at t: tokens t .. t+n-1, all real; the hash starts from n, so an n-gram's
+            # order is part of its key
             m = max(0, T - n + 1)  # n-grams in a row of T tokens
             h = torch.full_like(idx[:, :m], n)  # (B, m)
             ok = torch.ones_like(real[:, :m])

@@ -174,8 +174,8 @@ def test_key_of_another_family_says_whose_it_is(tmp_path):
 
 
 def test_unknown_model_family():
-    with pytest.raises(ConfigError, match=r"model='rwkv': expected one of \['encdec', 'encoder', 'gpt', 'llama', "
-                       r"'mamba'\]"):
+    with pytest.raises(ConfigError, match=r"model='rwkv': expected one of \['bow', 'encdec', 'encoder', 'gpt', "
+                       r"'llama', 'mamba'\]"):
         make(["--model=rwkv"])
     with pytest.raises(ConfigError, match="model must be of type str"):
         make(["--model=3"])
