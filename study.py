@@ -1410,7 +1410,7 @@ def report_lines(plan, results, timing, depth, path, plots):
             params = f"{r['params'] / 1e6:.2f} M ({r['params_non_embedding'] / 1e6:.2f} M)"
             lines.append(f"| {label(r['config'])} | {len(r['seeds'])} of {r['planned']} | {' | '.join(acc)} | "
                          f"{params} | {fmt_num(r['size_mb'], '.1f')} | {fmt_num(r['flops_per_sample'], '.2e')} | "
-                         f"{latency(r['latency_ms'], first)} | {fmt_num(r['throughput'], ',.0f')} /s | "
+                         f"{latency(r['latency_ms'], first)} | {fmt_num(r['throughput'], ',.0f')}{' /s' * bool(r['throughput'])} | "
                          f"{r['train_minutes']:.1f} | {', '.join(map(str, r['iters']))} | "
                          f"{fmt_num(r['train_flops'], '.2e')} |")
         lines.append("")

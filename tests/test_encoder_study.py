@@ -430,7 +430,7 @@ def test_the_encoder_study_plan_loads(monkeypatch):
     plan = study.load_plan("config/encoders_study.py")  # and checked whole
     assert time.perf_counter() - start < 1.0
     cells = study.plan_cells(plan)
-    assert "sst2_glue" in cells and len(cells["sst2_glue"][1]) == 15  # 3 configs x 5 seeds
+    assert "sst2_glue" in cells and len(cells["sst2_glue"][1]) == 33  # 3 configs x 11 seeds
     with pytest.raises(ValueError, match="--cells \\['nope'\\]"):
         study.run_plan(plan, only=["nope"])
     names = {c["name"] for c in plan["cells"]}

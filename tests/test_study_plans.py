@@ -283,3 +283,30 @@ def test_the_committed_records_write_the_committed_report_again(tmp_path, monkey
     study.main(["--plan", "plan.py", "--collect_only"])
     assert open("RESULTS.md", "rb").read() == committed
     assert b"Finished runs: 4 of 4." in committed and b"## Conclusions" in committed and b"p=" in committed
+
+
+def results_rows(text):
+    """{(cell, model label): [the row's cells]} of RESULTS.md's cell tables."""
+    rows, cell = {}, None
+    for line in text.splitlines():
+        if line.startswith("### "):
+            cell = line[4:].split(":")[0]
+        elif cell and line.startswith("| ") and not line.startswith(("| model |", "|---")):
+            parts = [p.strip() for p in line.strip("|").split("|")]
+            rows[(cell, parts[0])] = parts
+    return rows
+
+
+def test_the_readme_results_table_agrees_with_results_md():
+    """The README's short results table (under '## Results') repeats RESULTS.md's figures: each of its rows
+    names a cell and a model, and its seeds, accuracy, F1, MCC, parameters, FLOPs and latency are that
+    cell's row in RESULTS.md, to the character."""
+    readme = open(os.path.join(REPO_ROOT, "README.md")).read()
+    section = readme.split("\n## Results\n", 1)[1].split("\n## ", 1)[0]
+    table = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| cell |")]
+    assert len(table) >= 2 and "(RESULTS.md)" in section
+    rows = results_rows(open(os.path.join(REPO_ROOT, "RESULTS.md")).read())
+    for line in table:
+        cell, model, seeds, acc, f1, mcc, params, flops, latency = [p.strip() for p in line.strip("|").split("|")]
+        row = rows[(cell, model)]
+        assert [seeds, acc, f1, mcc, params, flops, latency] == [row[i] for i in (1, 2, 3, 6, 7, 9, 10)], line
