@@ -800,9 +800,10 @@ def prepared_folder(cfg):
 
 def cell_data(folder, runs, summaries):
     """What the report needs of a cell's prepared dataset, kept in folder/data.json (beside its run records)
-    so that a clone without the data writes the same report: the test labels (McNemar's test) and the count
-    of training examples of each length (the length histograms). Written the first time the cell has a
-    finished run and its data is prepared here; {} until then."""
+    so that a clone without the data writes the same report: the training split's texts and tokens (the
+    tokens a run saw), and for a labelled set the test labels (McNemar's test) and the count of training
+    examples of each length (the length histograms). Written the first time the cell has a finished run and
+    its data is prepared here; {} until then."""
     path = os.path.join(folder, "data.json")
     if os.path.isfile(path):
         with open(path) as f:
@@ -812,11 +813,13 @@ def cell_data(folder, runs, summaries):
     if not prepared:
         return {}
     dataset = data.Dataset(prepared)
-    if dataset.task != "classification" or "test" not in dataset.splits:
-        return {}
-    lengths = np.bincount(dataset.splits["train"].lengths)
-    out = {"dataset": os.path.basename(prepared), "test_labels": [int(y) for y in dataset.splits["test"].labels],
-           "train_lengths": {str(n): int(c) for n, c in enumerate(lengths) if c}}
+    counts = dataset.meta.get("counts", {}).get("train", {})
+    out = {"dataset": os.path.basename(prepared), "train_texts": counts.get("n", counts.get("texts")),
+           "train_tokens": counts.get("tokens")}
+    if dataset.task == "classification" and "test" in dataset.splits:
+        lengths = np.bincount(dataset.splits["train"].lengths)
+        out.update(test_labels=[int(y) for y in dataset.splits["test"].labels],
+                   train_lengths={str(n): int(c) for n, c in enumerate(lengths) if c})
     os.makedirs(folder, exist_ok=True)
     data.write_json(path, out)
     return out
@@ -1282,6 +1285,19 @@ def timing_note(plan):
             "sentences/s in length-sorted batches of 256 (first 1,024 test sentences).")
 
 
+def tokens_seen(term, results):
+    """', about N tokens seen': the training tokens a term's runs saw, mean over seeds (steps x examples a
+    step x the training split's tokens per text, from its data.json); '' if its data was not recorded."""
+    cell, name = parse_term(term)[0]
+    record, runs, summaries = results[cell]
+    texts, tokens = record["data"].get("train_texts"), record["data"].get("train_tokens")
+    done = [s for (n, _), s in summaries.items() if n == name and s is not None]
+    if not texts or not tokens or not done:
+        return ""
+    seen = [s["iters"] * s["config"]["batch_size"] * s["config"].get("grad_accum", 1) * tokens / texts for s in done]
+    return f", about {float(np.mean(seen)):.3g} tokens seen: {float(np.mean(seen)) / tokens:.2f} epochs of {tokens:,}"
+
+
 def verdict_rows(plan, results, metrics):
     """{claim: judge's row} for every verdict of the plan, in its order."""
     return {claim["claim"]: judge(claim, results, metrics, plan["effect"]) for claim in plan["verdicts"]}
@@ -1385,8 +1401,8 @@ def report_lines(plan, results, timing, depth, path, plots):
             if cost and fine:
                 c, f = float(np.mean(list(cost.values()))), float(np.mean(list(fine.values())))
                 lines += ["", f"Cost of \"{claim['claim']}\": `{claim['cost']}` spent {c:.3g} training FLOPs "
-                              f"({float(np.mean(list(minutes.values()))):.1f} min), {c / f:.2f}× the {f:.3g} of "
-                              f"each fine-tuning run."]
+                              f"({float(np.mean(list(minutes.values()))):.1f} min{tokens_seen(claim['cost'], results)}), "
+                              f"{c / f:.2f}× the {f:.3g} of each fine-tuning run."]
     lines += ["", "A and B of each claim, as `cell/config`:", ""]
     lines += [f"- {c['claim']}: A = `{c['a']}`, B = `{c['b']}`" for c in plan["verdicts"]]
     lines += ["", "## Cells", ""]

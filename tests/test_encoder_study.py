@@ -378,7 +378,9 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
     assert "| plain | 2 of 2 |" in text and "| plain reaches 0 |" in text and "| yes |" in text
     assert "\nFinished runs: 4 of 4.\n" in text and study.reported_runs(str(report)) == 4
     assert "## Test-time depth" in text and "(trained: 2)" in text
-    assert 'Cost of "looped beats plain": `a/tiny_plain` spent' in text  # training FLOPs beside the gain
+    # training FLOPs beside the gain, and the tokens seen: 4 steps of 8 of the 64 training texts
+    assert re.search(r'Cost of "looped beats plain": `a/tiny_plain` spent \S+ training FLOPs \([0-9.]+ min, about '
+                     r'\S+ tokens seen: 0\.50 epochs of [0-9,]+\)', text)
     trained_on = os.path.basename(tiny_dataset)  # one frontier per training set
     for png in ("learning_curves.png", "test_time_depth.png", f"frontier_{trained_on}.png"):
         assert f"(results/{png})" in text and os.path.isfile(tmp_path / "results" / png)
