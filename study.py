@@ -1305,9 +1305,9 @@ def verdict_rows(plan, results, metrics):
 
 def conclusion_line(conclusion, row, effect):
     """One plain sentence on a claim of the seed write-ups: confirmed, refuted or not settled, from its
-    verdict's row, with the smallest effect the study could have seen and what would settle it. A claim of
-    comparable performance (`margin`) is confirmed when the whole interval lies within +-margin, refuted
-    when it lies wholly outside."""
+    verdict's row, with the smallest effect the study could have seen and what would settle it. A claim that
+    A keeps B's performance (`margin`: a non-inferiority claim) is confirmed when the whole interval of A - B
+    lies above -margin (A is at most `margin` worse, if at all), refuted when it lies wholly below."""
     head = f"- **{conclusion['claim']}** ({conclusion['source']}): "
     note = f" {conclusion['note']}" if conclusion.get("note") else ""
     if row["verdict"] == "not run":
@@ -1317,10 +1317,9 @@ def conclusion_line(conclusion, row, effect):
     if m is None:
         status = {"confirmed": "confirmed", "refuted": "refuted"}.get(row["verdict"], "not settled")
     else:
-        status = ("confirmed" if -m <= row["lo"] and row["hi"] <= m else
-                  "refuted" if row["lo"] > m or row["hi"] < -m else "not settled")
+        status = "confirmed" if row["lo"] >= -m else "refuted" if row["hi"] < -m else "not settled"
     figures = (f"A − B = {row['mean']:+.4f} in {row['metric']}, 95 % interval [{row['lo']:+.4f}, {row['hi']:+.4f}] "
-               f"over {row['n']} seeds (A = `{row['a']}`, B = `{row['b']}`" + (f"; comparable means within ±{m:g}"
+               f"over {row['n']} seeds (A = `{row['a']}`, B = `{row['b']}`" + (f"; keeping B's performance means A − B ≥ −{m:g}"
                                                                               if m is not None else "") + ")")
     if status != "not settled":
         return f"{head}**{status}**: {figures}.{note}"

@@ -111,7 +111,8 @@ conclusions = [
          verdict="recurrent beats baseline: sst2_standard"),
     dict(claim="The recurrent encoder keeps the baseline's accuracy with about a third of its parameters",
          source="000, sec. 5: '64 % parameter reduction while maintaining comparable performance'", margin=0.01,
-         verdict="recurrent beats baseline: sst2_glue", note="Comparable is read as within one point."),
+         verdict="recurrent beats baseline: sst2_glue", note="Read as non-inferiority: at most one point worse "
+         "than the baseline, if worse at all."),
     dict(claim="Its advantage comes from weight sharing, not from the narrower width", source="001, 'Rationale "
          "for fixed configurations': the setup 'isolates the architectural contribution of recurrence'",
          verdict="weight sharing at equal width: 3 shared layers x 2 loops beat 6 unshared (256 wide)"),

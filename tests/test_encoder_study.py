@@ -81,11 +81,12 @@ def test_conclusion_lines_say_confirmed_refuted_or_not_settled():
     assert "could see is 0.0175; 11 seeds would find a true difference of 0.01." in line
     assert "**confirmed**" in study.conclusion_line(claim, {**row, "verdict": "confirmed", "lo": 0.001}, 0.01)
     assert "**refuted**" in study.conclusion_line(claim, {**row, "verdict": "refuted", "hi": -0.001}, 0.01)
-    # comparable within a margin: the whole interval inside is confirmed, wholly outside refuted
-    same = {**claim, "margin": 0.02}
-    assert "**confirmed**: " in study.conclusion_line(same, row, 0.01)
-    assert "**refuted**: " in study.conclusion_line(same, {**row, "lo": 0.021, "hi": 0.03}, 0.01)
-    assert "**not settled**: " in study.conclusion_line(same, {**row, "lo": 0.01, "hi": 0.03}, 0.01)
+    # A keeps B's performance (non-inferiority, margin m): the whole interval above -m is confirmed, however
+    # far above (A better is no contradiction), wholly below -m refuted, across -m not settled
+    same = {**claim, "margin": 0.005}
+    assert "**confirmed**: " in study.conclusion_line(same, {**row, "lo": -0.004, "hi": 0.05}, 0.01)
+    assert "**refuted**: " in study.conclusion_line(same, {**row, "lo": -0.03, "hi": -0.006}, 0.01)
+    assert "**not settled**: " in study.conclusion_line(same, row, 0.01)  # [-0.006, +0.014] crosses -0.005
     assert "**not settled**: not run yet (paired seeds finished: 1; A = `c/r`" in study.conclusion_line(
         claim, {**row, "verdict": "not run", "n": 1}, 0.01)
 
