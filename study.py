@@ -6,6 +6,7 @@ The study runner: config files x overrides x seeds, trained by train.py and comp
     python study.py config/sst2_recurrent.py --grid n_loops=1,2,3 --seeds 1 2 3 --set max_epochs=1
     python study.py ... --collect_only --json study.json     # only read finished runs; never train
     python study.py --plan config/encoders_study.py          # a study plan's cells, then RESULTS.md (see below)
+    python study.py --plan config/encoders_study.py --time   # after the training: time the checkpoints, quietly
 
 Each run is `python train.py CONFIG --KEY=VALUE... --seed=N --out_dir=OUT_ROOT/<name>/seed<N>`, where
 <name> is the config file's stem, followed by @key=value,... for a --grid point. The runner works for
@@ -17,6 +18,11 @@ reaches each run as SIGTERM and makes it save) continues from there with --init_
 gives the same weights as an uninterrupted run. A run is never replaced: if seed<N> holds a run of other
 settings (the config file was edited since), that run is left as it is and this one goes beside it, to
 seed<N>-2 (then -3, ...), where later calls find it.
+
+A plan (--plan) also records each finished run in the repository (results/runs/<cell>/<config>/seed<N>:
+summary, log, settings, measurements; never a checkpoint), counts a recorded run as finished, and writes
+its report from the records alone, so a fresh clone writes the same RESULTS.md; latency comes from a
+pass of its own on a quiet machine (--time).
 
 Bad input (an unknown key, a repeated seed, a plan's mistake, a run that failed) is a
 configurator.UserError, printed as one line `error: ...`; a study plan is checked whole before the
