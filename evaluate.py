@@ -51,7 +51,8 @@ import torch.nn.functional as F
 import configurator
 import data
 import kernels
-from model import CheckpointError, LlamaConfig, family_settings, load_checkpoint, raw_model, read_llama2c
+from model import (CheckpointError, LlamaConfig, build_model, family_settings, load_checkpoint, raw_model,
+                   read_llama2c)
 
 # -----------------------------------------------------------------------------
 # devices and precision (train.py uses these too)
@@ -503,6 +504,23 @@ def load(path, device):
     if "data" not in ckpt or "config" not in ckpt:
         raise CheckpointError(f"{path} has no data/config record; it was not written by train.py")
     return model, ckpt
+
+
+def untrained(path, split, device):
+    """(a model with fresh weights, its run's split `split`) from a run's full settings (the config.py that
+    study.py records beside a run: every key train.py resolved), for timing an architecture whose trained
+    checkpoint is gone. Raises ConfigError if the file does not hold a classifier's settings."""
+    cfg = {key: value for key, value, _ in configurator.read_settings([path])}
+    missing = [k for k in ("model", "dataset") if k not in cfg]
+    if missing:
+        raise configurator.ConfigError(f"--untrained {path}: not a run's full settings (no {', '.join(missing)}); "
+                                       f"give the config.py of a run record")
+    dataset = data.load_dataset(cfg)
+    if dataset.task != "classification":
+        raise configurator.ConfigError(f"--untrained {path}: a {dataset.task} run; --interleave times classifiers")
+    torch.manual_seed(0)
+    model = build_model(cfg["model"], cfg, dataset.facts()).to(device).eval()
+    return model, dataset.splits[split]
 
 
 def checkpoint_dataset(ckpt, path):
@@ -1315,6 +1333,9 @@ def parser():
     p.add_argument("--no_timing", action="store_true", help="skip latency and throughput")
     p.add_argument("--interleave", action="store_true", help="classifiers: time all the --ckpt models in turns, "
                    "round after round, so that a slow spell of the machine falls on all of them alike")
+    p.add_argument("--untrained", nargs="+", default=[], metavar="CONFIG", help="with --interleave: also time "
+                   "these runs' architectures (a run's full settings, as study.py records them in config.py) with "
+                   "fresh weights, for runs whose checkpoint is gone: a forward's time does not depend on the weights")
     p.add_argument("--loops", type=int, nargs="+", default=None, help="classifiers: also score a looped encoder "
                    "with each of these numbers of loops (test-time depth, no retraining), e.g. --loops 1 2 3 4")
     p.add_argument("--max_errors", type=int, default=50, help="seq2seq: wrong translations to print (all go to --json)")
@@ -1389,7 +1410,12 @@ def check_args(p, args):
     seq2seq_words(args.words, "--words", sep=",")
     if args.bench:
         return
-    if not args.ckpt:
+    if args.untrained and not args.interleave:
+        raise configurator.ConfigError("--untrained times architectures beside checkpoints: give --interleave too")
+    for path in args.untrained:
+        if not os.path.isfile(path):
+            raise configurator.ConfigError(f"--untrained {path}: no such file")
+    if not args.ckpt and not args.untrained:
         raise configurator.ConfigError("give --ckpt (or a config file that sets ckpt)")
     if args.zero_shot is not None:
         labelled = sorted(k for k, v in data.DATASETS.items() if v.task == "classification")
@@ -1458,7 +1484,7 @@ def evaluate_checkpoints(args, device):
     """Each --ckpt's report (by its task, or zero-shot), the table, and --json."""
     ctx = autocast_context(device.split(":")[0], args.dtype)
     results, to_time = [], []
-    for path in args.ckpt:
+    for path in args.ckpt or []:
         if path in data.PRETRAINED and not os.path.exists(path):  # a name: 'stories260K'
             path = data.pretrained_file(path)
         model, ckpt = load(path, device)
@@ -1474,6 +1500,12 @@ def evaluate_checkpoints(args, device):
             to_time.append((model, checkpoint_dataset(ckpt, path).splits[args.split]))
         else:
             results.append(report(model, ckpt, path, args, device, ctx))
+    for path in args.untrained:  # a run's architecture with fresh weights, on its run's test split
+        model, split = untrained(path, args.split, device)
+        results.append({"ckpt": path, "task": "classification", "untrained": True,
+                        **{k: v for k, v in size_figures(model, path).items() if k != "ckpt_bytes"},
+                        "flops_per_sample": float(np.mean([model.flops_per_forward(int(t)) for t in split.lengths]))})
+        to_time.append((model, split))
     for r, figures in zip(results, interleaved_timing(to_time, device, ctx, args.repeats, args.batch_size)):
         r.update(figures, timed_interleaved=True)
     threads = torch.get_num_threads()

@@ -949,15 +949,23 @@ def measure(results, plan, remeasure=False, timed=False):
             seeds = finished_seeds(summaries, config)
             if seeds and summaries[(config, seeds[0])].get("test_n"):
                 firsts.append((name, config, *runs[(config, seeds[0])][1:]))
-    if timed:  # every checkpoint here in one evaluate.py process, timed in turns (evaluate.py --interleave)
-        here = [f for f in firsts if os.path.isfile(os.path.join(f[2]["out_dir"], "ckpt.pt")) and has_record(f[3])]
-        print(f"timing {len(here)} checkpoints in turns (of {len(firsts)} configs' first seeds; the others have no "
-              f"checkpoint here)")
+    if timed:  # every first seed in one evaluate.py process, timed in turns (evaluate.py --interleave)
+        firsts = [f for f in firsts if has_record(f[3])]
+        here = [f for f in firsts if os.path.isfile(os.path.join(f[2]["out_dir"], "ckpt.pt"))]
+        gone = [f for f in firsts if f not in here]  # trained in an earlier session: its architecture, fresh
+        print(f"timing {len(firsts)} configs' first seeds in turns: {len(here)} checkpoints, {len(gone)} "
+              f"architectures whose checkpoint is gone (fresh weights: a forward's time does not depend on them)")
         with tempfile.TemporaryDirectory() as tmp:
-            rows = evaluate_script(["--ckpt", *[os.path.join(f[2]["out_dir"], "ckpt.pt") for f in here], "--split",
-                                    "test", "--interleave"], os.path.join(tmp, "timing.json")) if here else []
-        for (_, _, _, record), row in zip(here, rows or []):
-            data.write_json(os.path.join(record, "measure.json"), row, indent=2)
+            argv = [*(["--ckpt", *[os.path.join(f[2]["out_dir"], "ckpt.pt") for f in here]] if here else []),
+                    *(["--untrained", *[os.path.join(f[3], "config.py") for f in gone]] if gone else []),
+                    "--split", "test", "--interleave"]
+            rows = evaluate_script(argv, os.path.join(tmp, "timing.json")) if firsts else []
+        for (_, _, _, record), row in zip(here + gone, rows or []):
+            path = os.path.join(record, "measure.json")
+            if row.get("untrained") and os.path.isfile(path):  # the checkpoint's figures stay, timed anew
+                with open(path) as f:
+                    row = {**json.load(f), **{k: row[k] for k in ("latency_ms", "throughput", "untrained")}}
+            data.write_json(path, row, indent=2)
     timing, depth = {}, {}
     for name, config, cfg, record in firsts:
         row = run_measurement(cfg, record, "measure.json", ["--split", "test", "--no_timing"],
@@ -1285,8 +1293,9 @@ def timing_note(plan):
     return ("Timing (latency, throughput): one pass after the training, on a quiet machine (load average "
             f"{c['load_before']:.2f} before, {c['load_after']:.2f} after): {c['machine']}, {c['threads']} thread, "
             f"float32, torch {c['torch']}, code at commit {c['commit']}; evaluate.py --interleave on each config's "
-            "first seed's best checkpoint, all of them in one process, timed in turns (3 rounds, each model once a "
-            "round); latency = median ms per sentence at batch 1 over the "
+            "first seed's best checkpoint (or, where it is gone, trained in an earlier session, on its architecture "
+            "with fresh weights: a forward's time does not depend on them), all of them in one process, timed in "
+            "turns (3 rounds, each model once a round); latency = median ms per sentence at batch 1 over the "
             "first 200 test sentences × 3 passes (in brackets: the ratio to the cell's first model); throughput = "
             "sentences/s in length-sorted batches of 256 (first 1,024 test sentences).")
 

@@ -464,7 +464,13 @@ def test_a_fresh_clone_writes_the_same_report_from_the_run_records(tiny_dataset,
     with pytest.raises(SystemExit, match="the machine is busy \\(load average 1.70"):
         study.main(["--plan", "plan.py", "--time"])
     monkeypatch.setattr(study, "machine_load", lambda: 0.05)
-    study.main(["--plan", "plan.py", "--time"])
+    os.rename("out/s/a/tiny_looped/seed1/ckpt.pt", "ckpt.pt")  # trained in an earlier session, say
+    study.main(["--plan", "plan.py", "--time"])  # its architecture is timed with fresh weights, in turns
+    looped = json.loads(open("results/runs/a/tiny_looped/seed1/measure.json").read())
+    assert looped["untrained"] and looped["latency_ms"] > 0 and "accuracy" in looped  # its measured figures stay
+    plain = json.loads(open("results/runs/a/tiny_plain/seed1/measure.json").read())
+    assert "untrained" not in plain and plain["latency_ms"] > 0 and plain["timed_interleaved"]
+    os.rename("ckpt.pt", "out/s/a/tiny_looped/seed1/ckpt.pt")
     records = sorted(os.path.relpath(os.path.join(d, f), "results/runs") for d, _, fs in os.walk("results/runs")
                      for f in fs)
     measured = {("tiny_looped", 1): ["depth.json", "measure.json"], ("tiny_looped", 2): ["depth.json"],

@@ -303,3 +303,18 @@ def test_interleaved_timing_times_the_models_in_turns(tiny_ckpt, monkeypatch):
     a, b = tiny_ckpt[0]
     with pytest.raises(SystemExit, match="--interleave times classifiers on their test splits"):
         evaluate.main(["--ckpt", a, b, "--interleave", "--file", tiny_ckpt[1], "--device", "cpu"])
+
+
+def test_untrained_architectures_are_timed_only_beside_interleave(tiny_ckpt, tmp_path):
+    """--untrained times a run's architecture from its recorded settings (fresh weights); it needs
+    --interleave, an existing file, and a run's full settings."""
+    a = tiny_ckpt[0][0]
+    partial = tmp_path / "partial.py"
+    partial.write_text("n_layer = 2\n")
+    cases = [(["--ckpt", a, "--untrained", "x.py"], "--untrained times architectures beside checkpoints: give "
+                                                     "--interleave"),
+             (["--ckpt", a, "--interleave", "--untrained", str(tmp_path / "none.py")], "no such file"),
+             (["--interleave", "--untrained", str(partial)], "not a run's full settings \\(no model, dataset\\)")]
+    for args, message in cases:
+        with pytest.raises(SystemExit, match=message):
+            evaluate.main([*args, "--device", "cpu"])
