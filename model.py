@@ -192,7 +192,9 @@ class Attention(nn.Module):
         keys, False for padding, over all S keys attended to; rope: (cos, sin) or None; cache: a KVCache
         holding the keys and values of positions 0 .. start-1, which this call extends (incremental
         decoding), so S = start + T; kv: (B, S, C), the sequence the keys and values come from, if not
-        x (cross-attention). Returns (y, weights) with weights None unless asked for."""
+        x (cross-attention). Returns (y, weights) with weights None unless asked for.
+        start may also be a (1,) tensor (a compiled decode step's position, see `decode`): then S is the
+        whole cache, and key_mask must hide the positions not written yet."""
         B, T, C = x.shape
         src = x if kv is None else kv
         q = self.wq(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
@@ -202,8 +204,8 @@ class Attention(nn.Module):
             # queries sit at positions start .. start+T-1; the keys computed here at start .. start+S'-1, which
             # is the same when they come from x, and all S positions when a Block computes only its first
             # queries (kv = the whole normalized sequence, start 0). Cross-attention has no rope.
-            q = apply_rope(q, rope[0][start:start + T], rope[1][start:start + T])
-            k = apply_rope(k, rope[0][start:start + k.size(2)], rope[1][start:start + k.size(2)])
+            q = apply_rope(q, *(table_rows(t, start, T) for t in rope))
+            k = apply_rope(k, *(table_rows(t, start, k.size(2)) for t in rope))
         if cache is not None:
             k, v = cache.update(start, k, v)  # (B, nkv, S, hs): every key so far
         S = k.size(2)
@@ -251,17 +253,33 @@ class Attention(nn.Module):
         return self.wo(y), (weights if need_weights else None)
 
 
+def table_rows(table, start, n):
+    """Rows start .. start+n-1 of a per-position table (RoPE's cos or sin).
+    start is an int, or a (1,) tensor: a compiled decode step's position, which the graph reads as data,
+    so one graph serves every position (a Python int would be baked into it, or guarded on)."""
+    if torch.is_tensor(start):
+        return table[start + torch.arange(n, device=start.device)]
+    return table[start:start + n]
+
+
 class KVCache:
     """The keys and values one attention layer has computed, for incremental decoding: a step feeds
     only the new tokens and attends to everything before them from here (Pope et al. 2022, sec. 3).
-    Buffers are (B, nkv, max_len, hs), filled from position 0 up."""
+    Buffers are (B, nkv, max_len, hs), allocated once and filled from position 0 up."""
 
     def __init__(self, batch_size, n_kv_head, max_len, head_dim, device, dtype):
         self.k = torch.zeros(batch_size, n_kv_head, max_len, head_dim, device=device, dtype=dtype)
         self.v = torch.zeros_like(self.k)
 
     def update(self, start, k, v):
-        """Store k, v (B, nkv, T, hs) at positions start .. start+T-1; return all keys and values so far."""
+        """Store k, v (B, nkv, T, hs) at positions start .. start+T-1; return all keys and values so far.
+        With start a (1,) tensor (a static-shape compiled step) the whole buffers come back, the same
+        shape at every position: the caller's key mask hides what is not written yet."""
+        if torch.is_tensor(start):
+            pos = start + torch.arange(k.size(2), device=k.device)
+            self.k.index_copy_(2, pos, k)
+            self.v.index_copy_(2, pos, v)
+            return self.k, self.v
         end = start + k.size(2)
         if end > self.k.size(2):
             raise ValueError(f"the cache holds {self.k.size(2)} positions; position {end - 1} does not fit")
@@ -553,13 +571,13 @@ class TokenModel(nn.Module):
         normalized by emb_norm if the config asks for it. idx holds positions start .. start+T-1.
         (A family with emb_scale != 1 multiplies E_tok(t) by it first.)"""
         T = idx.size(1)
-        if start + T > self.cfg.block_size:
+        if not torch.is_tensor(start) and start + T > self.cfg.block_size:  # (a tensor start: `decode` checked)
             raise ValueError(f"sequence of length {start + T} is longer than block_size={self.cfg.block_size}")
         h = self.tok_emb(idx)  # (B, T, C)
         if self.emb_scale != 1.0:
             h = h * self.emb_scale
         if self.pos_emb is not None:
-            h = h + self.pos_emb(torch.arange(start, start + T, device=idx.device))  # (T, C) broadcast over B
+            h = h + self.pos_emb(torch.arange(T, device=idx.device) + start)  # (T, C) broadcast over B
         if getattr(self, "seg_emb", None) is not None:
             h = h + self.seg_emb(segments if segments is not None else torch.zeros_like(idx))
         return self.emb_norm(h) if self.emb_norm is not None else h
@@ -567,6 +585,13 @@ class TokenModel(nn.Module):
     def rope(self):
         """The (cos, sin) tables for attention, or None when positions are not rotary."""
         return (self.rope_cos, self.rope_sin) if self.cfg.pos == "rope" else None
+
+    def new_cache(self, batch_size, max_len=None):
+        """One empty KVCache per layer, for max_len positions (default: the whole context)."""
+        cfg = self.cfg
+        p = self.tok_emb.weight
+        return [KVCache(batch_size, cfg.n_kv_head, max_len or cfg.block_size, cfg.n_embd // cfg.n_head, p.device,
+                        p.dtype) for _ in range(cfg.n_layer)]
 
     def param_counts(self):
         """Total, embedding (token/position/segment tables) and non-embedding parameter counts.
@@ -773,6 +798,88 @@ def sample_next(logits, temperature=1.0, top_k=None, top_p=None, epsilon=None, g
         cut = (sorted_p.cumsum(-1) - sorted_p) >= top_p * sorted_p.sum(-1, keepdim=True)
         probs = probs.scatter(-1, order, sorted_p.masked_fill(cut, 0.0))
     return torch.multinomial(probs, 1, generator=generator)  # multinomial renormalizes
+
+
+DECODE_MODES = ("eager", "compiled")
+STATIC_DECODE = ("cuda",)  # device types whose compiled step has static shapes (CUDA graphs; see compile_step)
+COMPILE_BACKEND = "inductor"  # tests use dynamo's 'eager' backend: the same graph capture, no code generated
+
+
+def compile_step(step, static):
+    """torch.compile of a causal model's one-token decode step, `step(idx, start, key_mask, cache)`.
+
+    A small model's token costs calls, not arithmetic: stories260K's step is ~330 PyTorch operations of a
+    few microseconds each. Compiled, the step is a handful of fused kernels called in one go.
+      dynamic (CPU): inductor's C++ kernels, called from its C++ wrapper (no Python between them). The
+           position is an int and attention reads only the keys written so far; one graph serves every
+           position from 2 on (torch.compile specializes the sizes 0 and 1: `decode` runs those eagerly)
+           and, from batch size 2 on, every batch size.
+      static (CUDA): every token replays one CUDA graph (mode 'reduce-overhead'), which needs the same
+           shapes every time: the position is a (1,) tensor and the whole cache is attended to, its
+           unwritten keys masked out (`real`: True on the cache positions that are not padding)."""
+    if not static:
+        options = {"cpp_wrapper": True} if COMPILE_BACKEND == "inductor" else None
+        return torch.compile(step, backend=COMPILE_BACKEND, fullgraph=True, dynamic=True, options=options)
+
+    def static_step(idx, pos, real, cache):
+        key_mask = real & (torch.arange(real.size(1), device=real.device) <= pos)  # (B, L): written, not padding
+        return step(idx, pos, key_mask, cache)
+    mode = "reduce-overhead" if COMPILE_BACKEND == "inductor" else None
+    return torch.compile(static_step, backend=COMPILE_BACKEND, mode=mode, fullgraph=True, dynamic=False)
+
+
+def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager"):
+    """The decoding loop of the causal language models (Llama, GPT). idx (B, P + steps) holds the prompts
+    in its first P columns, left-padded; mask (B, P + steps) is True on real tokens, None without padding.
+    Fills columns P, P+1, ... with pick(logits (B, V)) -> (B,), the next token of each row, and stops
+    when every row has produced eos_id. Returns the number of columns filled.
+
+    use_cache=False runs the whole sequence again at every step (the reference the cache is tested
+    against). With the cache, the prompt goes through once (prefill), then one token a step, either eagerly
+    (mode 'eager') or through `compile_step` (mode 'compiled'; the compiled step is built once per model
+    and device, and the same tokens come out: tests/test_llama.py holds them equal)."""
+    B, total = idx.shape
+    dev = idx.device
+    static = mode == "compiled" and dev.type in STATIC_DECODE
+    cache = None
+    if use_cache:
+        # a static step needs one cache length for every call, so that its graph never changes: the context
+        cache = model.new_cache(B, model.cfg.block_size if static else total)
+    compiled = None
+    if use_cache and mode == "compiled":
+        steps = model.__dict__.setdefault("_compiled_steps", {})  # not a submodule: never saved or moved
+        key = (dev.type, static, COMPILE_BACKEND)
+        if key not in steps:
+            steps[key] = compile_step(model.step, static)
+        compiled = steps[key]
+        if static:
+            for c in cache:  # CUDA graphs replay on fixed addresses: the cache is written in place, never copied
+                torch._dynamo.mark_static_address(c.k)
+                torch._dynamo.mark_static_address(c.v)
+            real = torch.ones(B, cache[0].k.size(2), dtype=torch.bool, device=dev)
+            if mask is not None:
+                real[:, :total] = mask
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    end = P
+    for t in range(P, total):
+        key_mask = mask[:, :t] if mask is not None else None
+        if not use_cache:
+            logits = model.step(idx[:, :t], 0, key_mask, None)
+        elif t == P:  # prefill: the whole prompt at once
+            logits = model.step(idx[:, :t], 0, key_mask, cache)
+        elif compiled is None or t - 1 < 2:
+            logits = model.step(idx[:, t - 1:t], t - 1, key_mask, cache)
+        elif static:
+            logits = compiled(idx[:, t - 1:t], torch.tensor([t - 1], device=dev), real, cache)
+        else:
+            logits = compiled(idx[:, t - 1:t], t - 1, key_mask, cache)
+        idx[:, t] = pick(logits)
+        end = t + 1
+        if eos_id is not None:
+            done |= idx[:, t] == eos_id
+            if bool(done.all()):
+                break
+    return end
 
 
 # -----------------------------------------------------------------------------
@@ -1042,27 +1149,27 @@ class Llama(TokenModel):
             return 2 * self.cfg.n_embd * self.cfg.n_classes
         return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size
 
-    def new_cache(self, batch_size, max_len=None):
-        """One empty KVCache per layer, for max_len positions (default: the whole context)."""
-        cfg = self.cfg
-        p = self.tok_emb.weight
-        return [KVCache(batch_size, cfg.n_kv_head, max_len or cfg.block_size, cfg.n_embd // cfg.n_head, p.device,
-                        p.dtype) for _ in range(cfg.n_layer)]
+    def step(self, idx, start, key_mask, cache):
+        """The next-token logits (B, V) after idx (B, T), the tokens at positions start .. start+T-1 (the
+        cache holds those before): `decode`'s step, the one compiled."""
+        return self(idx, key_mask, cache=cache, start=start)[0][:, -1]
 
     @torch.no_grad()
     def generate(self, prompts, max_new_tokens, temperature=1.0, top_k=None, top_p=None, epsilon=None,
-                 eos_id=None, generator=None, use_cache=True):
+                 eos_id=None, generator=None, use_cache=True, mode="eager"):
         """Continue each prompt (a list of token-id lists, lengths may differ) by up to max_new_tokens
         tokens, stopping a sequence at eos_id (kept) and every sequence at the context length.
         Prompts are padded on the left and the padding masked out, so each row sees only its own
         tokens; RoPE depends only on relative position, so the shift changes nothing. With use_cache,
-        the prompt is run once and each step feeds one token (KVCache); without, every step runs
-        the whole sequence again (the reference the cache is tested against). Sampling: sample_next.
-        Returns the new tokens of each sequence, a list of lists."""
+        the prompt is run once and each step feeds one token (KVCache), eagerly or compiled (mode, see
+        `decode`); without, every step runs the whole sequence again (the reference the cache is tested
+        against). Sampling: sample_next. Returns the new tokens of each sequence, a list of lists."""
         if isinstance(prompts, torch.Tensor):
             prompts = prompts.tolist()
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token (llama2.c starts from BOS = 1)")
+        if mode not in DECODE_MODES:
+            raise ValueError(f"mode={mode!r}: expected one of {DECODE_MODES}")
         B, P = len(prompts), max(len(p) for p in prompts)
         steps = max(0, min(max_new_tokens, self.cfg.block_size - P))
         dev = self.tok_emb.weight.device
@@ -1071,25 +1178,10 @@ class Llama(TokenModel):
         for b, p in enumerate(prompts):
             idx[b, P - len(p):P] = torch.tensor(p, dtype=torch.long)
             mask[b, P - len(p):] = True
-        padded = bool((~mask[:, :P]).any())
         was_training = self.training
         self.eval()
-        cache = self.new_cache(B, P + steps) if use_cache else None
-        done = torch.zeros(B, dtype=torch.bool, device=dev)
-        end = P  # positions filled
-        for t in range(P, P + steps):
-            key_mask = mask[:, :t] if padded else None
-            if use_cache:  # feed what the cache has not seen: the whole prompt, then one token a step
-                first = 0 if t == P else t - 1
-                logits, _ = self(idx[:, first:t], key_mask, cache=cache, start=first)
-            else:
-                logits, _ = self(idx[:, :t], key_mask)
-            idx[:, t] = sample_next(logits[:, -1], temperature, top_k, top_p, epsilon, generator)[:, 0]
-            end = t + 1
-            if eos_id is not None:
-                done |= idx[:, t] == eos_id
-                if bool(done.all()):
-                    break
+        pick = lambda logits: sample_next(logits, temperature, top_k, top_p, epsilon, generator)[:, 0]  # noqa: E731
+        end = decode(self, idx, mask if bool((~mask[:, :P]).any()) else None, P, pick, eos_id, use_cache, mode)
         self.train(was_training)
         new = idx[:, P:end].tolist()
         return [row[:row.index(eos_id) + 1] if eos_id in row else row for row in new]

@@ -137,6 +137,43 @@ def test_generation_stops_at_eos_and_at_the_context():
         m.generate([[]], 3)
 
 
+@pytest.fixture
+def traced_compile(monkeypatch):
+    """torch.compile with dynamo's 'eager' backend: the compiled step's graph capture (fullgraph, its
+    dynamic or static shapes, its guards) without inductor's code generation, which takes half a minute
+    (`test_stories260k_greedy_golden_compiled_by_inductor` does that, on request). Yields a switch to
+    the static (CUDA graphs) path on the CPU."""
+    monkeypatch.setattr(model, "COMPILE_BACKEND", "eager")
+
+    def static(on):
+        monkeypatch.setattr(model, "STATIC_DECODE", ("cpu", "cuda") if on else ("cuda",))
+    return static
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+@pytest.mark.parametrize("kw", [dict(temperature=0), dict(temperature=0.9, top_k=20, top_p=0.9, epsilon=0.01)],
+                         ids=["greedy", "sampled"])
+def test_the_compiled_step_decodes_as_the_eager_one(traced_compile, static, kw):
+    """mode='compiled' gives the eager tokens under the same generator (sampling draws from the step's
+    logits outside the graph: every cut at once here), for prompts of different lengths (left padding
+    masked) and a prompt of one token (its first steps run eagerly), without recompiling per token: both
+    shape schemes."""
+    traced_compile(static)
+    m = tiny_llama()
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    for prompts in ([[1, 5, 9, 2, 7], [1, 3], [1, 30, 31, 4]], [[1]]):
+        eager = m.generate(prompts, 15, generator=torch.Generator().manual_seed(3), **kw)
+        compiled = m.generate(prompts, 15, generator=torch.Generator().manual_seed(3), mode="compiled", **kw)
+        assert compiled == eager and len(eager[0]) == 15
+    if kw["temperature"] == 0:
+        assert len(set(eager[0])) > 2  # not a degenerate repetition: the comparison has teeth
+    compiles = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert compiles == 2, compiles  # one graph per batch shape, for every position
+    with pytest.raises(ValueError, match="mode="):
+        m.generate([[1]], 3, mode="fast")
+
+
 def test_epsilon_sampling_never_draws_a_filtered_token():
     probs = torch.tensor([0.5, 0.3, 0.15, 0.04, 0.01])
     logits = probs.log().expand(20000, 5)
@@ -385,9 +422,31 @@ def test_stories260k_greedy_golden():
     assert m.generate([[tok.bos_id]], 60, temperature=0, use_cache=False)[0] == out[:60]
 
 
-def test_evaluate_generates_from_a_llama2c_file(tmp_path, capsys):
-    """evaluate.py --ckpt on a llama2.c .bin: the golden text at temperature 0, tokens/s, and a clear
-    error for a file that is neither ours nor llama2.c's."""
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_stories260k_greedy_golden_compiled(traced_compile, static):
+    """The golden text again through the compiled step (graph capture: `traced_compile`), both shape schemes."""
+    traced_compile(static)
+    if not os.path.isfile(STORIES260K):
+        pytest.skip("no stories260K in the mirror")
+    m = read_llama2c(STORIES260K)
+    golden = m.generate([[1]], 200, temperature=0)[0]
+    assert m.generate([[1]], 200, temperature=0, mode="compiled")[0] == golden
+
+
+@pytest.mark.skipif(os.environ.get("COMPILE_TESTS") != "1", reason="inductor takes half a minute: COMPILE_TESTS=1 runs it")
+def test_stories260k_greedy_golden_compiled_by_inductor():
+    """The golden text from inductor's C++ code (what `evaluate.py --decode compiled` runs on a CPU). The
+    benchmark (`evaluate.py --bench generate`) checks the same tokens on every run."""
+    if not os.path.isfile(STORIES260K):
+        pytest.skip("no stories260K in the mirror")
+    m = read_llama2c(STORIES260K)
+    assert m.generate([[1]], 200, temperature=0, mode="compiled")[0] == m.generate([[1]], 200, temperature=0)[0]
+
+
+def test_evaluate_generates_from_a_llama2c_file(tmp_path, capsys, traced_compile):
+    """evaluate.py --ckpt on a llama2.c .bin: the golden text at temperature 0 from the compiled step (the
+    default), tokens/s and the compile time apart, and a clear error for a file that is neither ours nor
+    llama2.c's."""
     import evaluate
 
     if not os.path.isfile(STORIES260K):
@@ -397,7 +456,8 @@ def test_evaluate_generates_from_a_llama2c_file(tmp_path, capsys):
                    "--json", out, "--device", "cpu", "--gen_batch", "3", "--no_cache"])
     import json
     r = json.loads(open(out).read())
-    assert r["task"] == "generate" and r["new_tokens"] == 40 and r["gen_batch"] == 3
+    assert r["task"] == "generate" and r["new_tokens"] == 40 and r["gen_batch"] == 3 and r["decode"] == "compiled"
+    assert r["compile_s"] >= 0
     assert all(r[k] > 0 for k in ("tokens_per_s", "tokens_per_s_batch", "tokens_per_s_no_cache",
                                   "tokens_per_s_batch_no_cache"))
     assert GOLDEN_260K.startswith(r["sample"]) and len(r["sample"]) > 100
