@@ -853,6 +853,11 @@ def term_values(term, results, metric):
     return {seed: v - values[1][seed] for seed, v in values[0].items() if seed in values[1]}
 
 
+def planned_seeds(term, results):
+    """The seeds a term's runs are planned for (all of them, finished or not)."""
+    return set.intersection(*({seed for n, seed in results[cell][2] if n == name} for cell, name in parse_term(term)))
+
+
 def judge(claim, results, metrics, effect=0.01):
     """One verdict row: the claim that term a beats term b in `metric`, over the seeds both finished:
     mean difference, paired t-interval (decides), bootstrap interval, the smallest effect these seeds could
@@ -862,7 +867,8 @@ def judge(claim, results, metrics, effect=0.01):
     metric = claim.get("metric", "test_accuracy")
     a, b = term_values(claim["a"], results, metric), term_values(claim["b"], results, metric)
     seeds = sorted(set(a) & set(b))
-    row = {**claim, "metric": metric, "seeds": seeds, "n": len(seeds)}
+    row = {**claim, "metric": metric, "seeds": seeds, "n": len(seeds),
+           "planned": len(planned_seeds(claim["a"], results) & planned_seeds(claim["b"], results))}
     if len(seeds) < 2:
         return {**row, "verdict": "not run"}
     pair = ([b[s] for s in seeds], [a[s] for s in seeds])
@@ -1337,7 +1343,10 @@ def conclusion_line(conclusion, row, effect):
                f"over {row['n']} seeds (A = `{row['a']}`, B = `{row['b']}`" + (f"; keeping B's performance means A − B ≥ −{m:g}"
                                                                               if m is not None else "") + ")")
     if status != "not settled":
-        return f"{head}**{status}**: {figures}.{note}"
+        interim = "" if row["n"] >= row.get("planned", row["n"]) else (
+            f" Interim: {row['n']} of the {row['planned']} planned seeds; a verdict read before they are all in "
+            f"can still change.")
+        return f"{head}**{status}**: {figures}.{interim}{note}"
     needed = row["seeds_needed"]
     settle = f"{needed} seeds would find a true difference of {effect:g}" if needed else \
         f"more than 1,000 seeds would be needed to find a difference of {effect:g}"

@@ -80,6 +80,10 @@ def test_conclusion_lines_say_confirmed_refuted_or_not_settled():
                            "interval [-0.0060, +0.0140] over 5 seeds")
     assert "could see is 0.0175; 11 seeds would find a true difference of 0.01." in line
     assert "**confirmed**" in study.conclusion_line(claim, {**row, "verdict": "confirmed", "lo": 0.001}, 0.01)
+    # a verdict read before the planned seeds are all in says so (reading it as seeds land is optional stopping)
+    early = study.conclusion_line(claim, {**row, "verdict": "confirmed", "lo": 0.001, "planned": 11}, 0.01)
+    assert "Interim: 5 of the 11 planned seeds; a verdict read before they are all in can still change." in early
+    assert "Interim" not in study.conclusion_line(claim, {**row, "verdict": "confirmed", "lo": 0.001, "planned": 5}, 0.01)
     assert "**refuted**" in study.conclusion_line(claim, {**row, "verdict": "refuted", "hi": -0.001}, 0.01)
     # A keeps B's performance (non-inferiority, margin m): the whole interval above -m is confirmed, however
     # far above (A better is no contradiction), wholly below -m refuted, across -m not settled
