@@ -645,6 +645,45 @@ def llama_tokenizer_for(model, path, name=None):
     return name, tok
 
 
+# A compiled decode step costs about 30 s to build on a CPU the first time (a few seconds once inductor's cache
+# holds it) and saves about 2 ms a token at batch 1 (stories260K: about 400 -> 1,600 tokens/s on one core), so
+# it repays itself past some 15,000 generated tokens: `--decode auto` compiles from this many on.
+COMPILE_REPAYS = 20_000
+
+
+def decode_mode(args, tokens):
+    """The decode step a command uses: --decode, or for 'auto' the compiled step when it generates at least
+    COMPILE_REPAYS tokens in all, the eager one below that (said on one line either way)."""
+    if args.decode != "auto":
+        return args.decode
+    mode = "compiled" if tokens >= COMPILE_REPAYS else "eager"
+    print(f"decode step: {mode} (--decode auto: {tokens:,} tokens to generate, "
+          f"{'enough' if mode == 'compiled' else 'too few'} to repay compiling it, which pays from "
+          f"{COMPILE_REPAYS:,}; --decode eager|compiled chooses)")
+    return mode
+
+
+def generate_compiled(run, mode, auto):
+    """run(mode) -> result, with the compiled step built on the first call: if torch.compile cannot build it
+    (no C++ compiler, say), an --decode auto falls back to the eager step, an explicit --decode compiled is
+    an error that says so. Returns (result, mode used, seconds of the first call)."""
+    import torch._dynamo  # (its exceptions)
+    if mode == "compiled":
+        print("compiling the decode step (once per batch size: about half a minute the first time, seconds once "
+              "inductor's cache holds it)")
+    start = time.perf_counter()
+    try:
+        out = run(mode)
+    except torch._dynamo.exc.BackendCompilerFailed as e:
+        if not auto:
+            raise configurator.UserError(f"--decode compiled: torch.compile could not build the decode step ({e}); "
+                                         f"use --decode eager") from None
+        print(f"note: the compiled decode step could not be built ({type(e.__cause__).__name__}); decoding eagerly")
+        mode, start = "eager", time.perf_counter()
+        out = run(mode)
+    return out, mode, time.perf_counter() - start
+
+
 def sample_text(model, ckpt, prompt, args, device):
     """A sample from a language model: the prompt, continued by max_new_tokens generated tokens (a Llama:
     with its tokenizer, its KV cache and all its sampling options; a character GPT: characters)."""
@@ -654,7 +693,7 @@ def sample_text(model, ckpt, prompt, args, device):
         gen = torch.Generator(device=device).manual_seed(args.seed)
         out = model.generate([ids], args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.epsilon,
                              eos_id=tok.eos_id, generator=gen)[0]
-        return tok.decode(ids + out)
+        return tok.decode(ids + out), {}
     codec = data.CharCodec(ckpt["data"]["vocab"])
     try:
         ids = codec.encode("\n" if prompt is None else prompt)
@@ -664,18 +703,31 @@ def sample_text(model, ckpt, prompt, args, device):
         raise configurator.ConfigError("--prompt '' is empty: a character model continues at least one character "
                                        "(without --prompt it starts from a newline)")
     idx = torch.from_numpy(ids)[None].to(device)
-    gen = torch.Generator(device=device).manual_seed(args.seed)
-    out = model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, generator=gen)
-    return codec.decode(out[0].tolist())
+
+    def run(mode):  # the same sample every time: the generator starts from the seed
+        gen = torch.Generator(device=device).manual_seed(args.seed)
+        return model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                              generator=gen, mode=mode)
+
+    timing = not args.no_timing
+    mode = decode_mode(args, args.max_new_tokens * (1 + args.repeats * timing))
+    out, mode, first = generate_compiled(run, mode, args.decode == "auto")
+    figures = {"decode": mode}
+    if timing:  # the sample's own speed: batch 1, the KV cache, characters/s
+        secs = statistics.median(timed(lambda: run(mode), device) for _ in range(args.repeats))
+        figures["tokens_per_s"] = args.max_new_tokens / secs
+        if mode == "compiled":
+            figures["compile_s"] = max(0.0, first - secs)
+    return codec.decode(out[0].tolist()), figures
 
 
 def lm_report(model, ckpt, path, args, device, ctx):
     """The language model on its corpus's fixed validation windows, plus a sample (drawn first: a bad
     --prompt is refused before the evaluation runs)."""
-    sample = sample_text(model, ckpt, args.prompt, args, device)
+    sample, speed = sample_text(model, ckpt, args.prompt, args, device)
     val = checkpoint_dataset(ckpt, path).splits["val"]
     res = {"ckpt": path, "task": "lm",
-           **evaluate_lm(model, val, device, ctx, ckpt["config"].get("eval_windows", 0))}
+           **evaluate_lm(model, val, device, ctx, ckpt["config"].get("eval_windows", 0)), **speed}
     res.update(size_figures(model, path))
     T = model.cfg.block_size
     res["flops_per_token"] = model.flops_per_forward(T) / T
@@ -696,30 +748,18 @@ def generation_report(model, ckpt, path, args, device, ctx):
     both again without the cache."""
     name, tok = llama_tokenizer_for(model, path, args.tokenizer)
     ids = tok.encode(args.prompt or "", bos=True)
-    mode = "compiled" if args.decode == "auto" else args.decode
 
-    def run(batch=1, use_cache=True):  # the same sample every time: the generator starts from the seed
+    def run(batch=1, use_cache=True, mode="eager"):  # the same sample every time: the generator starts from the seed
         gen = torch.Generator(device=device).manual_seed(args.seed)
         with ctx:
             return model.generate([ids] * batch, args.max_new_tokens, args.temperature, args.top_k, args.top_p,
                                   args.epsilon, eos_id=tok.eos_id, generator=gen, use_cache=use_cache, mode=mode)
 
-    import torch._dynamo  # (its exceptions: a compiled step that cannot be built)
-    if mode == "compiled":
-        print("compiling the decode step (once per batch size: about half a minute the first time, seconds once "
-              "inductor's cache holds it; --decode eager skips it)")
-    try:
-        first = time.perf_counter()
-        out = run()[0]  # also the warm-up, and for a compiled step its compilation
-    except torch._dynamo.exc.BackendCompilerFailed as e:
-        if args.decode != "auto":
-            raise configurator.UserError(f"--decode compiled: torch.compile could not build the decode step ({e}); "
-                            f"use --decode eager") from None
-        print(f"note: the compiled decode step could not be built ({type(e.__cause__).__name__}); decoding eagerly")
-        mode = "eager"
-        first = time.perf_counter()
-        out = run()[0]
-    first = time.perf_counter() - first
+    timing = not args.no_timing
+    mode = decode_mode(args, args.max_new_tokens * (1 + timing * (1 + args.repeats) * (
+        1 + (args.gen_batch if args.gen_batch > 1 else 0))))
+    out, mode, first = generate_compiled(lambda m: run(mode=m), mode, args.decode == "auto")  # also the warm-up
+    out = out[0]
     res = {"ckpt": path, "task": "generate", "new_tokens": len(out), "decode": mode, **size_figures(model, path)}
     if not args.no_timing:
         plan = [(1, True)] + ([(args.gen_batch, True)] if args.gen_batch > 1 else [])
@@ -727,9 +767,9 @@ def generation_report(model, ckpt, path, args, device, ctx):
         compile_s = 0.0
         for batch, cache in plan:
             warm = time.perf_counter()
-            n = sum(map(len, run(batch, cache)))  # warm-up (a new batch size compiles), and the count: rows stop at EOS
+            n = sum(map(len, run(batch, cache, mode)))  # warm-up (a new batch size compiles); rows may stop at EOS
             warm = time.perf_counter() - warm if batch > 1 else first
-            secs = statistics.median(timed(lambda: run(batch, cache), device) for _ in range(args.repeats))
+            secs = statistics.median(timed(lambda: run(batch, cache, mode), device) for _ in range(args.repeats))
             res[f"tokens_per_s{'' if batch == 1 else '_batch'}{'' if cache else '_no_cache'}"] = n / secs
             compile_s += max(0.0, warm - secs) if mode == "compiled" and cache else 0.0
         res["gen_batch"] = args.gen_batch
@@ -1352,7 +1392,8 @@ def parser():
     p.add_argument("--decode", default="auto", choices=["auto", *DECODE_MODES],
                    help="Llama generation: the one-token step with the KV cache run eagerly, or compiled once "
                    "(torch.compile: C++ on a CPU, CUDA graphs on a GPU; its compile time is reported apart); "
-                   "auto: compiled, which measures 3-4x faster per token here, unless it cannot be built")
+                   "auto: compiled when the command generates enough tokens to repay compiling (COMPILE_REPAYS), "
+                   "and the compiled step can be built; else eager")
     p.add_argument("--seed", type=int, default=1337, help="seed of the sample")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])

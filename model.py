@@ -949,13 +949,14 @@ class GPT(TokenModel):
         # parameters() in all three variants. (It draws no random numbers: gains start at one.)
         self.emb_norm = None if cfg.emb_norm == "none" else make_norm(cfg.emb_norm, cfg)
 
-    def forward(self, idx, targets=None):
-        """idx: (B, T) token ids; targets: (B, T) the next token at each position, or None.
+    def forward(self, idx, targets=None, key_mask=None, cache=None, start=0):
+        """idx: (B, T) token ids at positions start .. start+T-1; targets: (B, T) the next token at each
+        position, or None; key_mask, cache: for decoding (see Llama.forward and `decode`).
         Returns (logits (B, T, vocab_size), mean cross-entropy over all positions or None)."""
-        x = self.drop(self.embed(idx))
+        x = self.drop(self.embed(idx, start=start))
         rope = self.rope()
-        for layer in self.layers:
-            x, _ = layer(x, None, rope)
+        for i, layer in enumerate(self.layers):
+            x, _ = layer(x, key_mask, rope, cache=None if cache is None else cache[i], start=start)
         logits = self.head(self.norm_f(x))
         loss = None
         if targets is not None:
@@ -965,20 +966,42 @@ class GPT(TokenModel):
     def head_flops(self, seq_len):
         return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size  # logits at every position
 
+    def step(self, idx, start, key_mask, cache):
+        """The next-token logits (B, V) after idx (B, T) at positions start ..: `decode`'s step."""
+        return self(idx, key_mask=key_mask, cache=cache, start=start)[0][:, -1]
+
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
-        """Extend idx (B, T) by max_new_tokens sampled tokens, feeding back the last block_size.
-        temperature=0 takes the most likely token (greedy, deterministic); otherwise logits are
-        divided by the temperature, cut to the top_k most likely tokens if given, and sampled
-        with `generator` (a torch.Generator, for reproducible samples)."""
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None, use_cache=True,
+                 mode="eager"):
+        """Extend idx (B, T) by max_new_tokens sampled tokens. temperature=0 takes the most likely token
+        (greedy, deterministic); otherwise logits are divided by the temperature, cut to the top_k most
+        likely tokens if given, and sampled with `generator` (a torch.Generator, for reproducible samples).
+
+        Without the cache (the reference) every step runs the last block_size tokens again. With it
+        (`decode`: eager or compiled) tokens come one step each while the sequence fits the context, the same
+        tokens as the reference; past the context, learned positions cannot slide (a token's embedding
+        holds its absolute position), so the window restarts from the last half context, read in one pass,
+        and every token still sees at least block_size/2 tokens before it (the reference sees block_size)."""
         if temperature < 0:
             raise ValueError(f"temperature={temperature} must be >= 0")
+        if mode not in DECODE_MODES:
+            raise ValueError(f"mode={mode!r}: expected one of {DECODE_MODES}")
         was_training = self.training
         self.eval()
-        for _ in range(max_new_tokens):
-            logits, _ = self(idx[:, -self.cfg.block_size:])
-            nxt = sample_next(logits[:, -1], temperature, top_k=top_k, generator=generator)  # (B, 1)
-            idx = torch.cat((idx, nxt), dim=1)
+        pick = lambda logits: sample_next(logits, temperature, top_k=top_k, generator=generator)[:, 0]  # noqa: E731
+        L, left = self.cfg.block_size, max_new_tokens
+        use_cache = use_cache and L >= 2  # (a context of one token has no half to restart from)
+        while left > 0:
+            if not use_cache:
+                window = idx[:, -L:]
+            else:
+                window = idx if idx.size(1) < L else idx[:, -max(1, L // 2):]
+            P = window.size(1)
+            steps = min(left, L - P) if use_cache else 1
+            buf = torch.cat((window, window.new_zeros(window.size(0), steps)), dim=1)
+            end = decode(self, buf, None, P, pick, use_cache=use_cache, mode=mode)
+            idx = torch.cat((idx, buf[:, P:end]), dim=1)
+            left -= end - P
         self.train(was_training)
         return idx
 

@@ -470,16 +470,16 @@ def test_stories260k_greedy_golden_compiled_by_inductor():
 
 
 def test_evaluate_generates_from_a_llama2c_file(tmp_path, capsys, traced_compile):
-    """evaluate.py --ckpt on a llama2.c .bin: the golden text at temperature 0 from the compiled step (the
-    default), tokens/s and the compile time apart, and a clear error for a file that is neither ours nor
-    llama2.c's."""
+    """evaluate.py --ckpt on a llama2.c .bin: the golden text at temperature 0 from the compiled step,
+    tokens/s and the compile time apart, and a clear error for a file that is neither ours nor llama2.c's.
+    --decode auto compiles only when the command generates enough tokens to repay it."""
     import evaluate
 
     if not os.path.isfile(STORIES260K):
         pytest.skip("no stories260K in the mirror")
     out = str(tmp_path / "g.json")
     evaluate.main(["--ckpt", STORIES260K, "--temperature", "0", "--max_new_tokens", "40", "--repeats", "1",
-                   "--json", out, "--device", "cpu", "--gen_batch", "3", "--no_cache"])
+                   "--json", out, "--device", "cpu", "--gen_batch", "3", "--no_cache", "--decode", "compiled"])
     import json
     r = json.loads(open(out).read())
     assert r["task"] == "generate" and r["new_tokens"] == 40 and r["gen_batch"] == 3 and r["decode"] == "compiled"
@@ -489,6 +489,9 @@ def test_evaluate_generates_from_a_llama2c_file(tmp_path, capsys, traced_compile
     assert GOLDEN_260K.startswith(r["sample"]) and len(r["sample"]) > 100
     assert r["sample_args"]["tokenizer"] == "tok512"
     assert "generation, batch 1 (tokens/s)" in capsys.readouterr().out
+    args = evaluate.parse_args(["--ckpt", STORIES260K])
+    assert (evaluate.decode_mode(args, 2_000), evaluate.decode_mode(args, evaluate.COMPILE_REPAYS)) == ("eager", "compiled")
+    assert "too few to repay" in capsys.readouterr().out
     (tmp_path / "junk.bin").write_bytes(b"\0" * 64)
     with pytest.raises(SystemExit, match="llama2.c header"):
         evaluate.main(["--ckpt", str(tmp_path / "junk.bin"), "--device", "cpu"])

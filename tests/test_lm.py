@@ -117,20 +117,65 @@ def test_study_model_size():
     assert 1.55e6 < counts["total"] < 1.65e6
 
 
+def lively_gpt(seed=0, **kw):
+    """tiny_gpt with larger weights than the 0.02 init, so that greedy decoding does not repeat one token."""
+    torch.manual_seed(seed)
+    model = tiny_gpt(**kw).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.5)
+    return model
+
+
 def test_generate_greedy_is_deterministic_and_argmax():
-    torch.manual_seed(0)
-    model = tiny_gpt()
+    """Without the cache (the reference) every step takes the argmax after the last block_size tokens."""
+    model = lively_gpt()
     prompt = torch.tensor([[1, 2, 3]])
-    a = model.generate(prompt, 12, temperature=0)  # longer than block_size: the context is cropped
-    b = model.generate(prompt, 12, temperature=0)
-    assert torch.equal(a, b) and a.shape == (1, 15) and torch.equal(a[:, :3], prompt)
+    a = model.generate(prompt, 12, temperature=0, use_cache=False)  # longer than block_size: the context is cropped
+    assert torch.equal(a, model.generate(prompt, 12, temperature=0, use_cache=False))
+    assert a.shape == (1, 15) and torch.equal(a[:, :3], prompt) and len(set(a[0].tolist())) > 3
     idx = prompt
     with torch.no_grad():
         for _ in range(12):
             logits, _ = model(idx[:, -9:])
             idx = torch.cat((idx, logits[:, -1].argmax(-1, keepdim=True)), 1)
     assert torch.equal(a, idx)
-    assert torch.equal(model.generate(prompt, 12, temperature=1.0, top_k=1), a)  # top-1 sampling is greedy
+    assert torch.equal(model.generate(prompt, 12, temperature=1.0, top_k=1, use_cache=False), a)  # top-1 is greedy
+
+
+@pytest.mark.parametrize("kw", [dict(temperature=0), dict(temperature=1.2, top_k=5)], ids=["greedy", "sampled"])
+def test_the_cache_gives_the_reference_tokens_within_the_context_and_restarts_past_it(kw):
+    """Within the context (9 positions) the cached steps give the reference's tokens (the same generator
+    draws); past it the window restarts from the last half context (4 tokens), read in one pass: the
+    token after a restart is the model's choice after exactly those tokens."""
+    model = lively_gpt()
+    prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    reference = model.generate(prompt, 6, generator=torch.Generator().manual_seed(1), use_cache=False, **kw)
+    cached = model.generate(prompt, 6, generator=torch.Generator().manual_seed(1), **kw)
+    assert torch.equal(cached, reference)
+    long = model.generate(prompt, 20, temperature=0)
+    assert long.shape == (2, 23) and torch.equal(long[:, :9], model.generate(prompt, 6, temperature=0, use_cache=False))
+    with torch.no_grad():
+        assert torch.equal(long[:, 9], model(long[:, 5:9])[0][:, -1].argmax(-1))  # restarted from positions 5..8
+        assert torch.equal(long[:, 10], model(long[:, 5:10])[0][:, -1].argmax(-1))  # then a cached step
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_the_compiled_step_decodes_as_the_eager_one(monkeypatch, static):
+    """mode='compiled' (graph capture by dynamo's 'eager' backend: no code generated, which takes half a
+    minute) gives the eager tokens, within the context and across its restarts, learned positions read at a
+    tensor position in the static scheme."""
+    import model as model_module
+    monkeypatch.setattr(model_module, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(model_module, "STATIC_DECODE", ("cpu", "cuda") if static else ("cuda",))
+    torch._dynamo.reset()
+    model = lively_gpt()
+    prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    for kw in (dict(temperature=0), dict(temperature=1.2, top_k=5)):
+        eager = model.generate(prompt, 20, generator=torch.Generator().manual_seed(2), **kw)
+        compiled = model.generate(prompt, 20, generator=torch.Generator().manual_seed(2), mode="compiled", **kw)
+        assert torch.equal(compiled, eager)
 
 
 def test_generate_sampling_follows_the_generator_seed():
@@ -346,6 +391,7 @@ def test_evaluate_lm_checkpoint(char_dataset, tmp_path, capsys):
     assert r["ppl"] == pytest.approx(math.exp(r["loss"])) and 0 <= r["accuracy"] <= 1 and r["emb_norm"] > 0
     assert r["sample"].startswith("ROMEO:") and len(r["sample"]) == 6 + 25
     assert r["latency_ms"] > 0 and r["throughput"] > 0 and r["flops_per_token"] > 0
+    assert r["decode"] == "eager" and r["tokens_per_s"] > 0  # the sample's speed (25 tokens: too few to compile)
     printed = capsys.readouterr().out
     assert "perplexity" in printed and r["sample"] in printed
     with pytest.raises(SystemExit, match="language model"):
