@@ -586,12 +586,13 @@ class TokenModel(nn.Module):
         """The (cos, sin) tables for attention, or None when positions are not rotary."""
         return (self.rope_cos, self.rope_sin) if self.cfg.pos == "rope" else None
 
-    def new_cache(self, batch_size, max_len=None):
-        """One empty KVCache per layer, for max_len positions (default: the whole context)."""
+    def new_cache(self, batch_size, max_len=None, n_layers=None):
+        """One empty KVCache per causal layer (n_layers, default cfg.n_layer), for max_len positions (default:
+        the whole context)."""
         cfg = self.cfg
         p = self.tok_emb.weight
         return [KVCache(batch_size, cfg.n_kv_head, max_len or cfg.block_size, cfg.n_embd // cfg.n_head, p.device,
-                        p.dtype) for _ in range(cfg.n_layer)]
+                        p.dtype) for _ in range(n_layers or cfg.n_layer)]
 
     def param_counts(self):
         """Total, embedding (token/position/segment tables) and non-embedding parameter counts.
@@ -1322,12 +1323,14 @@ class EncoderDecoder(TokenModel):
                 weights.append(w)
         return self.enc_norm(h)
 
-    def decode(self, idx, memory, src_mask=None, weights=None):
-        """idx: (B, T) target input ([SOS] + target so far) -> logits (B, T, V). Appends each layer's
-        (self-attention, cross-attention) weights to `weights` if a list is given."""
-        h = self.drop(self.embed(idx))
-        for layer in self.decoder:
-            h, w = layer(h, None, self.rope(), weights is not None, memory=memory, memory_mask=src_mask)
+    def decode(self, idx, memory, src_mask=None, weights=None, cache=None, start=0):
+        """idx: (B, T) target input ([SOS] + target so far) at positions start .. start+T-1 -> logits
+        (B, T, V); cache: one KVCache per decoder layer holding the positions before start (translate).
+        Appends each layer's (self-attention, cross-attention) weights to `weights` if a list is given."""
+        h = self.drop(self.embed(idx, start=start))
+        for i, layer in enumerate(self.decoder):
+            h, w = layer(h, None, self.rope(), weights is not None, cache=None if cache is None else cache[i],
+                         start=start, memory=memory, memory_mask=src_mask)
             if weights is not None:
                 weights.append(w)
         return self.head(self.norm_f(h))
@@ -1347,17 +1350,24 @@ class EncoderDecoder(TokenModel):
         return logits, loss
 
     @torch.no_grad()
-    def translate(self, src, max_new_tokens, sos_id, eos_id, src_mask=None):
+    def translate(self, src, max_new_tokens, sos_id, eos_id, src_mask=None, use_cache=True):
         """Greedy decoding: the most likely next token each step, until every row has produced eos_id
         or max_new_tokens (at most block_size - 1). src: (B, S). Returns (B, steps) token ids; a row
-        that ended repeats eos_id to the end. The memory is computed once; the decoder runs the whole
-        target so far each step (words are short, so no cache)."""
+        that ended repeats eos_id to the end. The memory is computed once; with use_cache the decoder
+        feeds one token a step, its self-attention keys and values kept (KVCache; the cross-attention's
+        keys come from the memory again each step, a source word of a few characters); without, it runs
+        the whole target so far each step (the reference)."""
         was_training = self.training
         self.eval()
         memory = self.encode(src, src_mask)
         idx = torch.full((src.size(0), 1), sos_id, dtype=torch.long, device=src.device)
         steps = min(max_new_tokens, self.cfg.block_size - 1)
-        out = greedy_extend(lambda x: self.decode(x, memory, src_mask)[:, -1], idx, steps, eos_id)
+        if use_cache:
+            cache = self.new_cache(src.size(0), steps + 1, self.cfg.n_dec_layer)
+            step = lambda x: self.decode(x[:, -1:], memory, src_mask, cache=cache, start=x.size(1) - 1)[:, -1]  # noqa: E731
+        else:
+            step = lambda x: self.decode(x, memory, src_mask)[:, -1]  # noqa: E731
+        out = greedy_extend(step, idx, steps, eos_id)
         self.train(was_training)
         return out
 

@@ -358,6 +358,22 @@ def test_greedy_translation_is_the_argmax_of_its_own_teacher_forcing(make, layou
     assert torch.equal(predicted, out)
 
 
+@pytest.mark.parametrize("pos", ["sinusoidal", "rope"])
+def test_the_decoder_cache_translates_as_the_full_recompute(pos):
+    """The encoder-decoder's decoder fed one token a step through its cache gives the logits of the whole
+    target at once, position by position; its cached greedy translation gives the tokens of running the
+    whole target each step."""
+    m = encdec(pos=pos, n_layer=2)
+    src = torch.tensor([[5, 9, 12, 2, 0], [7, 3, 20, 11, 2]])
+    mask = src != 0
+    memory, target = m.encode(src, mask), torch.randint(3, 30, (2, 7))
+    cache = m.new_cache(2, 7, m.cfg.n_dec_layer)
+    steps = [m.decode(target[:, t:t + 1], memory, mask, cache=cache, start=t) for t in range(7)]
+    torch.testing.assert_close(torch.cat(steps, 1), m.decode(target, memory, mask), atol=1e-5, rtol=1e-5)
+    cached = m.translate(src, 12, data.SOS, data.EOS, mask)
+    assert torch.equal(cached, m.translate(src, 12, data.SOS, data.EOS, mask, use_cache=False))
+
+
 # -----------------------------------------------------------------------------
 # training and evaluation through train.py and evaluate.py
 
