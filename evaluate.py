@@ -704,10 +704,10 @@ def sample_text(model, ckpt, prompt, args, device):
                                        "(without --prompt it starts from a newline)")
     idx = torch.from_numpy(ids)[None].to(device)
 
-    def run(mode):  # the same sample every time: the generator starts from the seed
+    def run(mode, use_cache=True):  # the same sample every time: the generator starts from the seed
         gen = torch.Generator(device=device).manual_seed(args.seed)
         return model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                              generator=gen, mode=mode)
+                              generator=gen, use_cache=use_cache, mode=mode)
 
     timing = not args.no_timing
     mode = decode_mode(args, args.max_new_tokens * (1 + args.repeats * timing))
@@ -718,6 +718,9 @@ def sample_text(model, ckpt, prompt, args, device):
         figures["tokens_per_s"] = args.max_new_tokens / secs
         if mode == "compiled":
             figures["compile_s"] = max(0.0, first - secs)
+        if args.no_cache:  # the reference: every character runs the last block_size characters again
+            secs = statistics.median(timed(lambda: run("eager", False), device) for _ in range(args.repeats))
+            figures["tokens_per_s_no_cache"] = args.max_new_tokens / secs
     return codec.decode(out[0].tolist()), figures
 
 
@@ -1388,7 +1391,8 @@ def parser():
     p.add_argument("--tokenizer", default=None, help="Llama: 'tok512', 'llama2' or a tokenizer.bin (default: by "
                    "vocabulary size, 512 or 32,000)")
     p.add_argument("--gen_batch", type=int, default=1, help="Llama generation: also time this many prompts at once")
-    p.add_argument("--no_cache", action="store_true", help="Llama generation: also time it without the KV cache")
+    p.add_argument("--no_cache", action="store_true", help="language models' generation: also time it without the "
+                   "KV cache (every token runs the whole context again)")
     p.add_argument("--decode", default="auto", choices=["auto", *DECODE_MODES],
                    help="Llama generation: the one-token step with the KV cache run eagerly, or compiled once "
                    "(torch.compile: C++ on a CPU, CUDA graphs on a GPU; its compile time is reported apart); "
