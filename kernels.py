@@ -10,6 +10,9 @@ Function with a Triton forward and backward, beside a `*_reference` of the same 
     flash_attention_triton(q, k, v, key_mask=None, causal=False)
                                                     FlashAttention-2 (Dao 2023) with key padding, causal
                                                     masking and grouped-query heads; no dropout
+    selective_scan_triton(x, delta, A, Bm, Cm, discretization="zoh_approx", chunk=64)
+                                                    Mamba's selective scan (Gu & Dao 2023, Algorithm 2),
+                                                    discretization included, the states never stored
 Triton is optional: it is imported at the first call of a Triton function (triton_available() says whether
 one can run: on CUDA, or on the CPU in Triton's interpreter, TRITON_INTERPRET=1 set before triton's import).
 
@@ -245,8 +248,131 @@ def selective_scan(a, b, impl="sequential", h0=None):
     return _SCAN_FNS[impl](a, b, h0=h0)
 
 
+def discretize(delta, A, Bm, x, method):
+    """The continuous (A, B) at step size Delta made discrete, for diagonal A (so every inverse is a
+    division). delta, x: (B, T, D); A: (D, N); Bm: (B, T, N). Returns (a_bar, bx_bar), each (B, T, D, N).
+        'zoh_approx'  A-bar = exp(Delta A),  B-bar = Delta B   (Mamba's simplification, Gu & Dao sec. 3.5.2)
+        'zoh'         A-bar = exp(Delta A),  B-bar = (Delta A)^-1 (exp(Delta A) - I) Delta B   (exact zero-order
+                      hold, Mamba eq. 4); for diagonal A that is (exp(Delta A) - 1) / A * B
+        'bilinear'    A-bar = (I - Delta A/2)^-1 (I + Delta A/2),  B-bar = (I - Delta A/2)^-1 Delta B   (S4 eq. 3)
+    A < 0 and Delta > 0, so Delta A < 0: exp(Delta A) is in (0, 1); the bilinear A-bar is in (-1, 1), negative
+    once Delta A < -2 (the scans handle signs)."""
+    dA = delta[..., None] * A  # (B, T, D, N)
+    dBx = (delta * x)[..., None] * Bm[:, :, None, :]  # (B, T, D, N): Delta B x
+    if method == "zoh_approx":
+        return torch.exp(dA), dBx
+    if method == "zoh":
+        a_bar = torch.exp(dA)
+        # expm1: exp(dA) - 1 without the cancellation that loses its digits as dA -> 0
+        return a_bar, torch.expm1(dA) / A * (x[..., None] * Bm[:, :, None, :])  # (exp(dA) - 1)/(dA) * Delta B x
+    if method == "bilinear":
+        inv = 1.0 / (1 - dA / 2)
+        return inv * (1 + dA / 2), inv * dBx
+    raise ValueError(f"discretization={method!r}: expected one of {DISCRETIZATIONS}")
+
+
+DISCRETIZATIONS = ("zoh_approx", "zoh", "bilinear")
+
+
+def selective_scan_reference(x, delta, A, Bm, Cm, discretization="zoh_approx", scan="sequential"):
+    """The output of Mamba's selective SSM before its skip and gate, y (B, T, D), the plain way: every
+    state materialized. x, delta: (B, T, D); A: (D, N); Bm, Cm: (B, T, N).
+        a_bar, bx_bar = discretize(delta, A, Bm, x)     (B, T, D, N) each
+        h_t = a_bar_t h_{t-1} + bx_bar_t                 the scan, (B, T, D, N)
+        y_t = sum_n C_t[n] h_t[:, n]                     (B, T, D)
+    What the fused scans (selective_scan_chunked, selective_scan_triton) compute without storing h."""
+    a_bar, bx_bar = discretize(delta, A, Bm, x, discretization)
+    h = selective_scan(a_bar, bx_bar, scan)  # (B, T, D, N)
+    return (h @ Cm[..., None]).squeeze(-1)  # (B, T, D): C_t h_t, per channel
+
+
+def _scan_chunk(x, delta, A, Bm, Cm, h0, discretization, scan):
+    """One chunk of the fused scan: (y (B, L, D), the state after its last step (B, D, N)), from the state
+    h0 before its first step. Its (B, L, D, N) intermediates live only as long as the chunk."""
+    a_bar, bx_bar = discretize(delta, A, Bm, x, discretization)
+    h = selective_scan(a_bar, bx_bar, scan, h0=h0)  # (B, L, D, N)
+    return (h @ Cm[..., None]).squeeze(-1), h[:, -1]
+
+
+_COMPILED_CHUNK = {}  # backend -> torch.compile(_scan_chunk), built at the first compiled call
+
+
+def _chunk_fn(compile):
+    """_scan_chunk, or its torch.compile (`compile`: an inductor backend name, or False). Compiled, a chunk's
+    discretization, scan steps and contraction become a few fused loops, forward and backward, instead of
+    some ten PyTorch operations a step. Shapes are dynamic after the first recompile (batch sizes and the
+    last chunk's length vary)."""
+    if not compile:
+        return _scan_chunk
+    if compile not in _COMPILED_CHUNK:
+        _COMPILED_CHUNK[compile] = torch.compile(_scan_chunk, backend=compile)
+    return _COMPILED_CHUNK[compile]
+
+
+class _ChunkedScan(torch.autograd.Function):
+    """selective_scan_chunked's autograd: the forward keeps only y and the state at each chunk's start
+    (B, T/chunk, D, N); the backward walks the chunks from the last, recomputes each one's states from its
+    saved start (gradient checkpointing, one chunk at a time: Chen et al. 2016, as Mamba recomputes its
+    states in the backward, Gu & Dao 2023 sec. 3.3.2) and differentiates it, passing the gradient that
+    reaches its start state on to the chunk before."""
+
+    @staticmethod
+    def forward(ctx, x, delta, A, Bm, Cm, discretization, chunk, scan, compile):
+        B, T, D = x.shape
+        h = x.new_zeros(B, D, A.size(1))
+        ys, starts = [], []
+        for s in range(0, T, chunk):
+            starts.append(h)
+            y, h = _chunk_fn(compile)(x[:, s:s + chunk], delta[:, s:s + chunk], A, Bm[:, s:s + chunk], Cm[:, s:s + chunk],
+                               h, discretization, scan)
+            ys.append(y)
+        ctx.save_for_backward(x, delta, A, Bm, Cm, torch.stack(starts, 1))  # starts: (B, chunks, D, N)
+        ctx.settings = (discretization, chunk, scan, compile)
+        return torch.cat(ys, 1)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gy):
+        x, delta, A, Bm, Cm, starts = ctx.saved_tensors
+        discretization, chunk, scan, compile = ctx.settings
+        grads = [torch.zeros_like(t) for t in (x, delta, Bm, Cm)]
+        gA = torch.zeros_like(A)
+        g_end = torch.zeros_like(starts[:, 0])  # the gradient reaching a chunk's last state from the chunks after it
+        for c in reversed(range(starts.size(1))):
+            s = c * chunk
+            with torch.enable_grad():
+                parts = [t[:, s:s + chunk].detach().requires_grad_() for t in (x, delta, Bm, Cm)]
+                a, h0 = A.detach().requires_grad_(), starts[:, c].detach().requires_grad_()
+                y, h_end = _chunk_fn(compile)(parts[0], parts[1], a, parts[2], parts[3], h0, discretization, scan)
+                *g_parts, g_a, g_h0 = torch.autograd.grad((y, h_end), (*parts, a, h0), (gy[:, s:s + chunk], g_end))
+            for g, part in zip(grads, g_parts):
+                g[:, s:s + chunk] = part
+            gA += g_a
+            g_end = g_h0
+        gx, gdelta, gB, gC = grads
+        return gx, gdelta, gA, gB, gC, None, None, None, None
+
+
+def selective_scan_chunked(x, delta, A, Bm, Cm, discretization="zoh_approx", chunk=16, scan="sequential",
+                           compile=False):
+    """selective_scan_reference's y (B, T, D), computed `chunk` steps at a time: the (B, T, D, N) states and
+    discretized inputs exist for one chunk at a time, forward and backward (see _ChunkedScan), so the
+    scan's memory is O(B chunk D N + B T D + B (T/chunk) D N) instead of O(B T D N). `scan` is the
+    algorithm within a chunk (SCANS); compile='inductor' compiles the chunk (_chunk_fn; the first call
+    takes half a minute on a CPU), the same function."""
+    if x.shape != delta.shape or Bm.shape != Cm.shape or Bm.shape[:2] != x.shape[:2] or A.shape != (
+            x.size(-1), Bm.size(-1)):
+        raise ValueError(f"selective_scan_chunked: x and delta (B, T, D), A (D, N), Bm and Cm (B, T, N); got x "
+                         f"{tuple(x.shape)}, delta {tuple(delta.shape)}, A {tuple(A.shape)}, Bm {tuple(Bm.shape)}, "
+                         f"Cm {tuple(Cm.shape)}")
+    if chunk < 1:
+        raise ValueError(f"chunk={chunk}: at least one step")
+    return _ChunkedScan.apply(x, delta, A, Bm, Cm, discretization, chunk, scan, compile)
+
+
 # -----------------------------------------------------------------------------
-# Triton kernels: RMSNorm, LayerNorm, SwiGLU and flash attention, each forward and backward
+# Triton kernels: RMSNorm, LayerNorm, SwiGLU, flash attention and Mamba's selective scan, each forward and
+# backward
 #
 # Each public *_triton function is an autograd Function whose forward and backward are hand-written
 # Triton kernels, and each has a *_reference beside it: the same math in plain PyTorch, which the tests
@@ -302,6 +428,10 @@ def _triton_kernels():
                                "one, imports it), so Triton's own functions are compiled ones and the interpreter "
                                "cannot run: set the variable before anything imports triton")
         from types import SimpleNamespace
+        # Helpers that kernels call are looked up by name in this module when a kernel compiles, and Triton
+        # compiles calls to jitted functions only: so each helper's name is rebound to its jitted self.
+        for fn in _KERNEL_HELPERS:
+            globals()[fn.__name__] = triton.jit(fn)
         _TRITON = SimpleNamespace(**{fn.__name__: triton.jit(fn) for fn in _KERNELS})
     return _TRITON
 
@@ -316,10 +446,13 @@ def triton_available():
     return torch.cuda.is_available() or _interpreting()
 
 
-def _prepare(name, floats, others=()):
-    """The kernels, after checking that the tensors can reach them: one device, float32, float16 or
-    bfloat16 for `floats` (the masks in `others` are checked by their caller), and a CUDA device unless
-    Triton interprets (the interpreter takes CPU tensors)."""
+_KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _prepare(name, floats, others=(), dtypes=_KERNEL_DTYPES):
+    """The kernels, after checking that the tensors can reach them: one device, one of `dtypes` (float32,
+    float16 or bfloat16 unless told) for `floats` (the masks in `others` are checked by their caller), and
+    a CUDA device unless Triton interprets (the interpreter takes CPU tensors)."""
     kernels = _triton_kernels()
     devices = {t.device for t in (*floats, *others)}
     if len(devices) > 1:
@@ -329,8 +462,9 @@ def _prepare(name, floats, others=()):
         raise RuntimeError(f"{name}: Triton runs on CUDA tensors, got {device}. On the CPU, set TRITON_INTERPRET=1 "
                            f"before anything imports triton to run the kernels in Triton's interpreter (slow).")
     for t in floats:
-        if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-            raise ValueError(f"{name}: expected float32, float16 or bfloat16 tensors, got {t.dtype}")
+        if t.dtype not in dtypes:
+            names = [str(d).replace("torch.", "") for d in dtypes]
+            raise ValueError(f"{name}: expected {', '.join(names[:-1])} or {names[-1]} tensors, got {t.dtype}")
     return kernels
 
 
@@ -883,9 +1017,293 @@ def flash_attention_triton(q, k, v, key_mask=None, causal=False):
     return _FlashAttentionTriton.apply(q, k, v, key_mask, causal)
 
 
-# Every kernel above, jitted together by _triton_kernels() at the first call
+# --- The selective scan of Mamba (Gu & Dao 2023, Algorithm 2), fused: discretize, scan and read out at once
+#
+# selective_scan_reference's y without its (B, T, D, N) tensors. Each program owns one sequence b and a
+# block of BLOCK_D channels, and walks t = 0 .. T-1 keeping the block's state h (BLOCK_D, N) in registers:
+# at each step it discretizes (A, B) at the step Delta_t on the fly, from delta_t, A, B_t and x_t, updates
+# h, and writes only y_t = h_t C_t. This is the hardware-aware scan of sec. 3.3.2: the states live in fast
+# memory and never reach the GPU's main memory. Every `chunk` steps it also writes the state before the
+# chunk's first step ("starts": zeros, then the states after steps chunk-1, 2 chunk-1, ...; shape
+# (B, ceil(T/chunk), D, N)) for the backward.
+#
+# The backward runs the adjoint of the recurrence backwards in time. With g_t the gradient reaching h_t,
+#     g_t = dy_t[:, None] C_t[None, :] + a_{t+1} g_{t+1}     (from y_t, and from h_{t+1} = a_{t+1} h_t + ...)
+#     d a_t = g_t h_{t-1},   d bx_t = g_t,   dC_t = sum_d dy_t[d] h_t[d, :],
+# then through the discretization to d delta, dA, dB and dx. It needs h_{t-1} at every step, in reverse:
+# for each chunk, the last first, it recomputes the chunk's states from its saved start into a scratch
+# buffer of chunk + 1 states per program (memory independent of T), then walks that chunk backwards (sec.
+# 3.3.2's recomputation, one chunk at a time, as selective_scan_chunked does in PyTorch). dA (D, N) and dB,
+# dC (B, T, N) sum over channels, so over programs: each program writes its share to a float32 (float64)
+# partial buffer that torch then sums, as the norms' dweight (deterministic, no atomics). dB's and dC's
+# partials are (D / BLOCK_D) B T N numbers each, N / BLOCK_D times x's size (half of it at Mamba's N = 16).
+#
+#   code name     meaning
+#   B, T, D, N    batch, time steps, channels, state size
+#   z             Delta_t A, (BLOCK_D, BLOCK_N): the exponent in the discretization
+#   a, s          A-bar = a(z), and B-bar's scale: bx_bar = s x_t B_t, i.e. s * x[:, None] * B_t[None, :]
+#   a_z, s_d, s_A da/dz, ds/dDelta and ds/dA (a depends on Delta and A only through z = Delta A)
+#   g, carry      the gradient reaching h_t, and a_t g_t, the part of it that reaches h_{t-1}
+#   starts        the state before each chunk's first step, (B, ceil(T/chunk), D, N)
+#   DISC          the discretization, numbered: 0 zoh_approx, 1 zoh, 2 bilinear
+#   ACC           the arithmetic's dtype: float64 if an input is float64, else float32
+#
+# The three discretizations (discretize() above) as a and s, and the derivatives the backward chains through:
+#   zoh_approx  a = e^z                  s = Delta               a_z = e^z             s_d = 1    s_A = 0
+#   zoh         a = e^z                  s = Delta phi(z)        a_z = e^z             s_d = e^z  s_A = Delta^2 phi'(z)
+#   bilinear    a = (1 + z/2)/(1 - z/2)  s = Delta / (1 - z/2)   a_z = 1/(1 - z/2)^2   s_d = a_z  s_A = Delta^2 a_z / 2
+# where phi(z) = (e^z - 1)/z, so that zoh's B-bar x, (e^z - 1)/A B x, is Delta phi(z) B x (and zoh's s_d is
+# phi + z phi' = e^z). Then d delta = sum_n (d a a_z A + d s s_d), dA = sum_t (d a a_z Delta + d s s_A), with
+# d a = g h_{t-1} and d s = g x B_t.
+#
+# Numerical care. Written as (e^z - 1)/A, zoh's B-bar loses digits as z -> 0, where e^z - 1 cancels (float32
+# keeps about 7 - log10(1/|z|) digits of it), and is 0/0 where A = 0 (the kernels' masked padding). So it is
+# Delta phi(z), with phi and phi'(z) = (e^z - phi)/z summed from their Taylor series where |z| < 1/2
+# (phi = sum_k z^k/(k+1)!, phi' = sum_k (k+1) z^k/(k+2)!; 8 terms in float32 and 15 in float64 leave
+# truncation errors below 2e-8 and 2e-18 at |z| = 1/2) and taken directly beyond it, where e^z - 1 and
+# e^z - phi cancel about two bits at most; phi = -1/z as e^z underflows, with no log (Kahan's (e^z - 1)/log(e^z)
+# would need one, and would divide by -inf there). The bilinear a is negative once z < -2: nothing here
+# takes a logarithm, so signs need no care (unlike a log-space scan), and 1 - z/2 > 1 for z < 0, so its
+# divisions are safe.
+
+
+MAX_SCAN_STATE = 256  # N: one (BLOCK_D, N) state tile per program lives in registers (Mamba uses N = 16)
+_DISC_CODES = {"zoh_approx": 0, "zoh": 1, "bilinear": 2}
+
+
+def _ssm_discretize(dlt, A, DISC: tl.constexpr, TERMS: tl.constexpr):
+    """(a, s, a_z, s_d, s_A) of the table above, each (BLOCK_D, BLOCK_N), for steps dlt (BLOCK_D, 1) and
+    A (BLOCK_D, BLOCK_N). A helper the kernels call by name, jitted by _triton_kernels() under that name
+    (Triton compiles calls to jitted functions only); the forward uses a and s, and the compiler drops the
+    rest after inlining."""
+    z = dlt * A
+    zero = tl.zeros(z.shape, z.dtype)
+    if DISC == 2:  # bilinear
+        inv = 1.0 / (1.0 - 0.5 * z)
+        a_z = inv * inv
+        a, s, s_d, s_A = (1.0 + 0.5 * z) * inv, dlt * inv, a_z, 0.5 * dlt * dlt * a_z
+    else:
+        a = tl.exp(z)
+        a_z = a
+        if DISC == 0:  # zoh_approx
+            s, s_d, s_A = dlt + zero, zero + 1.0, zero
+        else:  # zoh: phi(z) and phi'(z), the series where |z| < 1/2 (terms t_k = t_{k-1} z / (k+1), t_0 = 1)
+            term = zero + 1.0
+            phi_series = term
+            dphi_series = 0.5 * term
+            for k in tl.static_range(1, TERMS):
+                term = term * z * (1.0 / (k + 1))  # a constant's multiply, not a division per term
+                phi_series += term
+                dphi_series += term * ((k + 1) / (k + 2))
+            small = tl.abs(z) < 0.5
+            z_safe = tl.where(small, 1.0, z)  # the direct branch is computed everywhere: no 0/0 where z = 0
+            phi = tl.where(small, phi_series, (a - 1.0) / z_safe)
+            dphi = tl.where(small, dphi_series, (a - phi) / z_safe)
+            s, s_d, s_A = dlt * phi, a, dlt * dlt * dphi
+    return a, s, a_z, s_d, s_A
+
+
+def _sscan_fwd(X, DELTA, A, BM, CM, Y, STARTS, T, D, N, CHUNK,
+               DISC: tl.constexpr, ACC: tl.constexpr, TERMS: tl.constexpr,
+               BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The forward for sequence program_id(0) and the channels of block program_id(1): h_t = a_t h_{t-1} +
+    s_t x_t B_t and y_t = h_t C_t for t = 0 .. T-1 (Mamba eq. 2a-2b), h in registers; the state before each
+    chunk's first step goes to STARTS."""
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T D may pass 2^31
+    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    offs_n = tl.arange(0, BLOCK_N)
+    d_ok = offs_d < D
+    n_ok = offs_n < N
+    dn_ok = d_ok[:, None] & n_ok[None, :]
+    # padding loads as 0 everywhere, so z = 0 there, a = 1, s x B = 0: the padded states stay 0
+    a_mat = tl.load(A + offs_d[:, None] * N + offs_n[None, :], mask=dn_ok, other=0.0).to(ACC)  # (BLOCK_D, BLOCK_N)
+    h = tl.zeros((BLOCK_D, BLOCK_N), dtype=ACC)
+    n_chunks = tl.cdiv(T, CHUNK)
+    for c in range(0, n_chunks):
+        tl.store(STARTS + ((b * n_chunks + c) * D + offs_d[:, None]) * N + offs_n[None, :], h, mask=dn_ok)
+        for t in range(c * CHUNK, tl.minimum(c * CHUNK + CHUNK, T)):
+            row = b * T + t  # the (b, t) row of the (B, T, D) and (B, T, N) inputs
+            dlt = tl.load(DELTA + row * D + offs_d, mask=d_ok, other=0.0).to(ACC)
+            x = tl.load(X + row * D + offs_d, mask=d_ok, other=0.0).to(ACC)
+            b_t = tl.load(BM + row * N + offs_n, mask=n_ok, other=0.0).to(ACC)
+            c_t = tl.load(CM + row * N + offs_n, mask=n_ok, other=0.0).to(ACC)
+            a, s, _, _, _ = _ssm_discretize(dlt[:, None], a_mat, DISC, TERMS)
+            h = a * h + s * x[:, None] * b_t[None, :]
+            tl.store(Y + row * D + offs_d, tl.sum(h * c_t[None, :], axis=1).to(Y.dtype.element_ty), mask=d_ok)
+
+
+def _sscan_bwd(X, DELTA, A, BM, CM, DY, STARTS, SCRATCH, DX, DDELTA, DA_PART, DB_PART, DC_PART, T, D, N, CHUNK,
+               DISC: tl.constexpr, ACC: tl.constexpr, TERMS: tl.constexpr,
+               BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The backward for sequence program_id(0) and the channels of block program_id(1): the chunks from the
+    last, each recomputed forward from its start into this program's slots of SCRATCH ((CHUNK + 1) states,
+    slot i + 1 holding h_t for the chunk's i-th step and slot 0 its start), then walked backwards with the
+    adjoint recurrence (see above). Writes dx and d delta; its shares of dB and dC to its block's rows of
+    DB_PART and DC_PART ((D / BLOCK_D, B, T, N)), and its share of dA to DA_PART[b] ((B, D, N))."""
+    b = tl.program_id(0).to(tl.int64)
+    n_batch = tl.num_programs(0)
+    blk = tl.program_id(1)
+    n_blocks = tl.num_programs(1)
+    offs_d = blk * BLOCK_D + tl.arange(0, BLOCK_D)
+    offs_n = tl.arange(0, BLOCK_N)
+    d_ok = offs_d < D
+    n_ok = offs_n < N
+    dn_ok = d_ok[:, None] & n_ok[None, :]
+    a_mat = tl.load(A + offs_d[:, None] * N + offs_n[None, :], mask=dn_ok, other=0.0).to(ACC)
+    tile = tl.arange(0, BLOCK_D)[:, None] * BLOCK_N + offs_n[None, :]  # a state's place in a scratch slot
+    slots = SCRATCH + (b * n_blocks + blk) * (CHUNK + 1) * (BLOCK_D * BLOCK_N)  # this program's slots
+    part = (blk * n_batch + b) * T  # the first (block, b, t) row of DB_PART and DC_PART that is this program's
+    carry = tl.zeros((BLOCK_D, BLOCK_N), dtype=ACC)  # a_{t+1} g_{t+1}: 0 past the last step
+    da = tl.zeros((BLOCK_D, BLOCK_N), dtype=ACC)
+    n_chunks = tl.cdiv(T, CHUNK)
+    for cc in range(0, n_chunks):
+        c = n_chunks - 1 - cc
+        t0 = c * CHUNK
+        steps = tl.minimum(CHUNK, T - t0)  # the last chunk may be ragged
+        h = tl.load(STARTS + ((b * n_chunks + c) * D + offs_d[:, None]) * N + offs_n[None, :], mask=dn_ok,
+                    other=0.0)
+        # On a GPU the scratch is written by some threads and read by others: a barrier keeps the last
+        # chunk's reads before these writes, and the next one these writes before the reads below.
+        tl.debug_barrier()
+        tl.store(slots + tile, h)
+        for i in range(0, steps):
+            row = b * T + t0 + i
+            dlt = tl.load(DELTA + row * D + offs_d, mask=d_ok, other=0.0).to(ACC)
+            x = tl.load(X + row * D + offs_d, mask=d_ok, other=0.0).to(ACC)
+            b_t = tl.load(BM + row * N + offs_n, mask=n_ok, other=0.0).to(ACC)
+            a, s, _, _, _ = _ssm_discretize(dlt[:, None], a_mat, DISC, TERMS)
+            h = a * h + s * x[:, None] * b_t[None, :]
+            tl.store(slots + (i + 1) * (BLOCK_D * BLOCK_N) + tile, h)
+        tl.debug_barrier()
+        for j in range(0, steps):
+            i = steps - 1 - j
+            t = t0 + i
+            row = b * T + t
+            dlt = tl.load(DELTA + row * D + offs_d, mask=d_ok, other=0.0).to(ACC)
+            x = tl.load(X + row * D + offs_d, mask=d_ok, other=0.0).to(ACC)
+            b_t = tl.load(BM + row * N + offs_n, mask=n_ok, other=0.0).to(ACC)
+            c_t = tl.load(CM + row * N + offs_n, mask=n_ok, other=0.0).to(ACC)
+            dy = tl.load(DY + row * D + offs_d, mask=d_ok, other=0.0).to(ACC)
+            h_t = tl.load(slots + (i + 1) * (BLOCK_D * BLOCK_N) + tile)
+            h_prev = tl.load(slots + i * (BLOCK_D * BLOCK_N) + tile)
+            a, s, a_z, s_d, s_A = _ssm_discretize(dlt[:, None], a_mat, DISC, TERMS)
+            g = dy[:, None] * c_t[None, :] + carry  # (BLOCK_D, BLOCK_N): the gradient reaching h_t
+            g_a = g * h_prev  # d a_t
+            g_s = g * x[:, None] * b_t[None, :]  # d s_t
+            g_sb = g * s  # d (x_t B_t), as bx = s (x B)
+            tl.store(DDELTA + row * D + offs_d, tl.sum(g_a * a_z * a_mat + g_s * s_d, axis=1)
+                     .to(DDELTA.dtype.element_ty), mask=d_ok)
+            tl.store(DX + row * D + offs_d, tl.sum(g_sb * b_t[None, :], axis=1).to(DX.dtype.element_ty), mask=d_ok)
+            tl.store(DB_PART + (part + t) * N + offs_n, tl.sum(g_sb * x[:, None], axis=0), mask=n_ok)
+            tl.store(DC_PART + (part + t) * N + offs_n, tl.sum(dy[:, None] * h_t, axis=0), mask=n_ok)
+            da += g_a * a_z * dlt[:, None] + g_s * s_A
+            carry = a * g
+    tl.store(DA_PART + (b * D + offs_d[:, None]) * N + offs_n[None, :], da, mask=dn_ok)
+
+
+def _scan_config(D, N, interpreting):
+    """(BLOCK_D, BLOCK_N, launch options). BLOCK_N covers N; BLOCK_D channels make a tile of at most 512
+    states (32 channels at Mamba's N = 16), held by 4 warps, 4 states per thread. Small blocks keep more
+    programs running side by side, which is what a sequential scan has to offer a GPU (B D / BLOCK_D of
+    them); not tuned: no GPU was at hand when they were chosen. In the interpreter, 4 channels: the
+    tests' 5 channels then span two blocks, the second ragged, so the masks and the partial sums over
+    blocks are exercised."""
+    block_n = triton.next_power_of_2(N)
+    if interpreting:
+        return 4, block_n, {}
+    block_d = min(triton.next_power_of_2(D), max(1, 512 // block_n))
+    return block_d, block_n, {"num_warps": max(1, min(4, block_d * block_n // 128))}
+
+
+def _check_selective_scan(x, delta, A, Bm, Cm, discretization, chunk):
+    shapes = (f"x {tuple(x.shape)}, delta {tuple(delta.shape)}, A {tuple(A.shape)}, Bm {tuple(Bm.shape)}, "
+              f"Cm {tuple(Cm.shape)}")
+    if not (x.dim() == 3 and delta.shape == x.shape and Bm.dim() == 3 and Cm.shape == Bm.shape
+            and Bm.shape[:2] == x.shape[:2] and A.shape == (x.shape[2], Bm.shape[2])):
+        raise ValueError(f"selective_scan_triton: expected x and delta (B, T, D), A (D, N), Bm and Cm (B, T, N); "
+                         f"got {shapes}")
+    if min(*x.shape, Bm.shape[2]) == 0:
+        raise ValueError(f"selective_scan_triton: B, T, D and N must be at least 1; got {shapes}")
+    if Bm.shape[2] > MAX_SCAN_STATE:
+        raise ValueError(f"selective_scan_triton: state size N = {Bm.shape[2]} > MAX_SCAN_STATE={MAX_SCAN_STATE}")
+    if discretization not in _DISC_CODES:
+        raise ValueError(f"selective_scan_triton: discretization={discretization!r}, expected one of "
+                         f"{DISCRETIZATIONS}")
+    if not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"selective_scan_triton: chunk={chunk!r}, expected an int >= 1")
+
+
+class _SelectiveScanTriton(torch.autograd.Function):
+    """Mamba's selective scan (Gu & Dao 2023, Algorithm 2: the SSM with input-dependent Delta, B, C), fused
+    the way sec. 3.3.2 describes its hardware-aware scan: the discretization, the recurrence and the
+    read-out in one kernel, the states kept in fast memory (here, registers) and never written out but at
+    chunk boundaries; the backward recomputes them, a chunk at a time, from those boundaries, instead of
+    saving the (B, T, D, N) states. Memory: y (B, T, D) and the chunk starts (B, T/chunk, D, N) forward;
+    the backward adds one chunk of states per program (B, D/BLOCK_D, chunk + 1, BLOCK_D, BLOCK_N:
+    independent of T), the gradients, and the partial sums of dA, dB, dC over channel blocks."""
+
+    @staticmethod
+    def forward(ctx, x, delta, A, Bm, Cm, discretization, chunk):
+        floats = (x, delta, A, Bm, Cm)
+        kernels = _prepare("selective_scan_triton", floats, dtypes=_KERNEL_DTYPES + (torch.float64,))
+        acc = torch.float64 if any(t.dtype == torch.float64 for t in floats) else torch.float32
+        x, delta, A, Bm, Cm = (t.contiguous() for t in floats)
+        B, T, D = x.shape
+        N = A.shape[1]
+        chunk = min(chunk, T)  # a chunk longer than the sequence is the sequence (and sizes the scratch)
+        block_d, block_n, launch = _scan_config(D, N, _interpreting())
+        y = torch.empty((B, T, D), dtype=acc, device=x.device)
+        starts = torch.empty((B, triton.cdiv(T, chunk), D, N), dtype=acc, device=x.device)
+        settings = dict(DISC=_DISC_CODES[discretization], ACC=tl.float64 if acc == torch.float64 else tl.float32,
+                        TERMS=15 if acc == torch.float64 else 8, BLOCK_D=block_d, BLOCK_N=block_n, **launch)
+        kernels._sscan_fwd[(B, triton.cdiv(D, block_d))](x, delta, A, Bm, Cm, y, starts, T, D, N, chunk, **settings)
+        ctx.save_for_backward(x, delta, A, Bm, Cm, starts)
+        ctx.chunk, ctx.settings = chunk, settings
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        x, delta, A, Bm, Cm, starts = ctx.saved_tensors
+        B, T, D = x.shape
+        N = A.shape[1]
+        chunk, settings = ctx.chunk, ctx.settings
+        block_d, block_n = settings["BLOCK_D"], settings["BLOCK_N"]
+        n_blocks = triton.cdiv(D, block_d)
+        acc, device = starts.dtype, x.device
+        # per program, one chunk's states and the state before them
+        scratch = torch.empty((B, n_blocks, chunk + 1, block_d, block_n), dtype=acc, device=device)
+        dx, ddelta = torch.empty_like(x), torch.empty_like(delta)
+        da_part = torch.empty((B, D, N), dtype=acc, device=device)
+        db_part = torch.empty((n_blocks, B, T, N), dtype=acc, device=device)
+        dc_part = torch.empty((n_blocks, B, T, N), dtype=acc, device=device)
+        _TRITON._sscan_bwd[(B, n_blocks)](x, delta, A, Bm, Cm, dy.contiguous(), starts, scratch, dx, ddelta, da_part,
+                                          db_part, dc_part, T, D, N, chunk, **settings)
+        return (dx, ddelta, da_part.sum(0).to(A.dtype), db_part.sum(0).to(Bm.dtype), dc_part.sum(0).to(Cm.dtype),
+                None, None)
+
+
+def selective_scan_triton(x, delta, A, Bm, Cm, discretization="zoh_approx", chunk=64):
+    """selective_scan_reference's y, Mamba's selective SSM before its skip and gate (Gu & Dao 2023,
+    Algorithm 2), in one Triton kernel forward and one backward that never hold the (B, T, D, N) states
+    (see _SelectiveScanTriton): per step, a_bar, bx_bar = discretize(delta_t, A, B_t, x_t), h_t = a_bar
+    h_{t-1} + bx_bar, y_t = h_t C_t.
+
+    x, delta: (B, T, D); A: (D, N), negative (N up to MAX_SCAN_STATE, any N: padded and masked); Bm, Cm:
+    (B, T, N). discretization: one of DISCRETIZATIONS. chunk: the steps between saved states; the forward
+    saves T/chunk of them, the backward recomputes `chunk` at a time. Returns y (B, T, D), float32, or
+    float64 where an input is float64: the arithmetic is float64 then, float32 otherwise (float32, float16
+    and bfloat16 inputs, which may be mixed). Gradients for every input, each in its input's dtype.
+    Equals `selective_scan_reference`."""
+    _check_selective_scan(x, delta, A, Bm, Cm, discretization, chunk)
+    return _SelectiveScanTriton.apply(x, delta, A, Bm, Cm, discretization, chunk)
+
+
+# Every kernel above, jitted together by _triton_kernels() at the first call, and the helpers they call
 _KERNELS = (_norm_fwd, _norm_bwd, _swiglu_fwd, _swiglu_bwd,
-            _attn_fwd, _attn_bwd_dkdv, _attn_bwd_dq)
+            _attn_fwd, _attn_bwd_dkdv, _attn_bwd_dq,
+            _sscan_fwd, _sscan_bwd)
+_KERNEL_HELPERS = (_ssm_discretize,)
 
 
 # -----------------------------------------------------------------------------

@@ -335,29 +335,7 @@ class FeedForward(nn.Module):
 #     z              the gate branch: the output is y * SiLU(z) (Figure 3)
 
 
-def discretize(delta, A, Bm, x, method):
-    """The continuous (A, B) at step size Delta made discrete, for diagonal A (so every inverse is a
-    division). delta, x: (B, T, D); A: (D, N); Bm: (B, T, N). Returns (a_bar, bx_bar), each (B, T, D, N).
-        'zoh_approx'  A-bar = exp(Delta A),  B-bar = Delta B   (Mamba's simplification, Gu & Dao sec. 3.5.2)
-        'zoh'         A-bar = exp(Delta A),  B-bar = (Delta A)^-1 (exp(Delta A) - I) Delta B   (exact zero-order
-                      hold, Mamba eq. 4); for diagonal A that is (exp(Delta A) - 1) / A * B
-        'bilinear'    A-bar = (I - Delta A/2)^-1 (I + Delta A/2),  B-bar = (I - Delta A/2)^-1 Delta B   (S4 eq. 3)
-    A < 0 and Delta > 0, so Delta A < 0: exp(Delta A) is in (0, 1); the bilinear A-bar is in (-1, 1), negative
-    once Delta A < -2 (the scans handle signs)."""
-    dA = delta[..., None] * A  # (B, T, D, N)
-    dBx = (delta * x)[..., None] * Bm[:, :, None, :]  # (B, T, D, N): Delta B x
-    if method == "zoh_approx":
-        return torch.exp(dA), dBx
-    if method == "zoh":
-        a_bar = torch.exp(dA)
-        return a_bar, (a_bar - 1) / A * (x[..., None] * Bm[:, :, None, :])  # (exp(dA) - 1)/(dA) * Delta B x
-    if method == "bilinear":
-        inv = 1.0 / (1 - dA / 2)
-        return inv * (1 + dA / 2), inv * dBx
-    raise ConfigError(f"discretization={method!r}: expected one of {DISCRETIZATIONS}")
-
-
-DISCRETIZATIONS = ("zoh_approx", "zoh", "bilinear")
+discretize, DISCRETIZATIONS = kernels.discretize, kernels.DISCRETIZATIONS  # (kernels.py's: the scans' inputs)
 
 
 class MambaMixer(nn.Module):
@@ -396,6 +374,10 @@ class MambaMixer(nn.Module):
             self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # the inverse of softplus
 
     def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0):
+        """x (B, T, C) -> (y (B, T, C), None). With cache (a MambaState) the tokens go through the recurrence
+        one at a time from the state the cache holds, which they advance (decoding: `step`)."""
+        if cache is not None:
+            return torch.cat([self.step(x[:, t:t + 1], cache) for t in range(x.size(1))], dim=1), None
         cfg = self.cfg
         B, T, _ = x.shape
         xz = self.in_proj(x)  # (B, T, 2D)
@@ -405,12 +387,44 @@ class MambaMixer(nn.Module):
         dt, Bm, Cm = self.x_proj(x).split([cfg.dt_rank, cfg.d_state, cfg.d_state], dim=-1)
         delta = F.softplus(self.dt_proj(dt))  # (B, T, D)
         A = -torch.exp(self.A_log.float())  # (D, N)
-        a_bar, bx_bar = discretize(delta.float(), A, Bm.float(), x.float(), cfg.discretization)
-        h = kernels.selective_scan(a_bar, bx_bar, cfg.scan)  # (B, T, D, N)
-        y = (h @ Cm.float()[..., None]).squeeze(-1)  # (B, T, D): C_t h_t, per channel
+        ssm = (x.float(), delta.float(), A, Bm.float(), Cm.float(), cfg.discretization)
+        if cfg.scan == "triton":  # one kernel forward, one backward: no (B, T, D, N) tensor at all
+            y = kernels.selective_scan_triton(*ssm, chunk=cfg.scan_chunk or 64)
+        elif cfg.scan_chunk:  # the same y, its (B, T, D, N) states held for scan_chunk steps at a time
+            y = kernels.selective_scan_chunked(*ssm, chunk=cfg.scan_chunk, scan=cfg.scan,
+                                               compile=cfg.scan_compile and "inductor")
+        else:  # discretize, scan every state (B, T, D, N), y_t = C_t h_t per channel
+            y = kernels.selective_scan_reference(*ssm, scan=cfg.scan)  # (B, T, D)
         y = (y + self.D_skip * x.float()).to(x.dtype)
         y = y * F.silu(z)
         return self.out_proj(y), None
+
+    def step(self, x, state):
+        """One token x (B, 1, C) -> y (B, 1, C), the same function as forward at that position: the
+        convolution reads the inputs `state` keeps, the scan advances its h by one step (Mamba's recurrent
+        mode, Gu & Dao 2023 sec. 3.4: constant time and memory per token)."""
+        cfg = self.cfg
+        x, z = self.in_proj(x).chunk(2, dim=-1)  # (B, 1, D) each
+        window = torch.cat((state.conv, x.transpose(1, 2)), dim=2)  # (B, D, d_conv): the conv's receptive field
+        state.conv = window[:, :, 1:]
+        x = F.silu((window * self.conv.weight[:, 0]).sum(-1) + self.conv.bias)[:, None]  # (B, 1, D)
+        dt, Bm, Cm = self.x_proj(x).split([cfg.dt_rank, cfg.d_state, cfg.d_state], dim=-1)
+        delta = F.softplus(self.dt_proj(dt))  # (B, 1, D)
+        A = -torch.exp(self.A_log.float())  # (D, N)
+        a_bar, bx_bar = discretize(delta.float(), A, Bm.float(), x.float(), cfg.discretization)  # (B, 1, D, N)
+        state.h = a_bar[:, 0] * state.h + bx_bar[:, 0]  # (B, D, N)
+        y = (state.h @ Cm.float()[:, 0, :, None]).squeeze(-1)[:, None]  # (B, 1, D)
+        y = (y + self.D_skip * x.float()).to(x.dtype)
+        return self.out_proj(y * F.silu(z))
+
+
+class MambaState:
+    """A Mamba layer's recurrent state, for decoding a token at a time: the causal convolution's last
+    d_conv - 1 inputs (B, D, d_conv - 1) and the SSM state h (B, D, N), both zero before the first token."""
+
+    def __init__(self, batch_size, cfg, device, dtype):
+        self.conv = torch.zeros(batch_size, cfg.d_inner, cfg.d_conv - 1, device=device, dtype=dtype)
+        self.h = torch.zeros(batch_size, cfg.d_inner, cfg.d_state, device=device, dtype=torch.float32)
 
 
 # -----------------------------------------------------------------------------
@@ -1382,6 +1396,9 @@ class EncoderDecoder(TokenModel):
         return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size
 
 
+MAMBA_SCANS = (*kernels.SCANS, "triton")
+
+
 @dataclass
 class MambaConfig:
     """A decoder-only Mamba (Gu & Dao 2023): token embedding -> n_layer Blocks whose mixer is the
@@ -1401,6 +1418,11 @@ class MambaConfig:
     dt_max: float = 0.1
     discretization: str = "zoh_approx"  # 'zoh_approx' (Mamba's) | 'zoh' (exact) | 'bilinear' (S4's)
     scan: str = "parallel"  # 'sequential' (the reference loop) | 'parallel' (Blelloch) | 'logspace' (Heinsen)
+    #                         | 'triton' (kernels.selective_scan_triton, fused: a GPU, or Triton's interpreter)
+    scan_chunk: int = 0  # 0: every state (B, T, D, N) at once; k > 0: k steps at a time, recomputed in the
+    #                      backward (kernels.selective_scan_chunked: memory independent of T), `scan` within;
+    #                      with scan='triton', the steps between the states its forward saves (0: 64)
+    scan_compile: bool = False  # with scan_chunk: each chunk compiled (inductor), 2-3x faster on a CPU
     norm: str = "rms"
     norm_eps: float = 1e-5
     norm_impl: str = "torch"  # 'torch' (F.rms_norm) | 'manual' (written out) | 'triton' (kernels.py)
@@ -1411,7 +1433,7 @@ class MambaConfig:
     mixer, ffn, pos, emb_norm, causal = "mamba", "none", "none", "none", True
     seq2seq_layout = "joined"
     data_fields = ("vocab_size",)
-    tunable = ("dropout", "scan", "norm_impl")  # the scans compute the same function, as the norm paths do
+    tunable = ("dropout", "scan", "scan_chunk", "scan_compile", "norm_impl")  # the scans compute one function, as the norm paths do
 
     def __post_init__(self):
         if self.dt_rank == 0:
@@ -1420,11 +1442,15 @@ class MambaConfig:
         for field in ("vocab_size", "block_size", "n_layer", "n_embd", "d_state", "d_conv", "expand", "dt_rank"):
             if getattr(self, field) < 1:
                 raise ConfigError(f"MambaConfig: {field}={getattr(self, field)} must be at least 1")
+        if self.scan_chunk < 0:
+            raise ConfigError(f"MambaConfig: scan_chunk={self.scan_chunk}: 0 (all states at once) or a chunk length")
         checks = [
             (0 < self.dt_min <= self.dt_max, f"need 0 < dt_min={self.dt_min} <= dt_max={self.dt_max}"),
             (self.discretization in DISCRETIZATIONS,
              f"discretization={self.discretization!r}: expected one of {DISCRETIZATIONS}"),
-            (self.scan in kernels.SCANS, f"scan={self.scan!r}: expected one of {kernels.SCANS}"),
+            (self.scan in MAMBA_SCANS, f"scan={self.scan!r}: expected one of {MAMBA_SCANS}"),
+            (not (self.scan == "triton" and self.scan_compile), "scan_compile compiles the chunked PyTorch scan; "
+                                                                 "scan='triton' is a kernel already"),
             (self.norm in ("rms", "layer"), f"norm={self.norm!r}: expected 'rms' or 'layer'"),
             (self.norm_impl in NORM_IMPLS, f"norm_impl={self.norm_impl!r}: expected one of {NORM_IMPLS}"),
             (0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)"),
@@ -1456,31 +1482,46 @@ class Mamba(TokenModel):
         for layer in self.layers:
             layer.mamba.reset_dt()
 
-    def forward(self, idx, targets=None):
+    def forward(self, idx, targets=None, cache=None):
         """idx: (B, T) token ids (padding on the right); targets: (B, T) the next token, -100 where not
-        scored. Returns (logits (B, T, V), mean cross-entropy over the scored targets or None)."""
+        scored; cache: one MambaState per layer (new_cache), which these tokens continue and advance.
+        Returns (logits (B, T, V), mean cross-entropy over the scored targets or None)."""
         h = self.drop(self.embed(idx))
-        for layer in self.layers:
-            h, _ = layer(h)
+        for i, layer in enumerate(self.layers):
+            h, _ = layer(h, cache=None if cache is None else cache[i])
         logits = self.head(self.norm_f(h))
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
 
+    def new_cache(self, batch_size, max_len=None, n_layers=None):
+        """One empty MambaState per layer (a recurrent state has no length: max_len is not needed)."""
+        p = self.tok_emb.weight
+        return [MambaState(batch_size, self.cfg, p.device, p.dtype) for _ in range(self.cfg.n_layer)]
+
     @torch.no_grad()
-    def translate(self, src, max_new_tokens, sos_id, eos_id, src_mask=None):
+    def translate(self, src, max_new_tokens, sos_id, eos_id, src_mask=None, use_cache=True):
         """Greedy decoding in the joined layout: src (B, S) holds words of one length ending in [EOS]
         (no padding: a causal model would read it); [SOS] follows, then the most likely token each step.
-        Returns (B, steps) as EncoderDecoder.translate does."""
+        Returns (B, steps) as EncoderDecoder.translate does. With use_cache the tokens go through the
+        recurrence once each (MambaState); without, every step runs the whole sequence again (the
+        reference)."""
         if src_mask is not None and not bool(src_mask.all()):
             raise ValueError("Mamba.translate takes sources of one length (no padding)")
         was_training = self.training
         self.eval()
         sos = torch.full((src.size(0), 1), sos_id, dtype=torch.long, device=src.device)
         idx = torch.cat((src, sos), dim=1)
-        out = greedy_extend(lambda x: self(x)[0][:, -1], idx, min(max_new_tokens, self.cfg.block_size - idx.size(1)),
-                            eos_id)
+        step = lambda x: self(x)[0][:, -1]  # noqa: E731
+        if use_cache:
+            state, fed = self.new_cache(src.size(0)), [0]
+
+            def step(x):  # noqa: F811  (the tokens the state has not seen: all of them first, then the newest)
+                logits = self(x[:, fed[0]:], cache=state)[0][:, -1]
+                fed[0] = x.size(1)
+                return logits
+        out = greedy_extend(step, idx, min(max_new_tokens, self.cfg.block_size - idx.size(1)), eos_id)
         self.train(was_training)
         return out
 

@@ -317,12 +317,13 @@ def test_mamba_is_causal_and_ignores_right_padding():
 
 @pytest.mark.parametrize("method", M.DISCRETIZATIONS)
 def test_mamba_scans_agree(method):
-    """The three scans compute the same model: outputs and every gradient, on an odd length."""
+    """The three scans, and the chunked one, compute the same model: outputs and every gradient, on an odd
+    length."""
     inp = batch("joined")
     ref = mamba(discretization=method, scan="sequential")
     ref(**inp)[1].backward()
-    for scan in ("parallel", "logspace"):
-        m = mamba(discretization=method, scan=scan)
+    for scan, chunk in (("parallel", 0), ("logspace", 0), ("sequential", 4)):  # 4: the chunked scan, ragged
+        m = mamba(discretization=method, scan=scan, scan_chunk=chunk)
         m.load_state_dict(ref.state_dict())
         logits, loss = m(**inp)
         assert torch.allclose(logits, ref(**inp)[0], atol=1e-4), scan
@@ -372,6 +373,21 @@ def test_the_decoder_cache_translates_as_the_full_recompute(pos):
     torch.testing.assert_close(torch.cat(steps, 1), m.decode(target, memory, mask), atol=1e-5, rtol=1e-5)
     cached = m.translate(src, 12, data.SOS, data.EOS, mask)
     assert torch.equal(cached, m.translate(src, 12, data.SOS, data.EOS, mask, use_cache=False))
+
+
+@pytest.mark.parametrize("method", M.DISCRETIZATIONS)
+def test_mamba_decodes_through_its_recurrent_state(method):
+    """Mamba fed a token at a time through its state (the convolution's last inputs, the SSM's h) gives the
+    logits of the whole sequence at once, position by position; its cached greedy translation gives the
+    tokens of running the whole sequence each step."""
+    m = mamba(discretization=method, d_conv=3)
+    idx = torch.randint(3, 30, (2, 11))
+    state = m.new_cache(2)
+    steps = [m(idx[:, :4], cache=state)[0]] + [m(idx[:, t:t + 1], cache=state)[0] for t in range(4, 11)]
+    torch.testing.assert_close(torch.cat(steps, 1), m(idx)[0], atol=1e-5, rtol=1e-4)
+    src = torch.tensor([[5, 9, 12, 2], [7, 3, 20, 2]])
+    cached = m.translate(src, 10, data.SOS, data.EOS)
+    assert torch.equal(cached, m.translate(src, 10, data.SOS, data.EOS, use_cache=False))
 
 
 # -----------------------------------------------------------------------------

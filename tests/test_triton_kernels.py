@@ -12,10 +12,12 @@ kernel's alone. Sizes are odd on purpose: widths 37 and 48 (not powers of two: m
 16, 48, 64 (48 pads to 64). Tolerances are normwise, max |x - x_ref| <= tol * max(max |x_ref|, 1). Measured
 in the interpreter, over every value and gradient here: float32 at most 6e-7 (tolerance 1e-4, room for a
 GPU's approximate exp2 and rsqrt); float16 6e-4 (tolerance 5e-3) and bfloat16 8e-3 (tolerance 3e-2), set by
-rounding the outputs, and attention's probabilities before their matmul, to 11 and 8 bits.
+rounding the outputs, and attention's probabilities before their matmul, to 11 and 8 bits. The selective
+scan also runs in float64 (its kernels compute in float64 then): at most 6e-14 (tolerance 1e-12).
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -35,7 +37,7 @@ pytestmark = pytest.mark.skipif(not kernels.triton_available(),
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 INTERPRETER_BF16_DOT = ("Triton's interpreter (3.9) multiplies bfloat16 tiles in tl.dot as their raw 16-bit "
                         "integers, so bfloat16 attention is checked only on CUDA")
-TOL = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+TOL = {torch.float64: 1e-12, torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 3e-2}
 
 
 @pytest.fixture(autouse=True)
@@ -282,6 +284,134 @@ def test_attention_rejects_bad_shapes():
 
 
 # -----------------------------------------------------------------------------
+# Mamba's selective scan
+
+SCAN_NAMES = ("x", "delta", "A", "Bm", "Cm")
+
+
+def scan_inputs(B, T, D, N, seed=0):
+    """x, delta, A, Bm, Cm in float64, with delta = softplus(N(-1, 1)) > 0 and A = -exp(N(0, 1)) < 0 as in
+    Mamba. Their products z = delta A spread over about [-7, -1e-3]: both sides of |z| = 1/2, where zoh's
+    phi(z) = (e^z - 1)/z changes from its series to its closed form in the kernel, and past z = -2, where the
+    bilinear a_bar turns negative (scan_regimes checks both)."""
+    f64 = {"dtype": torch.float64}
+    x = randn(B, T, D, seed=seed, **f64)
+    delta = torch.nn.functional.softplus(randn(B, T, D, seed=seed + 1, **f64) - 1)
+    A = -torch.exp(randn(D, N, seed=seed + 2, **f64))
+    return x, delta, A, randn(B, T, N, seed=seed + 3, **f64), randn(B, T, N, seed=seed + 4, **f64)
+
+
+def scan_regimes(delta, A):
+    z = delta[..., None] * A  # (B, T, D, N)
+    return {"series": (z.abs() < 0.5).float().mean().item(), "closed form": (z.abs() >= 0.5).float().mean().item(),
+            "negative bilinear a_bar": (z < -2).float().mean().item()}
+
+
+def scan_fns(discretization, chunk):
+    return (lambda *a: kernels.selective_scan_triton(*a, discretization=discretization, chunk=chunk),
+            lambda *a: kernels.selective_scan_reference(*a, discretization=discretization))
+
+
+@pytest.mark.parametrize("discretization", kernels.DISCRETIZATIONS)
+def test_selective_scan_matches_reference_float64(discretization):
+    """y and the gradients of x, delta, A, Bm and Cm, computed in float64 by the kernels, equal the float64
+    reference's to rounding (measured: at most 1e-15 of their size). T = 37 with chunk = 8 is five chunks,
+    the last ragged (5 steps); D = 5 channels are two blocks of 4 in the interpreter, the second ragged,
+    and N = 3 pads to 4: so the backward's chunk walk, the masks and the partial sums over channel blocks
+    are all used."""
+    inputs = scan_inputs(2, 37, 5, 3)
+    assert all(share > 0.02 for share in scan_regimes(inputs[1], inputs[2]).values())  # 67%, 33%, 4.5%
+    check_against_float64(*scan_fns(discretization, 8), inputs, SCAN_NAMES, torch.float64)
+
+
+@pytest.mark.parametrize("discretization", kernels.DISCRETIZATIONS)
+def test_selective_scan_float32(discretization):
+    """In float32 against the float64 reference on the same (rounded) numbers: measured at most 4e-7 of
+    their size. T = 13, chunk = 4: four chunks, the last one step."""
+    inputs = scan_inputs(2, 13, 5, 4, seed=10)
+    check_against_float64(*scan_fns(discretization, 4), inputs, SCAN_NAMES)
+
+
+@pytest.mark.parametrize("B, T, D, N, chunk, discretization", [
+    (2, 5, 5, 4, 8, "bilinear"),  # T < chunk: one chunk, shorter than asked
+    (1, 1, 3, 4, 8, "zoh"),  # a single step
+    (1, 16, 3, 2, 8, "zoh_approx"),  # two whole chunks, no ragged one
+    (1, 6, 9, 1, 1, "zoh"),  # chunk = 1: a saved state per step; N = 1; three channel blocks
+])
+def test_selective_scan_short_sequences(B, T, D, N, chunk, discretization):
+    check_against_float64(*scan_fns(discretization, chunk), scan_inputs(B, T, D, N, seed=20), SCAN_NAMES,
+                          torch.float64)
+
+
+def test_selective_scan_saves_no_states():
+    """What the forward keeps for the backward: the inputs and the T/chunk chunk starts (B, 3, D, N), nothing
+    of size B T D N."""
+    B, T, D, N = 2, 20, 5, 4
+    x, delta, A, Bm, Cm = (t.requires_grad_() for t in scan_inputs(B, T, D, N, seed=30))
+    y = kernels.selective_scan_triton(x, delta, A, Bm, Cm, chunk=8)
+    saved = [tuple(t.shape) for t in y.grad_fn.saved_tensors]
+    assert (B, 3, D, N) in saved  # ceil(20 / 8) = 3 chunk starts
+    assert max(math.prod(shape) for shape in saved) < B * T * D * N
+
+
+def test_selective_scan_zoh_small_and_large_steps():
+    """zoh's B-bar, (e^z - 1)/A B, where z = Delta A runs from -1e-7 to -20 (one step; x = B = C = 1): the float32
+    kernels against closed forms computed in float64, y = expm1(z)/A, d delta = e^z, dA = (z e^z - expm1(z))/A^2
+    (accurate to 2e-9 here), elementwise. Measured in the interpreter: at most 4e-7 relative error, where the
+    reference's float32 (e^z - 1)/A is 19% off at z = -1e-7 and its dA 4e6 times too large (e^z - 1 cancels;
+    the kernels sum phi's series there). The tolerance leaves room for a GPU's approximate exp."""
+    D = 41  # eleven channel blocks of 4 in the interpreter, one step each
+    # rounded to float32 first, so that the closed forms see the numbers the kernels see
+    delta = torch.logspace(-7, math.log10(20), D, dtype=torch.float64, device=DEVICE).float().double().view(1, 1, D)
+    A = -torch.ones(D, 1, dtype=torch.float64, device=DEVICE)
+    ones = torch.ones(1, 1, 1, dtype=torch.float64, device=DEVICE)
+    y, (_, d_delta, dA, _, _) = value_and_grads(lambda *a: kernels.selective_scan_triton(*a, discretization="zoh"),
+                                                (torch.ones_like(delta), delta, A, ones, ones),
+                                                torch.ones_like(delta), torch.float32)
+    z = (delta * A.view(1, 1, D)).view(D)  # A = -1: z = -delta
+    expected = {"y": torch.expm1(z) / -1.0, "d delta": torch.exp(z), "dA": (z * torch.exp(z) - torch.expm1(z)) / 1.0}
+    for name, got in (("y", y), ("d delta", d_delta), ("dA", dA)):
+        rel = ((got.double().view(D) - expected[name]) / expected[name]).abs().max().item()
+        assert rel < 1e-5, f"{name}: max relative error {rel:.2e}"
+
+
+def test_selective_scan_bfloat16_inputs_float32_A():
+    """As under autocast: x, delta, Bm, Cm in bfloat16, A a float32 parameter. The arithmetic is float32 and y is
+    float32; each gradient comes back in its input's dtype."""
+    x, delta, A, Bm, Cm = scan_inputs(2, 5, 5, 4, seed=40)
+    inputs = [t.to(torch.bfloat16) for t in (x, delta)] + [A.float()] + [t.to(torch.bfloat16) for t in (Bm, Cm)]
+    grad = randn(2, 5, 5, seed=41)
+    y, grads = value_and_grads(kernels.selective_scan_triton, inputs, grad)
+    y_ref, grads_ref = value_and_grads(kernels.selective_scan_reference, inputs, grad, torch.float64)
+    assert y.dtype == torch.float32
+    assert_close(y, y_ref, TOL[torch.float32], "y")
+    for name, t, g, g_ref in zip(SCAN_NAMES, inputs, grads, grads_ref):
+        assert g.dtype == t.dtype, name
+        assert_close(g, g_ref, TOL[t.dtype], f"d{name}")
+
+
+def test_selective_scan_rejects_bad_input():
+    x, delta, A, Bm, Cm = scan_inputs(2, 7, 5, 4)
+    with pytest.raises(ValueError, match=r"A \(5, 3\)"):  # the message names every shape
+        kernels.selective_scan_triton(x, delta, A[:, :3], Bm, Cm)
+    with pytest.raises(ValueError, match=r"delta \(2, 6, 5\)"):
+        kernels.selective_scan_triton(x, delta[:, :6], A, Bm, Cm)
+    with pytest.raises(ValueError, match=r"Cm \(2, 7, 3\)"):
+        kernels.selective_scan_triton(x, delta, A, Bm, Cm[..., :3])
+    with pytest.raises(ValueError, match="at least 1"):
+        kernels.selective_scan_triton(x[:, :0], delta[:, :0], A, Bm[:, :0], Cm[:, :0])
+    with pytest.raises(ValueError, match="discretization"):
+        kernels.selective_scan_triton(x, delta, A, Bm, Cm, discretization="euler")
+    with pytest.raises(ValueError, match="chunk"):
+        kernels.selective_scan_triton(x, delta, A, Bm, Cm, chunk=0)
+    with pytest.raises(ValueError, match="MAX_SCAN_STATE"):
+        N = kernels.MAX_SCAN_STATE + 1
+        kernels.selective_scan_triton(x, delta, randn(5, N, seed=0), randn(2, 7, N, seed=1), randn(2, 7, N, seed=2))
+    with pytest.raises(ValueError, match="float32, float16, bfloat16 or float64"):
+        kernels.selective_scan_triton(x.to(torch.int32), delta, A, Bm, Cm)
+
+
+# -----------------------------------------------------------------------------
 # without Triton, or without a way to run it
 
 
@@ -419,3 +549,20 @@ def test_triton_attention_refuses_dropout_in_training():
     with pytest.raises(ValueError, match="dropout=0"):
         fast(idx)
     assert fast.eval()(idx)[0].shape == (1, 5, 11)
+
+
+def test_mamba_with_the_triton_scan_is_the_model_with_the_reference_scan():
+    """scan='triton' inside the model: a tiny Mamba's logits, loss and every parameter's gradient equal the
+    sequential scan's (the kernel saves a state every 4 steps here: a ragged last chunk)."""
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=30, block_size=40, n_layer=2, n_embd=16, d_state=4, discretization="bilinear")
+    ref = model.Mamba(model.MambaConfig(**cfg, scan="sequential"))
+    fused = model.Mamba(model.MambaConfig(**cfg, scan="triton", scan_chunk=4))
+    fused.load_state_dict(ref.state_dict())
+    idx, targets = torch.randint(3, 30, (2, 11)), torch.randint(3, 30, (2, 11))
+    (logits, loss), (want_logits, want_loss) = fused(idx, targets), ref(idx, targets)
+    torch.testing.assert_close(logits, want_logits, atol=1e-5, rtol=1e-4)
+    loss.backward()
+    want_loss.backward()
+    for (name, a), b in zip(fused.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-3, msg=name)
