@@ -161,6 +161,22 @@ def manual_attention(q, k, v, mask=None, dropout_p=0.0, training=False):
 ATTN_IMPLS = ("sdpa", "manual", "triton")
 
 
+def one_query_attention(q, k, v, mask=None):
+    """Attention of one query per head (incremental decoding) written as broadcast products and sums,
+    the grouped-query heads sharing their key/value head in place: q (B, nh, 1, hs), k and v (B, nkv, S, hs),
+    mask bool broadcastable to (B, 1, 1, S). The same function as manual_attention; what it is for is
+    torch.compile, which fuses it into a loop or two, where SDPA stays an opaque call (on a CPU its flash
+    kernel takes most of a batch-32 decode step). Eagerly, SDPA is the faster of the two."""
+    B, nh, _, hs = q.shape
+    nkv = k.size(1)
+    qg = q.view(B, nkv, nh // nkv, hs)  # (B, nkv, rep, hs): the query heads that share a key/value head
+    scores = (qg[:, :, :, None, :] * k[:, :, None, :, :]).sum(-1) * hs ** -0.5  # (B, nkv, rep, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # (B, 1, 1, S) broadcast over heads
+    y = (scores.softmax(-1)[..., None] * v[:, :, None, :, :]).sum(-2)  # (B, nkv, rep, hs)
+    return y.reshape(B, nh, 1, hs)
+
+
 class Attention(nn.Module):
     """Multi-head attention with optional grouped-query heads (n_kv_head < n_head), RoPE, key-padding
     masks and a causal flag.
@@ -245,6 +261,8 @@ class Attention(nn.Module):
         weights = None
         if manual:
             y, weights = manual_attention(q, k, v, mask, dropout_p, self.training)
+        elif T == 1 and dropout_p == 0 and torch.compiler.is_compiling():  # a compiled decode step
+            y = one_query_attention(q, k, v, mask)
         elif fused_causal:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, enable_gqa=gqa)
         else:

@@ -137,6 +137,20 @@ def test_generation_stops_at_eos_and_at_the_context():
         m.generate([[]], 3)
 
 
+@pytest.mark.parametrize("nkv", [1, 2, 4])
+def test_one_query_attention_is_manual_attention(nkv):
+    """The compiled decode step's attention (one query against the cache, grouped heads in place) equals
+    the written-out reference with the key/value heads repeated, with and without a key mask."""
+    B, nh, S, hs = 3, 4, 7, 8
+    q, k, v = torch.randn(B, nh, 1, hs), torch.randn(B, nkv, S, hs), torch.randn(B, nkv, S, hs)
+    mask = torch.rand(B, 1, 1, S) > 0.4
+    mask[..., -1] = True  # the newest key is always there
+    rep = nh // nkv
+    for m in (None, mask):
+        want, _ = model.manual_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), m)
+        torch.testing.assert_close(model.one_query_attention(q, k, v, m), want, atol=1e-6, rtol=1e-5)
+
+
 @pytest.fixture
 def traced_compile(monkeypatch):
     """torch.compile with dynamo's 'eager' backend: the compiled step's graph capture (fullgraph, its
