@@ -1298,12 +1298,149 @@ def time_contestants(rows, batch, device, ctx, rounds, steps):
                    "peak_mb": t["peak_mb"] if cuda else None} for name, t in times.items()}
 
 
+# -----------------------------------------------------------------------------
+# --bench --cases generate: greedy generation from stories260K against Hugging Face and llama2.c's run.c
+
+GEN_PROMPT, GEN_TOKENS = "Once upon a time", 256  # the issue's case: 256 new tokens after the prompt
+GEN_BATCHES = (1, 32)
+
+
+def hf_llama(model):
+    """Hugging Face's LlamaForCausalLM holding our Llama's weights, or None without transformers. Our RoPE
+    rotates adjacent pairs (2j, 2j+1) of a head, as llama2.c does; Hugging Face's rotates the halves
+    (j, j + hs/2): the query and key rows of each head are reordered to match (the permutation Hugging
+    Face's own conversion of Meta's checkpoints applies)."""
+    try:
+        import transformers
+    except ImportError:
+        return None
+    transformers.logging.set_verbosity_error()
+    c = model.cfg
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=c.vocab_size, hidden_size=c.n_embd, intermediate_size=c.ffn_hidden, num_hidden_layers=c.n_layer,
+        num_attention_heads=c.n_head, num_key_value_heads=c.n_kv_head, max_position_embeddings=c.block_size,
+        rms_norm_eps=c.norm_eps, tie_word_embeddings=c.tie_embeddings, attn_implementation="sdpa"))
+    hs = c.n_embd // c.n_head
+
+    def halves(w, heads):  # (heads * hs, C): rows (2j, 2j+1) of each head -> (j, j + hs/2)
+        return w.view(heads, hs // 2, 2, -1).transpose(1, 2).reshape(heads * hs, -1)
+    sd = model.state_dict()
+    theirs = {"model.embed_tokens.weight": sd["tok_emb.weight"], "model.norm.weight": sd["norm_f.weight"],
+              "lm_head.weight": sd["head.weight"]}
+    for i in range(c.n_layer):
+        ours, hf_layer = f"layers.{i}.", f"model.layers.{i}."
+        theirs.update({hf_layer + "input_layernorm.weight": sd[ours + "norm1.weight"],
+                       hf_layer + "post_attention_layernorm.weight": sd[ours + "norm2.weight"],
+                       hf_layer + "self_attn.q_proj.weight": halves(sd[ours + "attn.wq.weight"], c.n_head),
+                       hf_layer + "self_attn.k_proj.weight": halves(sd[ours + "attn.wk.weight"], c.n_kv_head),
+                       hf_layer + "self_attn.v_proj.weight": sd[ours + "attn.wv.weight"],
+                       hf_layer + "self_attn.o_proj.weight": sd[ours + "attn.wo.weight"],
+                       hf_layer + "mlp.gate_proj.weight": sd[ours + "ffn.w1.weight"],
+                       hf_layer + "mlp.up_proj.weight": sd[ours + "ffn.w3.weight"],
+                       hf_layer + "mlp.down_proj.weight": sd[ours + "ffn.w2.weight"]})
+    hf.load_state_dict(theirs, strict=False)  # (tied: lm_head is embed_tokens)
+    return hf.eval()
+
+
+def build_run_c(path, folder):
+    """llama2.c's run.c compiled with the system C compiler (cc -O3 -lm) into `folder`; its path."""
+    import shutil
+    if not os.path.isfile(path):
+        raise configurator.ConfigError(f"--runc {path}: no such file (llama2.c's run.c: github.com/karpathy/llama2.c)")
+    cc = shutil.which(os.environ.get("CC", "cc"))
+    if cc is None:
+        raise configurator.ConfigError("--runc: no C compiler (cc) on this machine's PATH; set CC or install one")
+    exe = os.path.join(folder, "run")
+    done = subprocess.run([cc, "-O3", "-o", exe, path, "-lm"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise configurator.ConfigError(f"--runc {path}: {cc} failed: {done.stderr.strip()[-300:]}")
+    return exe
+
+
+def generation_bench(args, device):
+    """Greedy generation of GEN_TOKENS tokens from stories260K after GEN_PROMPT, batch 1 and batch 32: ours
+    eager, ours compiled (its compile time apart), Hugging Face's LlamaForCausalLM on the same weights and
+    llama2.c's run.c (with --runc, batch 1). Contestants take turns, round after round (--rounds), after a
+    warm-up each; tokens/s are medians; every contestant's tokens are checked against ours."""
+    import tempfile
+    path = data.pretrained_file("stories260K")
+    model = read_llama2c(path).to(device)
+    _, tok = llama_tokenizer_for(model, path, None)
+    ids = tok.encode(GEN_PROMPT, bos=True)
+    hf = hf_llama(model)
+    results = {"prompt": GEN_PROMPT, "new_tokens": GEN_TOKENS, "tables": {}}
+    with tempfile.TemporaryDirectory() as folder:
+        run_c = None
+        if args.runc:
+            run_c = build_run_c(args.runc, folder)
+            write_llama2c(model, os.path.join(folder, "model.bin"), 0)
+            tok_file = os.path.join(os.path.dirname(path), "tok512.bin")
+        for batch in GEN_BATCHES:
+            prompts = [ids] * batch
+
+            def ours(mode):
+                return lambda: model.generate(prompts, GEN_TOKENS, temperature=0, mode=mode)
+
+            def hugging_face():
+                x = torch.tensor(prompts, device=device)
+                with torch.no_grad():
+                    out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=GEN_TOKENS,
+                                      min_new_tokens=GEN_TOKENS, do_sample=False, use_cache=True, pad_token_id=0)
+                return out[:, len(ids):].tolist()
+
+            def llama2c():  # its own clock: tokens/s over every position after the first
+                done = subprocess.run([run_c, os.path.join(folder, "model.bin"), "-z", tok_file, "-t", "0", "-n",
+                                       str(len(ids) + GEN_TOKENS - 1), "-i", GEN_PROMPT], capture_output=True, text=True)
+                rate = float(done.stderr.split("achieved tok/s:")[1].split()[0])
+                return done.stdout, rate
+            contestants = {"ours, eager": ours("eager"), "ours, compiled": ours("compiled")}
+            if hf is not None:
+                contestants["Hugging Face LlamaForCausalLM"] = hugging_face
+            if run_c and batch == 1:
+                contestants["llama2.c run.c (cc -O3)"] = llama2c
+            reference = ours("eager")()
+            figures, first = {}, {}
+            for name, fn in contestants.items():  # warm-up: a compiled step compiles here
+                start = time.perf_counter()
+                out = fn()
+                first[name] = time.perf_counter() - start
+                if name.startswith("llama2.c"):
+                    same = out[0].strip().startswith(tok.decode(ids + reference[0])[:200].strip()[:150])
+                else:
+                    same = out == reference
+                figures[name] = {"rates": [], "same_tokens": bool(same)}
+            for _ in range(args.rounds):
+                for name, fn in contestants.items():
+                    start = time.perf_counter()
+                    out = fn()
+                    secs = time.perf_counter() - start
+                    rate = out[1] if name.startswith("llama2.c") else batch * GEN_TOKENS / secs
+                    figures[name]["rates"].append(rate)
+            for name, f in figures.items():
+                f["tokens_per_s"] = statistics.median(f["rates"])
+                if name == "ours, compiled":
+                    f["compile_s"] = max(0.0, first[name] - batch * GEN_TOKENS / f["tokens_per_s"])
+            ours_rate = figures["ours, compiled"]["tokens_per_s"]
+            print(f"\ngeneration, stories260K, greedy, {GEN_TOKENS} new tokens after {GEN_PROMPT!r}, batch {batch} "
+                  f"(tokens/s in aggregate; ratio = ours compiled / the row: > 1, ours is faster)")
+            print(f"{'contestant':<34} {'tokens/s':>10} {'ratio':>7}  same tokens as ours")
+            for name, f in figures.items():
+                f["ratio"] = ours_rate / f["tokens_per_s"]
+                extra = f"  (compile {f['compile_s']:.1f} s, once)" if "compile_s" in f else ""
+                print(f"{name:<34} {f['tokens_per_s']:10,.0f} {f['ratio']:7.2f}  {'yes' if f['same_tokens'] else 'NO'}{extra}")
+            if hf is None:
+                print("(Hugging Face: transformers is not installed, no row)")
+            results["tables"][batch] = figures
+    return results
+
+
 def run_bench(args, device):
     """--bench: every case (or those whose name contains --cases), a table each, with the conditions."""
     dtype = args.dtype
     ctx = autocast_context(device.split(":")[0], dtype)
     cases = [c for c in BENCH_CASES if not args.cases or any(s in c.name for s in args.cases)]
-    if not cases:
+    generate = args.cases is not None and any("generate" in s for s in args.cases)
+    if not cases and not generate:
         raise configurator.ConfigError(f"--cases {args.cases}: no case matches; cases: "
                                        f"{[c.name for c in BENCH_CASES]}")
     nanogpt = load_nanogpt(args.nanogpt) if args.nanogpt else None
@@ -1352,6 +1489,8 @@ def run_bench(args, device):
             print(f"{line}  {f['attention']}")
         results.append({"case": case.name, "batch": batch_size, "seq": seq, "train_flops_per_step": flops,
                         "contestants": figures})
+    if generate:
+        results.append({"case": "generate", **generation_bench(args, device)})
     if args.json:
         data.write_json(args.json, {"conditions": {**cond, "rounds": args.rounds, "steps": args.bench_steps,
                                                    "peak": peak}, "cases": results}, indent=2)
@@ -1429,6 +1568,8 @@ def parser():
     p.add_argument("--rounds", type=int, default=5, help="--bench: rounds (the median is reported)")
     p.add_argument("--compile", action="store_true", help="classifiers: time latency and throughput compiled (CUDA "
                    "graphs on a GPU); --bench: also time every model compiled")
+    p.add_argument("--runc", default=None, help="--bench --cases generate: the path of llama2.c's run.c, compiled "
+                   "here with cc -O3 and timed beside ours (batch 1)")
     p.add_argument("--nanogpt", default=None, help="--bench: the path of nanoGPT's model.py, a peer for the char GPT")
     p.add_argument("--words", default="brown,conditioning,is", help="seq2seq --plots: the words whose attention "
                    "maps are drawn (comma-separated; upper case read as lower case, as --text)")
