@@ -1434,15 +1434,94 @@ def generation_bench(args, device):
     return results
 
 
+# -----------------------------------------------------------------------------
+# --bench --cases piglatin: Mamba against the encoder-decoder at about equal parameters
+
+def saved_for_backward(loss_fn):
+    """(loss, bytes of the distinct tensors autograd saves for the backward of loss_fn()): the activation
+    memory of a training step, measured the same way on any device."""
+    seen = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = loss_fn()
+    return loss, sum(seen.values())
+
+
+def piglatin_bench(args, device, lengths=(32, 128), batch=128):
+    """The Pig Latin models at about 62 K parameters, on random batches of the write-up's vocabulary: Mamba
+    (config/piglatin_mamba.py's shape) with every state materialized, with the chunked scan, and with each
+    chunk compiled, against the small encoder-decoder (config/piglatin_transformer_small.py: source and
+    target T/2 each). Per sequence length T: the training step (forward, backward, AdamW) in turns,
+    medians, and what autograd saves for the backward; then greedy translation of `batch` words, with the
+    decoder's cache (KV cache / Mamba's recurrent state) and without."""
+    from model import EncDecConfig, EncoderDecoder, Mamba, MambaConfig
+    V = 30
+    mamba_shape = dict(vocab_size=V, n_layer=2, n_embd=64, d_state=8, discretization="bilinear", scan="sequential")
+    results = []
+    for T in lengths:
+        g = torch.Generator().manual_seed(0)
+        rand = lambda *shape: torch.randint(3, V, shape, generator=g).to(device)  # noqa: E731
+        idx, tgt, src, dec, dec_tgt = rand(batch, T), rand(batch, T), rand(batch, T // 2), rand(batch, T // 2), \
+            rand(batch, T // 2)
+        rows = {}
+        for name, chunk, comp in [("Mamba, every state", 0, False), ("Mamba, chunked 16", 16, False),
+                                  ("Mamba, chunked 16, compiled", 16, True)]:
+            torch.manual_seed(0)
+            m = Mamba(MambaConfig(**mamba_shape, block_size=max(64, T), scan_chunk=chunk, scan_compile=comp)).to(device)
+            rows[name] = (m, lambda m=m: m(idx, tgt)[1])
+        torch.manual_seed(0)
+        e = EncoderDecoder(EncDecConfig(vocab_size=V, block_size=max(64, T), n_embd=42, n_head=6, ffn_hidden=42)).to(device)
+        rows["encoder-decoder (transformer_small)"] = (e, lambda: e(src, dec, None, dec_tgt)[1])
+        opts = {n: torch.optim.AdamW(m.parameters(), 1e-3) for n, (m, _) in rows.items()}
+        saved, times = {}, {n: [] for n in rows}
+        for n, (m, fn) in rows.items():  # warm-up (a compiled chunk compiles here) and the memory
+            loss, saved[n] = saved_for_backward(fn)
+            loss.backward()
+        for _ in range(args.rounds):
+            for n, (m, fn) in rows.items():
+                opts[n].zero_grad()
+                times[n].append(timed(lambda: (fn().backward(), opts[n].step()), device))
+        base = statistics.median(times["encoder-decoder (transformer_small)"])
+        print(f"\nPig Latin models, training step, B={batch}, T={T} (the encoder-decoder: source and target T/2 "
+              f"each); ratio = the row's time / the encoder-decoder's")
+        print(f"{'model':<38} {'params':>8} {'step ms':>9} {'ratio':>6} {'saved for backward MiB':>23}")
+        table = {}
+        for n, (m, _) in rows.items():
+            t = statistics.median(times[n]) * 1e3
+            table[n] = {"params": sum(p.numel() for p in m.parameters()), "step_ms": t, "ratio": t / base / 1e3,
+                        "saved_mib": saved[n] / 2 ** 20}
+            print(f"{n:<38} {table[n]['params']:8,} {t:9.1f} {table[n]['ratio']:6.2f} {table[n]['saved_mib']:23.1f}")
+        results.append({"T": T, "batch": batch, "training": table})
+    words = torch.randint(3, V, (batch, 9), generator=torch.Generator().manual_seed(1)).to(device)
+    words[:, -1] = data.EOS
+    print(f"\ngreedy translation of {batch} random 8-letter words, 14 characters each (words/s, median of "
+          f"{args.rounds})")
+    translation = {}
+    for n in ("Mamba, every state", "encoder-decoder (transformer_small)"):
+        m = rows[n][0]  # (the last length's models)
+        for cache in (True, False):
+            secs = statistics.median(timed(lambda: m.translate(words, 14, data.SOS, -1, use_cache=cache), device)
+                                     for _ in range(args.rounds))
+            translation[f"{n}, {'cache' if cache else 'no cache'}"] = batch / secs
+            print(f"{n + (', decoder cache' if cache else ', no cache'):<52} {batch / secs:10,.0f}")
+    results.append({"translation_words_per_s": translation})
+    return results
+
+
 def run_bench(args, device):
     """--bench: every case (or those whose name contains --cases), a table each, with the conditions."""
     dtype = args.dtype
     ctx = autocast_context(device.split(":")[0], dtype)
     cases = [c for c in BENCH_CASES if not args.cases or any(s in c.name for s in args.cases)]
     generate = args.cases is not None and any("generate" in s for s in args.cases)
-    if not cases and not generate:
+    piglatin = args.cases is not None and any("piglatin" in s for s in args.cases)
+    if not cases and not generate and not piglatin:
         raise configurator.ConfigError(f"--cases {args.cases}: no case matches; cases: "
-                                       f"{[c.name for c in BENCH_CASES]}")
+                                       f"{[c.name for c in BENCH_CASES] + ['generate', 'piglatin']}")
     nanogpt = load_nanogpt(args.nanogpt) if args.nanogpt else None
     peak = peak_flops(device, dtype)
     cond = kernels.conditions(device, dtype)
@@ -1491,6 +1570,8 @@ def run_bench(args, device):
                         "contestants": figures})
     if generate:
         results.append({"case": "generate", **generation_bench(args, device)})
+    if piglatin:
+        results.append({"case": "piglatin", "results": piglatin_bench(args, device)})
     if args.json:
         data.write_json(args.json, {"conditions": {**cond, "rounds": args.rounds, "steps": args.bench_steps,
                                                    "peak": peak}, "cases": results}, indent=2)

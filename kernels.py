@@ -295,6 +295,7 @@ def _scan_chunk(x, delta, A, Bm, Cm, h0, discretization, scan):
 
 
 _COMPILED_CHUNK = {}  # backend -> torch.compile(_scan_chunk), built at the first compiled call
+CHUNK_COMPILE_BACKEND = "inductor"  # what model.py's scan_compile asks for (tests: dynamo's 'eager', no codegen)
 
 
 def _chunk_fn(compile):

@@ -410,7 +410,7 @@ class MambaMixer(nn.Module):
             y = kernels.selective_scan_triton(*ssm, chunk=cfg.scan_chunk or 64)
         elif cfg.scan_chunk:  # the same y, its (B, T, D, N) states held for scan_chunk steps at a time
             y = kernels.selective_scan_chunked(*ssm, chunk=cfg.scan_chunk, scan=cfg.scan,
-                                               compile=cfg.scan_compile and "inductor")
+                                               compile=cfg.scan_compile and kernels.CHUNK_COMPILE_BACKEND)
         else:  # discretize, scan every state (B, T, D, N), y_t = C_t h_t per channel
             y = kernels.selective_scan_reference(*ssm, scan=cfg.scan)  # (B, T, D)
         y = (y + self.D_skip * x.float()).to(x.dtype)

@@ -390,6 +390,24 @@ def test_mamba_decodes_through_its_recurrent_state(method):
     assert torch.equal(cached, m.translate(src, 10, data.SOS, data.EOS, use_cache=False))
 
 
+def test_piglatin_bench_times_and_measures_each_model(monkeypatch, capsys):
+    """evaluate.py --bench --cases piglatin, small: every model's training step and saved memory, the
+    chunked scan saving less than every state, and translation with and without the decoder cache."""
+    import argparse
+
+    import evaluate
+    import kernels
+    monkeypatch.setattr(kernels, "CHUNK_COMPILE_BACKEND", "eager")  # (inductor: half a minute)
+    step, translation = evaluate.piglatin_bench(argparse.Namespace(rounds=1), "cpu", lengths=(20,), batch=4)
+    table = step["training"]
+    assert set(table) == {"Mamba, every state", "Mamba, chunked 16", "Mamba, chunked 16, compiled",
+                          "encoder-decoder (transformer_small)"}
+    assert all(r["step_ms"] > 0 and r["saved_mib"] > 0 for r in table.values())
+    assert table["Mamba, chunked 16"]["saved_mib"] < table["Mamba, every state"]["saved_mib"] / 2
+    assert len(translation["translation_words_per_s"]) == 4 and min(translation["translation_words_per_s"].values()) > 0
+    assert "decoder cache" in capsys.readouterr().out
+
+
 # -----------------------------------------------------------------------------
 # training and evaluation through train.py and evaluate.py
 
