@@ -618,6 +618,12 @@ class TokenModel(nn.Module):
         """The (cos, sin) tables for attention, or None when positions are not rotary."""
         return (self.rope_cos, self.rope_sin) if self.cfg.pos == "rope" else None
 
+    def step(self, idx, start, key_mask, cache):
+        """The next-token logits (B, V) after idx (B, T), the tokens at positions start .. start+T-1 (the
+        cache holds those before): `decode`'s step, the one compiled, for a causal language model whose
+        forward takes key_mask, cache and start (GPT, Llama)."""
+        return self(idx, key_mask=key_mask, cache=cache, start=start)[0][:, -1]
+
     def new_cache(self, batch_size, max_len=None, n_layers=None):
         """One empty KVCache per causal layer (n_layers, default cfg.n_layer), for max_len positions (default:
         the whole context)."""
@@ -999,10 +1005,6 @@ class GPT(TokenModel):
     def head_flops(self, seq_len):
         return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size  # logits at every position
 
-    def step(self, idx, start, key_mask, cache):
-        """The next-token logits (B, V) after idx (B, T) at positions start ..: `decode`'s step."""
-        return self(idx, key_mask=key_mask, cache=cache, start=start)[0][:, -1]
-
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None, use_cache=True,
                  mode="eager"):
@@ -1204,11 +1206,6 @@ class Llama(TokenModel):
         if self.cls_head is not None:
             return 2 * self.cfg.n_embd * self.cfg.n_classes
         return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size
-
-    def step(self, idx, start, key_mask, cache):
-        """The next-token logits (B, V) after idx (B, T), the tokens at positions start .. start+T-1 (the
-        cache holds those before): `decode`'s step, the one compiled."""
-        return self(idx, key_mask, cache=cache, start=start)[0][:, -1]
 
     @torch.no_grad()
     def generate(self, prompts, max_new_tokens, temperature=1.0, top_k=None, top_p=None, epsilon=None,
