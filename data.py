@@ -11,7 +11,7 @@ evaluate.py feed to a model.
     python data.py shakespeare_char [--mirror DIR] [--out_dir DIR]
     python data.py sst5 [--tokenizer llama2|tok512] [--max_len 256]     # also cfimdb: the mini-Llama's sets
     python data.py imdb_lm [--tokenizer tok512|llama2]                   # IMDB reviews, to pretrain a Llama
-    python data.py piglatin [--seed 1337]                                # words of a novel -> Pig Latin
+    python data.py piglatin [--seed 1337]                # words of a novel -> Pig Latin (+ IMDB words it lacks)
     python data.py sst2_mlm --max_len 128 [--protocol glue]   # SST-2 train + IMDB train text, to pretrain the encoder
 
 The .bin format (one array per file, memory-mappable):
@@ -1038,11 +1038,37 @@ def novel_words(text):
     return sorted({w for w in found if _PIG_WORD.fullmatch(w)})
 
 
+def pig_latin_rules(split):
+    """The Pig Latin rule (pig_latin_rule) of each source word of a seq2seq split, or None for a split
+    whose vocabulary (its `vocab`) is not Pig Latin's characters."""
+    if getattr(split, "vocab", None) != PIG_LATIN_VOCAB:
+        return None
+    codec = CharCodec(PIG_LATIN_VOCAB)
+    return [pig_latin_rule(codec.decode(split[i][0])) for i in range(len(split))]
+
+
+UNSEEN_WORDS = 3000  # the unseen split's size: a seeded sample of the review words the novel lacks
+
+
+def unseen_words(texts, known, block_size, n=UNSEEN_WORDS, seed=1337):
+    """The unseen-word test set: distinct words of `texts`, cleaned by novel_words' rule, that are not in
+    `known` (the novel's words) and that fit the models' context as the novel's words do (word, [EOS],
+    [SOS] and translation in block_size tokens); a seeded sample of n of them (all if fewer), sorted.
+    Returns (the sample, how many words qualified)."""
+    candidates = [w for w in novel_words("\n".join(texts))
+                  if w not in known and len(w) + len(pig_latin(w)) + 2 <= block_size]
+    rng = np.random.default_rng([seed, 23])  # a stream of its own: the novel's split stays as it was
+    pick = rng.choice(len(candidates), size=min(n, len(candidates)), replace=False)
+    return sorted(candidates[i] for i in pick), len(candidates)
+
+
 class PairSplit:
     """A seq2seq split read back from disk: len(split), split[i] -> (source ids, target ids) without
-    special tokens; `lengths` are the source lengths (for batching by length)."""
+    special tokens; `lengths` are the source lengths (for batching by length); `vocab` the characters
+    the ids index (the folder's meta.json)."""
 
     def __init__(self, folder, split, verify=True):
+        self.vocab = load_meta(folder).get("vocab")
         self.src = read_bin(os.path.join(folder, f"{split}_src.bin"), verify)
         self.src_offsets = np.array(read_bin(os.path.join(folder, f"{split}_src_offsets.bin"), verify))
         self.tgt = read_bin(os.path.join(folder, f"{split}_tgt.bin"), verify)
@@ -1060,6 +1086,49 @@ class PairSplit:
         return src, np.asarray(self.tgt[self.tgt_offsets[i]:self.tgt_offsets[i + 1]], dtype=np.int64)
 
 
+class PairList:
+    """An in-memory seq2seq split with PairSplit's interface: (source ids, target ids) pairs, and the
+    characters they index (vocab) if known."""
+
+    def __init__(self, pairs, vocab=None):
+        self.pairs = [(np.asarray(s, dtype=np.int64), np.asarray(t, dtype=np.int64)) for s, t in pairs]
+        self.lengths = np.array([len(s) for s, _ in self.pairs], dtype=np.int64)
+        self.vocab = vocab
+
+    def __len__(self):
+        return len(self.pairs)
+
+    def __getitem__(self, i):
+        return self.pairs[i]
+
+
+def hyphen_compounds(train, share, seed, block_size, exclude=()):
+    """The training split with hyphenated compounds of its own words added: round(share * len(train))
+    of them, each 2 (three times in four) or 3 plain training words joined by hyphens, source to source
+    and translation to translation. Nothing here knows the rules: that a compound's translation is its
+    parts' translations joined is what the model is to learn from these pairs (the hyphenated words of
+    the novel alone are too few: 148 in training). Seeded; a compound must fit block_size (as the data's
+    words do) and be none of the words in `exclude` (val, test, unseen: no held-out word is taught) or
+    of the training words. Returns a PairList: train's pairs, then the compounds."""
+    codec = CharCodec(train.vocab)
+    pairs = [(codec.decode(s), codec.decode(t)) for s, t in (train[i] for i in range(len(train)))]
+    plain = [p for p in pairs if "-" not in p[0]]
+    taken = set(exclude) | {w for w, _ in pairs}
+    rng = np.random.default_rng([seed, 1342])
+    want, made, tries = round(share * len(pairs)), [], 0
+    while len(made) < want:
+        tries += 1
+        if tries > 100 * want + 1000:
+            raise DataError(f"hyphen_compounds: only {len(made)} of {want} compounds fit block_size {block_size}")
+        parts = [plain[i] for i in rng.choice(len(plain), size=2 if rng.random() < 0.75 else 3)]
+        word, translation = "-".join(w for w, _ in parts), "-".join(t for _, t in parts)
+        if word in taken or len(word) + len(translation) + 2 > block_size:
+            continue
+        taken.add(word)
+        made.append((word, translation))
+    return PairList([(codec.encode(w), codec.encode(t)) for w, t in pairs + made], train.vocab)
+
+
 def write_pairs(folder, split, pairs, codec):
     """Write (word, translation) pairs as split_src.bin / split_tgt.bin with their offsets (uint16 ids)."""
     for side, texts in (("src", [w for w, _ in pairs]), ("tgt", [t for _, t in pairs])):
@@ -1070,38 +1139,47 @@ def write_pairs(folder, split, pairs, codec):
         write_bin(os.path.join(folder, f"{split}_{side}_offsets.bin"), offsets)
 
 
-def prepare_piglatin(mirror=None, out_dir=None, seed=1337, verbose=True, **_ignored):
+def prepare_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS, verbose=True, **_ignored):
     """Build data/piglatin from the distinct words of Pride and Prejudice: each word with its Pig Latin,
-    split 80/10/10 at random by word (seeded), so no word is in two splits. Characters are the tokens:
+    split 80/10/10 at random by word (seeded), so no word is in two splits. Beside them, `unseen`:
+    n_unseen words of the IMDB reviews (both halves) that the novel never holds (unseen_words), to
+    tell a model that learnt the rules from one that learnt the novel's words. Characters are the tokens:
     [PAD], [SOS], [EOS], '-', a-z (30 ids). block_size in meta.json is the longest sequence a model
     reads: word [EOS] [SOS] translation, the decoder-only layout. Returns the meta dict."""
     out_dir = out_dir or dataset_dir("piglatin")
     (raw,) = fetch("pride_and_prejudice", mirror).values()
     words = novel_words(raw.decode("utf-8"))
+    block_size = max(len(w) + len(pig_latin(w)) + 2 for w in words)
+    imdb = archive_file("imdb", mirror)
+    reviews = [text for half in ("train", "test") for text, _, _ in read_imdb(imdb, half)]
+    unseen, n_candidates = unseen_words(reviews, set(words), block_size, n_unseen, seed)
     order = np.random.default_rng(seed).permutation(len(words))
     n_val = n_test = len(words) // 10
     parts = {"train": order[n_val + n_test:], "val": order[:n_val], "test": order[n_val:n_val + n_test]}
     codec = CharCodec(PIG_LATIN_VOCAB)
     os.makedirs(out_dir, exist_ok=True)
     counts = {}
-    for k, idx in parts.items():
-        pairs = [(words[i], pig_latin(words[i])) for i in sorted(idx)]
+    for k, chosen in [*((k, [words[i] for i in sorted(idx)]) for k, idx in parts.items()), ("unseen", unseen)]:
+        pairs = [(w, pig_latin(w)) for w in chosen]
         write_pairs(out_dir, k, pairs, codec)
         rules = [pig_latin_rule(w) for w, _ in pairs]
         counts[k] = {"n": len(pairs), "rules": {r: rules.count(r) for r in sorted(set(rules))},
                      "max_word": max(len(w) for w, _ in pairs), "max_translation": max(len(t) for _, t in pairs)}
-    block_size = max(len(w) + len(pig_latin(w)) + 2 for w in words)
     meta = {"dataset": "piglatin", "task": "seq2seq", "tokenizer": "char", "vocab": PIG_LATIN_VOCAB,
             "vocab_size": len(PIG_LATIN_VOCAB), "block_size": block_size, "seed": seed,
             "specials": {"pad": PAD, "sos": SOS, "eos": EOS}, "words": len(words), "counts": counts,
+            "unseen": {"from": f"the IMDB reviews, both halves ({len(reviews):,})", "qualified": n_candidates,
+                       "sample": len(unseen)},
             "rules": "vowel-initial +way; else the consonants before the first vowel (y a vowel after the first "
                      "letter; qu together) to the end +ay; no vowel +ay; hyphenated words part by part",
-            "sources": SOURCES["pride_and_prejudice"]}
+            "sources": {"pride_and_prejudice": SOURCES["pride_and_prejudice"], "imdb": SOURCES["imdb"]}}
     write_meta(out_dir, meta)
     if verbose:
-        print(f"piglatin: {len(words):,} distinct words -> {out_dir} (30 tokens, block_size {block_size})")
+        print(f"piglatin: {len(words):,} distinct words -> {out_dir} (30 tokens, block_size {block_size}); unseen: "
+              f"{len(unseen):,} of the {n_candidates:,} words of {len(reviews):,} IMDB reviews that the novel lacks "
+              f"and that fit block_size")
         for k, c in counts.items():
-            print(f"  {k:5s} {c['n']:5,d} words  {c['rules']}  longest word {c['max_word']}, "
+            print(f"  {k:6s} {c['n']:5,d} words  {c['rules']}  longest word {c['max_word']}, "
                   f"translation {c['max_translation']}")
     return meta
 
@@ -1312,6 +1390,8 @@ DATASETS = {
 }
 TASK_SPLITS = {"classification": (ClassificationSplit, ("train", "val", "test")), "lm": (TokenSplit, ("train", "val")),
                "seq2seq": (PairSplit, ("train", "val", "test")), "mlm": (ClassificationSplit, ("train", "val"))}
+EXTRA_SPLITS = {"seq2seq": ("unseen",)}  # read when the folder has them (Pig Latin's words from outside the novel;
+# a folder prepared before it was added lacks it)
 
 
 DEFAULT_MAX_LEN = 256  # the study's truncation; a folder prepared with another says so in its name
@@ -1350,6 +1430,11 @@ def resolve_tokenizer(dataset, tokenizer):
     return tokenizer or spec.tokenizers[0]
 
 
+def has_split(folder, split):
+    """Whether a prepared folder holds files of this split (split.bin, split_src.bin, ...)."""
+    return any(f == f"{split}.bin" or f.startswith(f"{split}_") for f in os.listdir(folder))
+
+
 class Dataset:
     """A prepared dataset folder, read back: `meta` (its meta.json), `task`, and `splits`
     ({name: ClassificationSplit or TokenSplit}, memory-mapped)."""
@@ -1362,6 +1447,7 @@ class Dataset:
             raise DataError(f"{folder}/meta.json names task {self.task!r}, expected one of {sorted(TASK_SPLITS)}; "
                             f"rebuild the folder with `python data.py ...`")
         reader, names = TASK_SPLITS[self.task]
+        names += tuple(s for s in EXTRA_SPLITS.get(self.task, ()) if has_split(folder, s))
         self.splits = {s: reader(folder, s) for s in names}
 
     def facts(self):

@@ -190,6 +190,9 @@ SEQ2SEQ_METRICS = {
     "loss": Metric("loss per character", "lower", "loss"),
     "word_accuracy": Metric("word accuracy (greedy, whole word exact)", "higher", "word acc"),
     "char_accuracy": Metric("next-character accuracy (teacher-forced)", "higher", "char acc"),
+    # Pig Latin: word accuracy by the rule a word falls under (data.pig_latin_rule), where the split has such words
+    **{f"word_accuracy_{r.replace(' ', '_')}": Metric(f"word accuracy, {r} words", "higher")
+       for r in ("consonant", "vowel", "no vowel", "hyphenated")},
 }
 MLM_METRICS = {
     "loss": Metric("masked-token loss", "lower", "loss"), "accuracy": Metric("masked-token accuracy", "higher", "acc"),
@@ -359,9 +362,13 @@ def evaluate_seq2seq(model, split, device, ctx, batch_size=256):
     if n_chars == 0:
         raise data.DataError("the split to evaluate is empty")
     predictions = translate_split(model, split, device, ctx, batch_size)
-    right = sum(pred == split[j][1].tolist() for j, pred in enumerate(predictions))
-    return {"loss": loss_sum / n_chars, "word_accuracy": right / len(split), "char_accuracy": correct / n_chars,
-            "n": len(split), "n_chars": n_chars, "predictions": predictions}
+    right = [pred == split[j][1].tolist() for j, pred in enumerate(predictions)]
+    by_rule = {}
+    for rule, ok in zip(data.pig_latin_rules(split) or [], right):  # Pig Latin words: each rule's words apart
+        by_rule.setdefault(f"word_accuracy_{rule.replace(' ', '_')}", []).append(ok)
+    return {"loss": loss_sum / n_chars, "word_accuracy": sum(right) / len(split), "char_accuracy": correct / n_chars,
+            **{k: sum(v) / len(v) for k, v in by_rule.items()}, "n": len(split), "n_chars": n_chars,
+            "predictions": predictions}
 
 
 @torch.no_grad()
@@ -805,7 +812,7 @@ def error_analysis(words, truths, predictions):
 def translation_speed(model, split, device, ctx, repeats=3, n=64):
     """(latency: median ms to translate one word at batch 1, greedily, over the first n words of the
     split; throughput: words/s translating the whole split in batches of 256, the median of repeats)."""
-    sub = ListPairs([split[j] for j in range(min(n, len(split)))])
+    sub = data.PairList([split[j] for j in range(min(n, len(split)))])
     translate_split(model, sub, device, ctx, batch_size=1)  # warm-up
     lat = [timed(lambda: translate_split(model, sub, device, ctx, batch_size=1), device) / len(sub)
            for _ in range(repeats)]
@@ -813,38 +820,83 @@ def translation_speed(model, split, device, ctx, repeats=3, n=64):
     return 1000 * statistics.median(lat), statistics.median(thr)
 
 
-class ListPairs:
-    """An in-memory seq2seq split with the interface of data.PairSplit."""
-
-    def __init__(self, pairs):
-        self.pairs = [(np.asarray(s, dtype=np.int64), np.asarray(t, dtype=np.int64)) for s, t in pairs]
-        self.lengths = np.array([len(s) for s, _ in self.pairs])
-
-    def __len__(self):
-        return len(self.pairs)
-
-    def __getitem__(self, i):
-        return self.pairs[i]
-
-
 def seq2seq_report(model, ckpt, path, args, device, ctx):
-    """A seq2seq model (Pig Latin) on --split: loss per character, word and character accuracy, size,
-    FLOPs, translation speed, the error analysis, and with --plots DIR its pictures."""
-    split = checkpoint_dataset(ckpt, path).splits[args.split]
+    """A seq2seq model (Pig Latin) on --split and, beside the test split, on the words from outside the
+    novel (the dataset's `unseen` split), or on the words of --file: for each, loss per character, word
+    and character accuracy and the error analysis (by rule, by length, the wrong words); once, size,
+    FLOPs, translation speed on the first, and with --plots DIR its pictures. The first split's figures
+    are also the report's own (word_accuracy, by_rule, ...); every split's are in `splits`."""
     codec = data.CharCodec(ckpt["data"]["vocab"])
-    figures = evaluate_seq2seq(model, split, device, ctx, args.batch_size)
-    words = [codec.decode(split[j][0]) for j in range(len(split))]
-    truths = [codec.decode(split[j][1]) for j in range(len(split))]
-    predicted = [codec.decode(p) for p in figures.pop("predictions")]
-    res = {"ckpt": path, "task": "seq2seq", **figures, **size_figures(model, path)}
+    if args.file:
+        splits = {os.path.basename(args.file): read_word_list(args.file, codec, raw_model(model).cfg.block_size)}
+    else:
+        dataset = checkpoint_dataset(ckpt, path)
+        how = (f"{dataset.folder} has no unseen split (words from outside the novel): `python data.py piglatin "
+               f"--out_dir {dataset.folder}` adds it, its train, val and test words unchanged")
+        if args.split not in dataset.splits:
+            raise data.DataError(how)
+        splits = {args.split: dataset.splits[args.split]}
+        if args.split == "test" and "unseen" in dataset.splits:
+            splits["unseen"] = dataset.splits["unseen"]
+        elif args.split == "test":
+            print(how)
+    res = {"ckpt": path, "task": "seq2seq", "splits": {}, **size_figures(model, path)}
+    for name, split in splits.items():
+        figures = evaluate_seq2seq(model, split, device, ctx, args.batch_size)
+        words = [codec.decode(split[j][0]) for j in range(len(split))]
+        truths = [codec.decode(split[j][1]) for j in range(len(split))]
+        predicted = [codec.decode(p) for p in figures.pop("predictions")]
+        res["splits"][name] = {**figures, **error_analysis(words, truths, predicted), "predictions": predicted,
+                               "words": words}
+    first = next(iter(res["splits"].values()))
+    res.update(first, split=next(iter(splits)))
+    if "unseen" in res["splits"]:
+        res.update(unseen_word_accuracy=res["splits"]["unseen"]["word_accuracy"],
+                   unseen_loss=res["splits"]["unseen"]["loss"])
+    split = next(iter(splits.values()))
     mean_len = float(np.mean(split.lengths)) + 1  # a word and its [EOS]
     res["flops_per_sample"] = model.flops_per_forward(round(mean_len))  # one teacher-forced word, both halves
     if not args.no_timing:
         res["latency_ms"], res["throughput"] = translation_speed(model, split, device, ctx, args.repeats)
-    res.update(error_analysis(words, truths, predicted), predictions=predicted, words=words)
     if args.plots:
         res["plots"] = seq2seq_plots(model, codec, args.plots, seq2seq_words(args.words, "--words", ","), device)
     return res
+
+
+def read_word_list(path, codec, block_size):
+    """--file for a seq2seq model: one word per line, optionally followed by a tab and its expected
+    translation (else the rules' answer, data.pig_latin). Words follow --text's rule (upper case read as
+    lower case; letters a-z with single inner hyphens); a translation must be in the model's characters,
+    and word and translation must fit its context as the training words did (word, [EOS], [SOS] and
+    translation in block_size). Blank lines are skipped. Anything else is a DataError naming the line."""
+    pairs = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                word, sep, truth = line.rstrip("\n").partition("\t")
+                word = word.strip().lower()
+                if not data._PIG_WORD.fullmatch(word):
+                    raise data.DataError(f"{path}:{n}: {word!r} is not a word the model translates (letters a-z "
+                                         f"with single inner hyphens, then optionally a tab and its translation)")
+                truth = truth.strip() if sep else data.pig_latin(word)
+                try:
+                    ids = codec.encode(word), codec.encode(truth)
+                except ValueError as e:
+                    raise data.DataError(f"{path}:{n}: the translation {truth!r}: {e}") from None
+                if not truth or len(word) + len(truth) + 2 > block_size:
+                    raise data.DataError(f"{path}:{n}: {word!r} -> {truth!r} " + (
+                        "has an empty translation" if not truth else f"does not fit the model's context: word, "
+                        f"translation and 2 markers must be at most {block_size} characters"))
+                pairs.append(ids)
+    except UnicodeDecodeError as e:
+        raise data.DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise data.DataError(f"{path}: cannot be read ({e.strerror or e})") from None
+    if not pairs:
+        raise data.DataError(f"{path} holds no words")
+    return data.PairList(pairs, codec.itos)
 
 
 @torch.no_grad()
@@ -861,7 +913,7 @@ def seq2seq_plots(model, codec, out_dir, words, device):
     m = raw_model(model)
     if hasattr(m, "encoder"):
         for word in words:
-            (out,) = translate_split(m, ListPairs([(codec.encode(word), [])]), device, nullcontext())
+            (out,) = translate_split(m, data.PairList([(codec.encode(word), [])]), device, nullcontext())
             src = torch.tensor([[*codec.encode(word), data.EOS]], device=device)
             idx = torch.tensor([[data.SOS, *out]], device=device)  # the decoder's input as it translated
             _, _, weights = m(src, idx, need_weights=True)
@@ -981,7 +1033,9 @@ REPORTS = {"classification": classification_report, "lm": lm_report, "generate":
            "seq2seq": seq2seq_report, "mlm": mlm_report}
 
 ROWS = [  # (key, label, format)
-    ("word_accuracy", "word accuracy", "{:.4f}"), ("char_accuracy", "char accuracy (teacher-forced)", "{:.4f}"),
+    ("word_accuracy", "word accuracy", "{:.4f}"), ("unseen_word_accuracy", "word accuracy, unseen words", "{:.4f}"),
+    ("unseen_loss", "loss per character, unseen words", "{:.4f}"),
+    ("char_accuracy", "char accuracy (teacher-forced)", "{:.4f}"),
     ("accuracy", "accuracy", "{:.4f}"), ("precision", "precision", "{:.4f}"), ("recall", "recall", "{:.4f}"),
     ("f1", "F1", "{:.4f}"), ("mcc", "MCC", "{:.4f}"), ("loss", "loss", "{:.4f}"), ("ppl", "perplexity", "{:.3f}"),
     ("emb_norm", "mean ||X|| (block 1 input)", "{:.3f}"), ("n", "examples (LM: tokens, MLM: masked)", "{:,}"),
@@ -1032,19 +1086,33 @@ def print_table(results, max_errors=50):
             prepared = r.get("texts_cut_at_preparation", "an unrecorded number")
             print(f"texts of {name}: {prepared} of {r['n']} cut to {r['prepared_max_len']} tokens when the data was "
                   f"prepared, {r['texts_cut']} cut again to fit the prompt in its context of {r['context']}")
-        if "by_rule" in r:
-            print(f"word accuracy of {name} by rule: " + ", ".join(f"{k} {v['accuracy']:.3f} (n={v['n']})"
-                                                                  for k, v in r["by_rule"].items()))
-            print(f"word accuracy of {name} by length: " + ", ".join(f"{k} {v['accuracy']:.3f} (n={v['n']})"
-                                                                    for k, v in r["by_length"].items()))
-            print(f"wrong translations of {name} ({len(r['errors'])}; word: truth / predicted):")
-            for e in r["errors"][:max_errors]:
-                print(f"  {e['word']}: {e['truth']} / {e['predicted']}")
+        if "splits" in r:
+            print_word_breakdown(name, r["splits"], max_errors)
             for p in r.get("plots", []):
                 print(f"wrote {p}")
         if "sample" in r:
             print(f"--- sample from {name} (temperature {r['sample_args']['temperature']}, top_k "
                   f"{r['sample_args']['top_k']}, seed {r['sample_args']['seed']}):\n{r['sample']}\n---")
+
+
+def print_word_breakdown(name, splits, max_errors):
+    """A seq2seq report's word accuracy by rule and by length, its splits side by side (test | unseen),
+    then each split's wrong translations (the first max_errors)."""
+    heads = [f"{s} (n={v['n']:,})" for s, v in splits.items()]
+    width = max(18, *map(len, heads)) + 2
+    for what in ("by_rule", "by_length"):
+        print(f"word accuracy of {name} {what.replace('_', ' ')}:" + " " * 4 + "".join(f"{h:>{width}s}" for h in heads))
+        keys = sorted({k for v in splits.values() for k in v[what]})
+        for k in keys:
+            cells = [f"{v[what][k]['accuracy']:.3f} ({v[what][k]['n']:,})" if k in v[what] else "-"
+                     for v in splits.values()]
+            print(f"  {k:{len(name) + len(what) + 20}s}" + "".join(f"{c:>{width}s}" for c in cells))
+        overall = [f"{v['word_accuracy']:.3f} ({v['n']:,})" for v in splits.values()]
+        print(f"  {'all':{len(name) + len(what) + 20}s}" + "".join(f"{c:>{width}s}" for c in overall))
+    for s, v in splits.items():
+        print(f"wrong translations of {name} on {s} ({len(v['errors'])}; word: truth / predicted):")
+        for e in v["errors"][:max_errors]:
+            print(f"  {e['word']}: {e['truth']} / {e['predicted']}")
 
 
 def seq2seq_words(text, option, sep=None):
@@ -1069,7 +1137,7 @@ def translate_text(model, ckpt, path, text, device, ctx):
     beside the rules' answer (data.pig_latin)."""
     codec = data.CharCodec(ckpt["data"]["vocab"])
     words = seq2seq_words(text, "--text")
-    out = [codec.decode(ids) for ids in translate_split(model, ListPairs([(codec.encode(w), []) for w in words]),
+    out = [codec.decode(ids) for ids in translate_split(model, data.PairList([(codec.encode(w), []) for w in words]),
                                                         device, ctx)]
     print(f"{path}: {' '.join(out)}  (the rules: {' '.join(map(data.pig_latin, words))})")
 
@@ -1594,13 +1662,16 @@ def parser():
                    "a pretrained name (stories260K)")
     p.add_argument("--zero_shot", default=None, help="a labelled dataset (sst5, cfimdb): classify its --split "
                    "with a Llama language model by prompting, no training")
-    p.add_argument("--split", default="test", choices=["train", "val", "test"],
-                   help="classifiers and --zero_shot: the split to score")
+    p.add_argument("--split", default="test", choices=["train", "val", "test", "unseen"],
+                   help="the split to score (unseen: Pig Latin's words from outside the novel; a seq2seq model's "
+                   "test is scored with its unseen words beside it)")
     p.add_argument("--json", help="write the figures to this file (classifiers: with per-example predictions)")
     p.add_argument("--text", help="classify this sentence and print the label probabilities (seq2seq: translate "
                    "its words, upper case read as lower case, as --words)")
     p.add_argument("--truncate", action="store_true", help="with --text: cut an over-long sentence instead of refusing")
-    p.add_argument("--file", help="evaluate on a labelled file: sentence<TAB>label per line, header allowed")
+    p.add_argument("--file", help="evaluate on a file: a classifier's labelled sentences (sentence<TAB>label per line, "
+                   "header allowed), a seq2seq model's words (one a line, optionally <TAB>its expected translation; "
+                   "else the rules' answer)")
     p.add_argument("--prompt", default=None, help="language models: the text a sample starts from (default: a "
                    "newline for a character model, BOS alone for a Llama)")
     p.add_argument("--max_new_tokens", type=int, default=300, help="language models: tokens to generate")
@@ -1727,6 +1798,8 @@ def check_args(p, args):
         if not os.path.isdir(folder):
             raise configurator.ConfigError(f"--export {args.export}: there is no folder {folder} to write it in")
     if args.zero_shot is not None:
+        if args.split == "unseen":
+            raise configurator.ConfigError("--split unseen is Pig Latin's; --zero_shot scores train, val or test")
         labelled = sorted(k for k, v in data.DATASETS.items() if v.task == "classification")
         if args.zero_shot not in labelled:
             raise configurator.ConfigError(f"--zero_shot {args.zero_shot!r}: expected a labelled dataset, one of "
@@ -1765,8 +1838,11 @@ def check_fits(args, model, ckpt, path):
             raise configurator.ConfigError(f"{path} is not a Llama language model; --zero_shot scores one (a "
                                            f"llama2.c file, or a Llama pretrained here)")
         return  # the others concern a checkpoint's own data
-    if args.file is not None and task != "classification":
-        raise configurator.ConfigError(f"--file takes labelled sentences for a classifier; {this}")
+    if args.file is not None and task not in ("classification", "seq2seq"):
+        raise configurator.ConfigError(f"--file takes labelled sentences for a classifier or words for a seq2seq "
+                                       f"model; {this}")
+    if args.split == "unseen" and task != "seq2seq":
+        raise configurator.ConfigError(f"--split unseen is Pig Latin's words from outside the novel; {this}")
     if args.loops is not None and (task != "classification" or not hasattr(cfg, "n_loops")):
         kind = f"a {type(cfg).__name__.removesuffix('Config')} {TASK_NAMES[task]}"
         raise configurator.ConfigError(f"--loops re-scores a looped encoder (a classifier whose layer stack is "

@@ -362,6 +362,7 @@ class MambaMixer(nn.Module):
         x = SiLU(causal depthwise conv(x))         a short local mix along time (kernel d_conv)
         delta, B, C = x_proj(x)                    input-dependent: this is what makes it "selective"
         delta = softplus(dt_proj(delta))           low rank (dt_rank), then one step size per channel
+                                                   (divided by sqrt(n_embd) with cfg.dt_div_sqrt)
         h_t = A-bar_t h_{t-1} + B-bar_t x_t        the scan (kernels.selective_scan), per channel and state
         y = C_t h_t + D_skip x_t;  y = y * SiLU(z);  out_proj(y)
     The scan is picked by cfg.scan ('sequential' reference, 'parallel' Blelloch, 'logspace' Heinsen),
@@ -391,6 +392,12 @@ class MambaMixer(nn.Module):
         with torch.no_grad():
             self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # the inverse of softplus
 
+    def step_size(self, dt):
+        """Delta (B, T, D), one step size per channel, from the low-rank dt (B, T, R): softplus(dt_proj(dt)),
+        divided by sqrt(n_embd) if cfg.dt_div_sqrt (the Pig Latin write-up's change for stable training)."""
+        delta = F.softplus(self.dt_proj(dt))
+        return delta / math.sqrt(self.cfg.n_embd) if self.cfg.dt_div_sqrt else delta
+
     def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0):
         """x (B, T, C) -> (y (B, T, C), None). With cache (a MambaState) the tokens go through the recurrence
         one at a time from the state the cache holds, which they advance (decoding: `step`)."""
@@ -403,7 +410,7 @@ class MambaMixer(nn.Module):
         x = self.conv(x.transpose(1, 2))[..., :T].transpose(1, 2)  # (B, T, D): keep the causal part
         x = F.silu(x)
         dt, Bm, Cm = self.x_proj(x).split([cfg.dt_rank, cfg.d_state, cfg.d_state], dim=-1)
-        delta = F.softplus(self.dt_proj(dt))  # (B, T, D)
+        delta = self.step_size(dt)  # (B, T, D)
         A = -torch.exp(self.A_log.float())  # (D, N)
         ssm = (x.float(), delta.float(), A, Bm.float(), Cm.float(), cfg.discretization)
         if cfg.scan == "triton":  # one kernel forward, one backward: no (B, T, D, N) tensor at all
@@ -427,7 +434,7 @@ class MambaMixer(nn.Module):
         state.conv = window[:, :, 1:]
         x = F.silu((window * self.conv.weight[:, 0]).sum(-1) + self.conv.bias)[:, None]  # (B, 1, D)
         dt, Bm, Cm = self.x_proj(x).split([cfg.dt_rank, cfg.d_state, cfg.d_state], dim=-1)
-        delta = F.softplus(self.dt_proj(dt))  # (B, 1, D)
+        delta = self.step_size(dt)  # (B, 1, D)
         A = -torch.exp(self.A_log.float())  # (D, N)
         a_bar, bx_bar = discretize(delta.float(), A, Bm.float(), x.float(), cfg.discretization)  # (B, 1, D, N)
         state.h = a_bar[:, 0] * state.h + bx_bar[:, 0]  # (B, D, N)
@@ -1431,6 +1438,8 @@ class MambaConfig:
     dt_rank: int = 0  # R, the rank of Delta's projection; 0 means ceil(n_embd / 16)
     dt_min: float = 0.001  # the range Delta starts in (log-uniform per channel)
     dt_max: float = 0.1
+    dt_div_sqrt: bool = False  # Delta divided by sqrt(n_embd), the write-up's stabilizer ("we divide delta by
+    #                            sqrt(hidden size)"); Delta then starts in [dt_min, dt_max] / sqrt(n_embd)
     discretization: str = "zoh_approx"  # 'zoh_approx' (Mamba's) | 'zoh' (exact) | 'bilinear' (S4's)
     scan: str = "parallel"  # 'sequential' (the reference loop) | 'parallel' (Blelloch) | 'logspace' (Heinsen)
     #                         | 'triton' (kernels.selective_scan_triton, fused: a GPU, or Triton's interpreter)

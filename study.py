@@ -508,6 +508,9 @@ def run_study(runs, jobs=1, collect_only=False):
                          f"run without --collect_only to train them")
     print(f"study: {len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to train ({jobs} at a time)")
     run_pending(runs, todo, jobs)
+    for _, cfg, record in runs.values():  # runs that finished elsewhere (another core's queue) are recorded too
+        if save_record(cfg, record):
+            print(f"  recorded {cfg['out_dir']} in {record}")
     summaries = {key: finished_summary(cfg, record) for key, (_, cfg, record) in runs.items()}
     missing = [k for k, v in summaries.items() if v is None]
     if missing:
@@ -1508,7 +1511,8 @@ def configs_main(args):
         check_metric(metric, "--metrics")
     if args.json:
         check_folder(args.json, "--json")
-    runs = plan_runs(args.configs, seeds, args.out_root or "out/study", args.set or [], args.grid or [])
+    runs = plan_runs(args.configs, seeds, args.out_root or "out/study", args.set or [], args.grid or [],
+                     records=args.records)
     names = list(dict.fromkeys(name for name, _ in runs))
     summaries = run_study(runs, args.jobs, args.collect_only)
     metrics = shared_metrics(summaries, args.metrics)
@@ -1527,7 +1531,7 @@ def configs_main(args):
 
 # the flags of each way to run: given to the other one, they would be ignored, so they are refused
 PLAN_FLAGS = ("report", "cells", "remeasure", "allow_fewer", "time")
-CONFIGS_FLAGS = ("configs", "seeds", "set", "grid", "out_root", "metrics", "json")
+CONFIGS_FLAGS = ("configs", "seeds", "set", "grid", "out_root", "records", "metrics", "json")
 
 
 def main(argv=None):
@@ -1552,6 +1556,9 @@ def main(argv=None):
     p.add_argument("--grid", nargs="*", metavar="KEY=V1,V2",
                    help="run every config at every combination of these values, e.g. --grid n_loops=1,2,3")
     p.add_argument("--out_root", help="runs go to OUT_ROOT/<name>/seed<N> (default out/study)")
+    p.add_argument("--records", help="copy each finished run's record (summary.json, log.jsonl, config.py; no "
+                   "checkpoint) to RECORDS/<name>/seed<N>, to commit: a run with a record counts as finished when "
+                   "its out_root folder is gone (a plan names its own records folder)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (CPU: one per core, pinned)")
     p.add_argument("--collect_only", action="store_true", help="only collect finished runs, never train")
     p.add_argument("--metrics", nargs="*", default=None, help="the metrics to show (default: all the runs report)")

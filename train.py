@@ -62,6 +62,8 @@ subset = ""  # sst2, imdb, yelp_polarity, multidomain(_uci): '' = all, 'frac50'/
 # 'short30'/'long30' (the shortest / longest 30 % of every split by word count), 'sample2000' (per split)
 data_dir = ""  # '' = data/<dataset>_<protocol>_<vocab> (or data/<dataset>), prepared automatically if missing
 bucket = True  # classification: batch sentences of similar length together (less padding); batches stay shuffled
+hyphen_compounds = 0.0  # seq2seq (Pig Latin): add this share of the training set as hyphenated compounds of its
+# own words (data.hyphen_compounds: seeded, fixed for the run; held-out words never made); 0 = off
 eval_windows = 0  # language modelling: validation windows per evaluation; 0 = the whole split (fixed, the
 # same for every run; see data.lm_eval_starts)
 # model: the family; its own settings (n_layer, n_embd, ...) are its config dataclass's fields, with
@@ -119,27 +121,42 @@ class Task:
     # the others are padded to their bucket's longest sequence, so their length changes from batch to batch
     flops_options: dict = field(default_factory=dict)  # how model.flops_per_forward counts this task's forward
     # pass (the masked LM's head scores the masked positions only)
+    settings: tuple = ()  # the config keys only this task reads: set for another task, they are an error
 
 
-def classification_stream(split, model_cfg, cfg):
-    return data.ClassificationStream(split, cfg["batch_size"], cfg["grad_accum"], cfg["seed"], cfg["bucket"])
+def classification_stream(dataset, model_cfg, cfg):
+    return data.ClassificationStream(dataset.splits["train"], cfg["batch_size"], cfg["grad_accum"], cfg["seed"],
+                                     cfg["bucket"])
 
 
-def lm_stream(split, model_cfg, cfg):
+def lm_stream(dataset, model_cfg, cfg):
     if cfg["max_iters"] < 1:
         raise configurator.ConfigError("a language model trains on random windows for max_iters steps: set max_iters")
-    return data.LMStream(split, model_cfg.block_size, cfg["batch_size"], cfg["grad_accum"], cfg["seed"])
+    return data.LMStream(dataset.splits["train"], model_cfg.block_size, cfg["batch_size"], cfg["grad_accum"],
+                         cfg["seed"])
 
 
-def seq2seq_stream(split, model_cfg, cfg):
+def seq2seq_stream(dataset, model_cfg, cfg):
+    train = dataset.splits["train"]
+    if cfg["hyphen_compounds"]:  # no held-out word may be made and taught: every other split's words are excluded
+        if not 0 < cfg["hyphen_compounds"] <= 10 or getattr(train, "vocab", None) is None:
+            raise configurator.ConfigError(f"hyphen_compounds={cfg['hyphen_compounds']}: a share of the training "
+                                           f"set in (0, 10] (0 = off), for a set of words with a character vocabulary")
+        codec = data.CharCodec(train.vocab)
+        held_out = [codec.decode(split[i][0]) for name, split in dataset.splits.items() if name != "train"
+                    for i in range(len(split))]
+        train = data.hyphen_compounds(train, cfg["hyphen_compounds"], cfg["seed"], model_cfg.block_size, held_out)
+        print(f"hyphen_compounds: {len(train) - len(dataset.splits['train']):,} compounds of training words added to "
+              f"its {len(dataset.splits['train']):,} words")
     # the family says how it takes a (source, target) pair: model.py's seq2seq section
-    return data.Seq2SeqStream(split, model_cfg.seq2seq_layout, cfg["batch_size"], cfg["grad_accum"], cfg["seed"],
+    return data.Seq2SeqStream(train, model_cfg.seq2seq_layout, cfg["batch_size"], cfg["grad_accum"], cfg["seed"],
                               cfg["bucket"])
 
 
-def mlm_stream(split, model_cfg, cfg):
+def mlm_stream(dataset, model_cfg, cfg):
     # the masks draw random word ids, so the stream needs the vocabulary's size
-    return data.MLMStream(split, model_cfg.vocab_size, cfg["batch_size"], cfg["grad_accum"], cfg["seed"], cfg["bucket"])
+    return data.MLMStream(dataset.splits["train"], model_cfg.vocab_size, cfg["batch_size"], cfg["grad_accum"],
+                          cfg["seed"], cfg["bucket"])
 
 
 def score_classifier(model, split, cfg, device, ctx):
@@ -161,9 +178,19 @@ def score_mlm(model, split, cfg, device, ctx):
 TASKS = {
     "classification": Task(evaluate.CLASSIFICATION_METRICS, classification_stream, score_classifier),
     "lm": Task(evaluate.LM_METRICS, lm_stream, score_lm, fixed_shape=True),
-    "seq2seq": Task(evaluate.SEQ2SEQ_METRICS, seq2seq_stream, score_seq2seq),
+    "seq2seq": Task(evaluate.SEQ2SEQ_METRICS, seq2seq_stream, score_seq2seq, settings=("hyphen_compounds",)),
     "mlm": Task(evaluate.MLM_METRICS, mlm_stream, score_mlm, flops_options={"mlm": True}),
 }
+
+
+def task_of(dataset, cfg):
+    """The dataset's Task, once the config sets none of the other tasks' own keys (Task.settings)."""
+    for name, other in TASKS.items():
+        stray = [k for k in other.settings if name != dataset.task and cfg[k] != DEFAULTS[k]]
+        if stray:
+            raise configurator.ConfigError(f"{', '.join(stray)} applies to {name} datasets; {cfg['dataset']} is a "
+                                           f"{dataset.task} dataset")
+    return TASKS[dataset.task]
 
 
 # -----------------------------------------------------------------------------
@@ -720,7 +747,8 @@ def validate(model, task, dataset, cfg, state, plateau, device, ctx, procs=Proce
     difference in the last bit between two GPUs cannot make them decide differently."""
     figures = task.evaluate(model, dataset.splits["val"], cfg, device, ctx)
     figures["loss"] = procs.from_main(figures["loss"])
-    state.last_eval = {"iter": state.iter_num, "n": figures["n"], **{k: figures[k] for k in task.metrics}}
+    state.last_eval = {"iter": state.iter_num, "n": figures["n"],
+                       **{k: figures[k] for k in task.metrics if k in figures}}
     loss = figures["loss"]
     state.bad_evals = 0 if loss < state.best_val_loss - cfg["early_stop_min_delta"] else state.bad_evals + 1
     if state.iter_num >= cfg["warmup_iters"] and cfg["scheduler"] == "plateau":
@@ -762,7 +790,7 @@ def train(cfg):
 
         with procs.main_first():  # rank 0 prepares a missing dataset; then the others read it
             dataset = data.load_dataset(cfg)
-        task = TASKS[dataset.task]
+        task = task_of(dataset, cfg)
         files = RunFiles(cfg["out_dir"], writer=procs.main)
         model, state, resume, cfg = start(cfg, dataset, procs.device, files)
         peak = device_peak(cfg, procs.device, dtype_name)  # (FLOP/s, source) or None
@@ -778,7 +806,7 @@ def train(cfg):
             plateau.load_state_dict(resume["plateau"])
             scaler.load_state_dict(resume["scaler"])
             torch.set_rng_state(resume["rng_cpu"].cpu())  # load_checkpoint moved it to the device with the rest
-        stream = task.stream(dataset.splits["train"], model.cfg, cfg)
+        stream = task.stream(dataset, model.cfg, cfg)
         epoch_steps = stream.steps_per_epoch or math.inf  # a stream of random draws has no epochs
         total_iters = min(cfg["max_epochs"] * epoch_steps, cfg["max_iters"] or math.inf)
         eval_every = cfg["eval_interval"] or epoch_steps
@@ -954,18 +982,20 @@ def report_progress(state, total_iters, epoch, epochs, loss, lr, speed):
 
 
 def score_test(summary, best_path, task, dataset, cfg, state, device, ctx):
-    """Add the best checkpoint's test figures to the summary, with their labels in its `metrics`, and the
-    per-example answers for paired tests across runs (McNemar's, study.py); nothing without a test split."""
+    """Add the best checkpoint's figures on each held-out split (test, and Pig Latin's unseen words) to the
+    summary as <split>_<figure>, with their labels in its `metrics`, and the per-example answers for paired
+    tests across runs (McNemar's, study.py); nothing without a test split."""
     if "test" not in dataset.splits or not os.path.isfile(best_path):
         return
     best, _ = load_checkpoint(best_path, device)
-    test = task.evaluate(best, dataset.splits["test"], cfg, device, ctx)
-    summary.update({f"test_{k}": test[k] for k in task.metrics}, test_n=test["n"])
-    if "predictions" in test:
-        summary["test_predictions"] = test["predictions"]
-    summary["metrics"].update({f"test_{k}": {"label": f"test {m.label} (best checkpoint)", "better": m.better}
-                               for k, m in task.metrics.items()})
-    print(f"best checkpoint: val loss {state.best_val_loss:.4f}; test {describe(test, task.metrics)}")
+    for name in [s for s in dataset.splits if s not in ("train", "val")]:
+        figures = task.evaluate(best, dataset.splits[name], cfg, device, ctx)
+        summary.update({f"{name}_{k}": figures[k] for k in task.metrics if k in figures}, **{f"{name}_n": figures["n"]})
+        if "predictions" in figures:
+            summary[f"{name}_predictions"] = figures["predictions"]
+        summary["metrics"].update({f"{name}_{k}": {"label": f"{name} {m.label} (best checkpoint)", "better": m.better}
+                                   for k, m in task.metrics.items() if k in figures})
+        print(f"best checkpoint: val loss {state.best_val_loss:.4f}; {name} {describe(figures, task.metrics)}")
 
 
 def summarize(state, task, dataset, counts, minutes):
@@ -980,7 +1010,7 @@ def summarize(state, task, dataset, counts, minutes):
         summary.update({f"final_val_{k}": v for k, v in state.last_eval.items() if k != "iter"},
                        final_eval_iter=state.last_eval["iter"])
         metrics = {f"final_val_{k}": {"label": f"final validation {m.label}", "better": m.better}
-                   for k, m in task.metrics.items()}
+                   for k, m in task.metrics.items() if k in state.last_eval}
         print(f"final: val {describe(state.last_eval, task.metrics)} grad norm {state.grad_norm:.3f}  "
               f"({state.stopped}, {minutes:.1f} min)")
     metrics["best_val_loss"] = {"label": "best validation loss", "better": "lower"}

@@ -51,6 +51,7 @@ def refusal(argv):
     (["--words", "brown,don't"], "--words \"brown,don't\" has \"don't\", which is not a word the model translates"),
     (["--zero_shot", "shakespeare_char"], "--zero_shot 'shakespeare_char': expected a labelled dataset, one of"),
     (["--file", "no_such.tsv"], "--file no_such.tsv: no such file"),
+    (["--zero_shot", "sst5", "--split", "unseen"], "--split unseen is Pig Latin's; --zero_shot scores train, val or"),
     (["--json", "no_such_folder/r.json"], "--json no_such_folder/r.json: there is no folder"),
     (["--device", "gpu"], "device='gpu': expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; the devices here: cpu"),
 ])
@@ -135,7 +136,10 @@ def test_options_that_do_not_suit_the_checkpoint(kinds, tmp_path):
         ("llama", ["--loops", "1", "2"], "--loops re-scores a looped encoder (a classifier whose layer stack is "
          f"applied n_loops times) at other numbers of loops; {llama} is a Llama classifier, with no loops to vary"),
         ("gpt", ["--loops", "2"], f"{gpt} is a GPT language model, with no loops to vary"),
-        ("gpt", ["--file", tsv], f"--file takes labelled sentences for a classifier; {gpt} is a language model"),
+        ("gpt", ["--file", tsv], f"--file takes labelled sentences for a classifier or words for a seq2seq model; "
+         f"{gpt} is a language model"),
+        ("encoder", ["--split", "unseen"], f"--split unseen is Pig Latin's words from outside the novel; {encoder} is "
+         f"a classifier"),
         ("gpt", ["--zero_shot", "cfimdb"], f"{gpt} is not a Llama language model"),
         ("gpt", ["--text", "hello"], f"{gpt} is a language model: give it a --prompt to continue, not --text"),
         ("encoder", ["--plots", str(tmp_path / "p")], f"--plots draws a seq2seq model's attention and embeddings; "

@@ -6,9 +6,11 @@ Models are tiny (width 16-32) and the dataset is built from a short fake novel, 
 seconds on a CPU; one test reads the real mirror's novel and checks the counts the README gives.
 """
 
+import io
 import json
 import math
 import os
+import tarfile
 from contextlib import nullcontext
 from types import SimpleNamespace
 
@@ -33,13 +35,36 @@ The brown conditioning is yellow; XV. Tête-à-tête. Every quiet queen quoted e
 """ + " ".join(f"{a}{b}{c}" for a in "bcdfgst" for b in "aeiou" for c in ["t", "n", "ck", "sh", "mp", "rd"])
 
 
+# the fake IMDB reviews the unseen words come from: new words of each rule, words the novel has (brown,
+# quite), one too long for the context, a possessive and a word with a digit (neither is a word here)
+REVIEWS = ["A well-made film, brown and quite gripping; its over-the-top ending rocks.<br />Strange but fun.",
+           "Xkcd fans: the antidisestablishmentarianism-supercalifragilistic gag is old. Director's cut.",
+           "Utterly awful, yet rhythm and yellow-green scenes: eight out of ten. Sci-fi r2d2 bits."]
+
+
+def imdb_tgz(reviews=REVIEWS):
+    """An archive in aclImdb's layout: each review once in each half."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for half in ("train", "test"):
+            for i, text in enumerate(reviews):
+                info = tarfile.TarInfo(f"aclImdb/{half}/{'pos' if i % 2 else 'neg'}/{i}_{8 if i % 2 else 2}.txt")
+                info.size = len(text.encode())
+                tar.addfile(info, io.BytesIO(text.encode()))
+    return buf.getvalue()
+
+
 @pytest.fixture
 def novel_mirror(tmp_path, monkeypatch):
-    """A mirror holding a short fake 1342-0.txt, with data.SOURCES pointing at its sha256."""
+    """A mirror holding a short fake 1342-0.txt and a small IMDB archive, with data.SOURCES pointing at their
+    sha256s."""
     path = tmp_path / "mirror" / REL
     path.parent.mkdir(parents=True)
     path.write_text(TEXT, encoding="utf-8")
     monkeypatch.setitem(data.SOURCES[NOVEL]["files"], REL, data.sha256(path.read_bytes()))
+    archive = imdb_tgz()
+    (tmp_path / "mirror" / data.SOURCES["imdb"]["mirror_file"]).write_bytes(archive)
+    monkeypatch.setitem(data.SOURCES["imdb"], "mirror_sha256", data.sha256(archive))
     return str(tmp_path / "mirror")
 
 
@@ -92,6 +117,55 @@ def test_novel_words_keeps_plain_and_hyphenated_words_only():
 # the prepared dataset
 
 
+def test_unseen_split_holds_review_words_the_novel_lacks(pig_data):
+    """The unseen split: every word of the fake reviews that the novel lacks and that fits the context,
+    with its translation, never a word of the novel; its composition by rule in meta.json."""
+    ds = data.Dataset(pig_data)
+    assert list(ds.splits) == ["train", "val", "test", "unseen"]
+    codec, split = data.CharCodec(data.PIG_LATIN_VOCAB), ds.splits["unseen"]
+    pairs = [(codec.decode(s), codec.decode(t)) for s, t in (split[i] for i in range(len(split)))]
+    words = [w for w, _ in pairs]
+    assert all(t == data.pig_latin(w) for w, t in pairs)
+    novel, block = set(data.novel_words(TEXT)), ds.meta["block_size"]
+    everything = data.novel_words(" ".join(REVIEWS).replace("<br />", "\n"))
+    fits = [w for w in everything if len(w) + len(data.pig_latin(w)) + 2 <= block]
+    assert words == sorted(w for w in fits if w not in novel)  # fewer than UNSEEN_WORDS: all of them
+    assert not novel & set(words) and {"brown", "quite"} <= set(everything) - set(words)
+    assert {"well-made", "over-the-top", "xkcd", "utterly", "yellow-green", "sci-fi"} <= set(words)
+    assert "antidisestablishmentarianism-supercalifragilistic" in set(everything) - set(fits)
+    assert not {"director", "directors", "br", "r2d2"} & set(words)  # a possessive is left out; <br /> is no word
+    rules = [data.pig_latin_rule(w) for w in words]
+    assert ds.meta["counts"]["unseen"]["rules"] == {r: rules.count(r) for r in sorted(set(rules))}
+    assert ds.meta["unseen"] == {"from": "the IMDB reviews, both halves (6)", "qualified": len(words),
+                                 "sample": len(words)}
+
+
+def test_unseen_sample_is_seeded_and_leaves_the_novel_split_alone(novel_mirror, tmp_path):
+    codec = data.CharCodec(data.PIG_LATIN_VOCAB)
+
+    def words(seed, n_unseen):
+        out = str(tmp_path / f"{seed}_{n_unseen}")
+        data.prepare_piglatin(mirror=novel_mirror, out_dir=out, seed=seed, n_unseen=n_unseen, verbose=False)
+        ds = data.Dataset(out)
+        return {k: [codec.decode(s[i][0]) for i in range(len(s))] for k, s in ds.splits.items()}, ds.meta
+
+    (a, meta), (b, _), (c, _), (every, _) = words(1, 8), words(1, 8), words(2, 8), words(1, 10**6)
+    assert len(a["unseen"]) == 8 < meta["unseen"]["qualified"] == len(every["unseen"])
+    assert a["unseen"] == b["unseen"] != c["unseen"] and a["unseen"] == sorted(a["unseen"])
+    assert set(a["unseen"]) < set(every["unseen"])
+    assert all(a[k] == every[k] for k in ("train", "val", "test"))  # the sample's size leaves the novel's split
+    n_val = len(data.novel_words(TEXT)) // 10
+    order = np.random.default_rng(1).permutation(len(data.novel_words(TEXT)))
+    assert a["val"] == sorted(data.novel_words(TEXT)[i] for i in order[:n_val])  # as before the unseen split
+
+
+def test_a_folder_without_the_unseen_split_still_reads(pig_data):
+    for side in ("src", "tgt"):
+        for suffix in ("", "_offsets"):
+            os.remove(os.path.join(pig_data, f"unseen_{side}{suffix}.bin"))
+    assert list(data.Dataset(pig_data).splits) == ["train", "val", "test"]
+
+
 def test_prepare_splits_are_disjoint_and_decode(pig_data):
     ds = data.Dataset(pig_data)
     assert ds.task == "seq2seq" and ds.meta["vocab"] == data.PIG_LATIN_VOCAB
@@ -99,6 +173,8 @@ def test_prepare_splits_are_disjoint_and_decode(pig_data):
     codec = data.CharCodec(ds.meta["vocab"])
     seen = {}
     for name, split in ds.splits.items():
+        if name == "unseen":
+            continue
         for i in range(len(split)):
             src, tgt = split[i]
             word = codec.decode(src)
@@ -375,12 +451,22 @@ def test_the_decoder_cache_translates_as_the_full_recompute(pos):
     assert torch.equal(cached, m.translate(src, 12, data.SOS, data.EOS, mask, use_cache=False))
 
 
-@pytest.mark.parametrize("method", M.DISCRETIZATIONS)
-def test_mamba_decodes_through_its_recurrent_state(method):
+def test_delta_over_sqrt_width():
+    """dt_div_sqrt: every step size Delta divided by sqrt(n_embd), the rest of the model unchanged."""
+    plain, scaled = mamba(), mamba(dt_div_sqrt=True)
+    assert scaled.param_counts() == plain.param_counts()
+    scaled.load_state_dict(plain.state_dict())
+    dt = torch.randn(2, 5, plain.cfg.dt_rank)
+    torch.testing.assert_close(scaled.layers[0].mamba.step_size(dt), plain.layers[0].mamba.step_size(dt) / 4.0)
+    assert not torch.allclose(scaled(batch("joined")["idx"])[0], plain(batch("joined")["idx"])[0])
+
+
+@pytest.mark.parametrize("method, scaled", [*((m, False) for m in M.DISCRETIZATIONS), ("bilinear", True)])
+def test_mamba_decodes_through_its_recurrent_state(method, scaled):
     """Mamba fed a token at a time through its state (the convolution's last inputs, the SSM's h) gives the
     logits of the whole sequence at once, position by position; its cached greedy translation gives the
     tokens of running the whole sequence each step."""
-    m = mamba(discretization=method, d_conv=3)
+    m = mamba(discretization=method, d_conv=3, dt_div_sqrt=scaled)
     idx = torch.randint(3, 30, (2, 11))
     state = m.new_cache(2)
     steps = [m(idx[:, :4], cache=state)[0]] + [m(idx[:, t:t + 1], cache=state)[0] for t in range(4, 11)]
@@ -456,6 +542,51 @@ def test_train_and_evaluate_seq2seq(pig_data, tmp_path, family, capsys):
         evaluate.main(["--ckpt", os.path.join(cfg["out_dir"], "ckpt.pt"), "--text", "x1"])
 
 
+def test_hyphen_compounds_are_made_of_training_words_and_teach_no_held_out_word():
+    words = ["brown", "is", "quite", "mr", "yellow", "self", "conceit", "ill-bred"]
+    codec = data.CharCodec(data.PIG_LATIN_VOCAB)
+    train_split = data.PairList([(codec.encode(w), codec.encode(data.pig_latin(w))) for w in words],
+                                data.PIG_LATIN_VOCAB)
+    made = data.hyphen_compounds(train_split, 2.0, seed=3, block_size=30, exclude=["self-conceit", "is-mr"])
+    pairs = [(codec.decode(s), codec.decode(t)) for s, t in (made[i] for i in range(len(made)))]
+    assert pairs[:len(words)] == [(w, data.pig_latin(w)) for w in words]  # the training words first, unchanged
+    compounds = pairs[len(words):]
+    assert len(compounds) == 16 and len({w for w, _ in compounds}) == 16  # 2.0 x 8, all distinct
+    plain = {w: t for w, t in pairs[:len(words)] if "-" not in w}
+    for word, translation in compounds:
+        parts = word.split("-")
+        assert 2 <= len(parts) <= 3 and all(p in plain for p in parts)  # plain training words only
+        assert translation == "-".join(plain[p] for p in parts) == data.pig_latin(word)
+        assert word not in ("self-conceit", "is-mr") and len(word) + len(translation) + 2 <= 30
+    assert list(made.lengths) == [len(w) for w, _ in pairs]
+    again = data.hyphen_compounds(train_split, 2.0, seed=3, block_size=30, exclude=["self-conceit", "is-mr"])
+    assert [again[i][0].tolist() for i in range(len(again))] == [made[i][0].tolist() for i in range(len(made))]
+    other = data.hyphen_compounds(train_split, 2.0, seed=4, block_size=30)
+    assert [other[i][0].tolist() for i in range(len(other))] != [made[i][0].tolist() for i in range(len(made))]
+    with pytest.raises(data.DataError, match="fit block_size 12"):
+        data.hyphen_compounds(train_split, 2.0, seed=3, block_size=12)
+
+
+def test_training_with_compounds(pig_data, tmp_path, capsys):
+    """hyphen_compounds in a run: the stream holds the training words and the compounds, none of them a
+    held-out word; the key is refused for a task that does not read it, and out of range."""
+    cfg = pig_cfg(pig_data, tmp_path, "encdec", hyphen_compounds=0.5, max_epochs=1)
+    ds = data.Dataset(pig_data)
+    stream = train.TASKS["seq2seq"].stream(ds, M.EncDecConfig(vocab_size=30, block_size=43), cfg)
+    n_train = len(ds.splits["train"])
+    assert len(stream.split) == n_train + round(0.5 * n_train)
+    codec = data.CharCodec(data.PIG_LATIN_VOCAB)
+    held_out = {codec.decode(s[i][0]) for k, s in ds.splits.items() if k != "train" for i in range(len(s))}
+    taught = {codec.decode(stream.split[i][0]) for i in range(len(stream.split))}
+    assert not taught & held_out and sum("-" in w for w in taught) >= round(0.5 * n_train)
+    summary = train.train(cfg)
+    assert "hyphen_compounds: " in capsys.readouterr().out
+    assert summary["unseen_n"] == len(ds.splits["unseen"]) and "unseen_word_accuracy_hyphenated" in summary
+    for bad in (-0.5, 11):
+        with pytest.raises(train.configurator.ConfigError, match="hyphen_compounds"):
+            train.train(pig_cfg(pig_data, tmp_path / str(bad), "encdec", hyphen_compounds=bad))
+
+
 def test_seq2seq_resume_is_exact(pig_data, tmp_path, stop_after):
     """Three epochs in one go == the same run stopped (as by Ctrl-C) at the end of its first epoch, resumed."""
     full = train.train(pig_cfg(pig_data, tmp_path, "encdec", max_epochs=3, dropout=0.1))
@@ -517,7 +648,7 @@ class RuleModel(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.cfg, self.depth = SimpleNamespace(seq2seq_layout="pair"), 1
+        self.cfg, self.depth = SimpleNamespace(seq2seq_layout="pair", block_size=43), 1
 
     @staticmethod
     def answer(word):
@@ -574,9 +705,15 @@ def test_seq2seq_figures_of_a_model_that_gets_some_words_right():
     several lengths: translate_split groups them by length and must put each answer back in its place)."""
     words = ["brown", "is", "a-b", "mr", "strengthening", "my", "equal", "quite", "pleasure-grounds", "yellow"]
     codec = RuleModel.codec
-    split = evaluate.ListPairs([(codec.encode(w), codec.encode(data.pig_latin(w))) for w in words])
+    split = data.PairList([(codec.encode(w), codec.encode(data.pig_latin(w))) for w in words], data.PIG_LATIN_VOCAB)
     got = evaluate.evaluate_seq2seq(RuleModel(), split, "cpu", nullcontext(), batch_size=3)
     assert got["word_accuracy"] == 3 / 10 and got["n"] == 10  # is, mr, my
+    assert {k: v for k, v in got.items() if k.startswith("word_accuracy_")} == {  # by rule: my of 5, is of 2, mr
+        "word_accuracy_consonant": 1 / 5, "word_accuracy_vowel": 1 / 2, "word_accuracy_no_vowel": 1.0,
+        "word_accuracy_hyphenated": 0.0}
+    split.vocab = None  # not Pig Latin's characters: no rules
+    assert not any(k.startswith("word_accuracy_") for k in evaluate.evaluate_seq2seq(RuleModel(), split, "cpu",
+                                                                                      nullcontext()))
     assert [codec.decode(p) for p in got["predictions"]] == [RuleModel.answer(w) for w in words]
     loss, char_accuracy = rule_model_scores(words)
     assert got["n_chars"] == sum(len(data.pig_latin(w)) + 1 for w in words)
@@ -611,9 +748,41 @@ def test_seq2seq_report_of_a_model_that_gets_some_words_right(pig_data, tmp_path
             groups.setdefault(key(w), []).append(ok)
         assert report[grouping] == {k: {"n": len(v), "accuracy": sum(v) / len(v)} for k, v in groups.items()}
     assert [e["word"] for e in report["errors"]] == [w for w, ok in zip(words, right) if not ok]
+    unseen = ds.splits["unseen"]  # beside test, the words from outside the novel, counted the same way
+    new = [RuleModel.codec.decode(unseen[i][0]) for i in range(len(unseen))]
+    ok = [len(w) <= 4 and "-" not in w for w in new]
+    assert list(report["splits"]) == ["test", "unseen"] and report["splits"]["test"]["errors"] == report["errors"]
+    assert report["unseen_word_accuracy"] == report["splits"]["unseen"]["word_accuracy"] == sum(ok) / len(new)
+    hyphenated = [o for w, o in zip(new, ok) if "-" in w]
+    assert report["splits"]["unseen"]["by_rule"]["hyphenated"] == {"n": len(hyphenated), "accuracy": 0.0}
     printed = capsys.readouterr().out
-    assert f"wrong translations of rules ({len(words) - sum(right)}; word: truth / predicted):" in printed
+    assert f"wrong translations of rules on test ({len(words) - sum(right)}; word: truth / predicted):" in printed
+    assert f"wrong translations of rules on unseen ({len(new) - sum(ok)}; word: truth / predicted):" in printed
     assert any(line.split() == ["word", "accuracy", f"{sum(right) / len(words):.4f}"] for line in printed.splitlines())
+    rows = {line.split()[0]: line.split()[1:] for line in printed.splitlines() if line.startswith("  ")}
+    test_cell = report["by_rule"].get("hyphenated")  # a split without words of a rule shows '-'
+    assert rows["hyphenated"] == ([f"{test_cell['accuracy']:.3f}", f"({test_cell['n']})"] if test_cell else ["-"]) + [
+        "0.000", f"({len(hyphenated)})"]
+    assert rows["all"] == [f"{report['word_accuracy']:.3f}", f"({len(words)})", f"{sum(ok) / len(new):.3f}",
+                           f"({len(new)})"]
+
+    # --file: any word list, one a line, optionally with its expected translation (else the rules')
+    words_file = tmp_path / "words.txt"
+    words_file.write_text("Brown\nis\tisyay\n\nmy\nself-made\nquirk\tirkquay\n")  # another dialect for 'is'
+    evaluate.main(["--ckpt", str(path), "--no_timing", "--json", str(out), "--file", str(words_file)])
+    report = json.loads(out.read_text())
+    assert list(report["splits"]) == ["words.txt"] and report["words"] == ["brown", "is", "my", "self-made", "quirk"]
+    assert [(e["word"], e["truth"]) for e in report["errors"]] == [
+        ("brown", "ownbray"), ("is", "isyay"), ("self-made", "elfsay-ademay"), ("quirk", "irkquay")]
+    assert report["word_accuracy"] == 1 / 5 and report["by_rule"]["hyphenated"] == {"n": 1, "accuracy": 0.0}
+    assert "unseen_word_accuracy" not in report
+    for text, message in (("br0wn\n", "words.txt:1: 'br0wn' is not a word"), ("is\tisw@y\n", "words.txt:1: the "
+                          "translation 'isw@y'"), ("a" * 30 + "\n", "does not fit the model's context"),
+                          ("\n\n", "holds no words"), ("is\t\n", "empty translation")):
+        words_file.write_text(text)
+        with pytest.raises(SystemExit, match=message):
+            evaluate.main(["--ckpt", str(path), "--no_timing", "--file", str(words_file)])
+    capsys.readouterr()
 
     # --text translates its words by the rule --words follows too: upper case read as lower case
     evaluate.main(["--ckpt", str(path), "--text", "Is A-B"])

@@ -9,6 +9,7 @@ import ast
 import json
 import math
 import os
+import shutil
 import re
 import signal
 import subprocess
@@ -268,6 +269,17 @@ def test_classification_study_runs_resumes_and_compares(tiny_dataset, tmp_path, 
 
     study.main(args)
     assert "4 runs, 4 finished, 0 to train" in capsys.readouterr().out
+
+    # --records: each finished run's record copied (no checkpoint); with out_root gone, the records are the runs
+    records = tmp_path / "records"
+    study.main([*args, "--collect_only", "--records", str(records)])
+    assert capsys.readouterr().out.count("  recorded ") == 4
+    assert sorted(os.listdir(records / "tiny_plain" / "seed1")) == ["config.py", "log.jsonl", "summary.json"]
+    hidden = shutil.move(out_root, str(tmp_path / "hidden"))
+    study.main([*args, "--collect_only", "--records", str(records), "--json", str(tmp_path / "r.json")])
+    assert "4 runs, 4 finished, 0 to train" in capsys.readouterr().out
+    assert json.loads((tmp_path / "r.json").read_text())["metrics"] == result["metrics"]
+    shutil.move(hidden, out_root)
 
     # the config file edited: its new runs go beside the old ones, which train.py would refuse to replace
     # (and which stay as they were)

@@ -176,7 +176,7 @@ def test_command_line_mistakes_are_one_line_before_anything_runs(args, message, 
 def test_a_bug_keeps_its_traceback(tmp_path, monkeypatch):
     """Only bad input (a configurator.UserError) is turned into one line; any other exception is a bug in
     this code, and reaches the user whole."""
-    def bug(*args):
+    def bug(*args, **kwargs):
         raise ValueError("a bug in plan_runs")
 
     monkeypatch.setattr(study, "plan_runs", bug)

@@ -650,7 +650,7 @@ def test_mfu_is_the_steps_flops_per_second_over_the_peak(tiny_cfg, capsys):
     records = [r for r in read_log(cfg) if r["type"] == "train"]
     dataset = data.load_dataset(cfg)
     fresh = train.new_model(cfg, dataset)  # FLOPs are analytic: any weights will do
-    stream = train.TASKS["classification"].stream(dataset.splits["train"], fresh.cfg, cfg)
+    stream = train.TASKS["classification"].stream(dataset, fresh.cfg, cfg)
     steps = [stream.step(0, i, "cpu") for i in range(3)]
     for r, micro in zip(records, steps):
         per_token = train.step_flops(fresh, micro, train.TASKS["classification"]) / sum(t for _, _, t in micro)
@@ -702,3 +702,12 @@ def test_train_reads_as_one_story():
     named = [(n.lineno, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names
              and not registry.lineno <= n.lineno <= registry.end_lineno]
     assert named == []
+
+
+def test_a_task_s_own_key_is_refused_for_another_task(tiny_cfg):
+    """hyphen_compounds is the seq2seq task's (Task.settings): set for a classifier, the run is refused
+    before anything is written."""
+    cfg = tiny_cfg(hyphen_compounds=0.2)
+    with pytest.raises(configurator.ConfigError, match="hyphen_compounds applies to seq2seq datasets"):
+        train.train(cfg)
+    assert not os.path.exists(os.path.join(cfg["out_dir"], "log.jsonl"))
