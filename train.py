@@ -139,9 +139,9 @@ def lm_stream(dataset, model_cfg, cfg):
 def seq2seq_stream(dataset, model_cfg, cfg):
     train = dataset.splits["train"]
     if cfg["hyphen_compounds"]:  # no held-out word may be made and taught: every other split's words are excluded
-        if not 0 < cfg["hyphen_compounds"] <= 10 or getattr(train, "vocab", None) is None:
-            raise configurator.ConfigError(f"hyphen_compounds={cfg['hyphen_compounds']}: a share of the training "
-                                           f"set in (0, 10] (0 = off), for a set of words with a character vocabulary")
+        if getattr(train, "vocab", None) is None:
+            raise configurator.ConfigError(f"hyphen_compounds joins words: {cfg['dataset']}'s pairs have no character "
+                                           f"vocabulary")
         codec = data.CharCodec(train.vocab)
         held_out = [codec.decode(split[i][0]) for name, split in dataset.splits.items() if name != "train"
                     for i in range(len(split))]
@@ -628,6 +628,9 @@ def check_settings(cfg):
     for key in ("batch_size", "grad_accum", "log_interval", "max_epochs"):
         if cfg[key] < 1:
             raise configurator.ConfigError(f"{key}={cfg[key]} must be at least 1")
+    if not 0 <= cfg["hyphen_compounds"] <= 10:
+        raise configurator.ConfigError(f"hyphen_compounds={cfg['hyphen_compounds']}: a share of the training set in "
+                                       f"[0, 10] (0 = off)")
     if cfg["peak_tflops"] < 0:
         raise configurator.ConfigError(f"peak_tflops={cfg['peak_tflops']}: expected a device's peak TFLOP/s, or 0 to "
                                        f"look it up")

@@ -582,9 +582,10 @@ def test_training_with_compounds(pig_data, tmp_path, capsys):
     summary = train.train(cfg)
     assert "hyphen_compounds: " in capsys.readouterr().out
     assert summary["unseen_n"] == len(ds.splits["unseen"]) and "unseen_word_accuracy_hyphenated" in summary
-    for bad in (-0.5, 11):
-        with pytest.raises(train.configurator.ConfigError, match="hyphen_compounds"):
+    for bad in (-0.5, 11):  # refused before anything is written
+        with pytest.raises(train.configurator.ConfigError, match=f"hyphen_compounds={bad}: a share"):
             train.train(pig_cfg(pig_data, tmp_path / str(bad), "encdec", hyphen_compounds=bad))
+        assert not os.path.exists(tmp_path / str(bad))
 
 
 def test_seq2seq_resume_is_exact(pig_data, tmp_path, stop_after):
