@@ -363,12 +363,10 @@ def evaluate_seq2seq(model, split, device, ctx, batch_size=256):
         raise data.DataError("the split to evaluate is empty")
     predictions = translate_split(model, split, device, ctx, batch_size)
     right = [pred == split[j][1].tolist() for j, pred in enumerate(predictions)]
-    by_rule = {}
-    for rule, ok in zip(data.pig_latin_rules(split) or [], right):  # Pig Latin words: each rule's words apart
-        by_rule.setdefault(f"word_accuracy_{rule.replace(' ', '_')}", []).append(ok)
+    by_rule = accuracy_by(data.pig_latin_rules(split) or [], right)  # Pig Latin words: each rule's words apart
     return {"loss": loss_sum / n_chars, "word_accuracy": sum(right) / len(split), "char_accuracy": correct / n_chars,
-            **{k: sum(v) / len(v) for k, v in by_rule.items()}, "n": len(split), "n_chars": n_chars,
-            "predictions": predictions}
+            **{f"word_accuracy_{k.replace(' ', '_')}": v["accuracy"] for k, v in by_rule.items()}, "n": len(split),
+            "n_chars": n_chars, "predictions": predictions}
 
 
 @torch.no_grad()
@@ -791,19 +789,20 @@ def generation_report(model, ckpt, path, args, device, ctx):
     return res
 
 
+def accuracy_by(keys, right):
+    """{key: {'n': words, 'accuracy': share right}} for the words grouped by their key, in key order."""
+    groups = {}
+    for k, ok in zip(keys, right):
+        groups.setdefault(k, []).append(ok)
+    return {k: {"n": len(v), "accuracy": sum(v) / len(v)} for k, v in sorted(groups.items())}
+
+
 def error_analysis(words, truths, predictions):
     """What the write-up did by hand: the wrong translations, and word accuracy by word length and by
     Pig Latin rule (data.pig_latin_rule: consonant cluster, vowel, hyphenated, no vowel)."""
     right = [p == t for p, t in zip(predictions, truths)]
-
-    def by(keys):
-        groups = {}
-        for k, ok in zip(keys, right):
-            groups.setdefault(k, []).append(ok)
-        return {k: {"n": len(v), "accuracy": sum(v) / len(v)} for k, v in sorted(groups.items())}
-
     lengths = [f"{n:02d}" if n < 12 else "12+" for n in map(len, words)]
-    return {"by_length": by(lengths), "by_rule": by([data.pig_latin_rule(w) for w in words]),
+    return {"by_length": accuracy_by(lengths, right), "by_rule": accuracy_by(map(data.pig_latin_rule, words), right),
             "errors": [{"word": w, "truth": t, "predicted": p} for w, t, p, ok in zip(words, truths, predictions, right)
                        if not ok]}
 

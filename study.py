@@ -432,6 +432,14 @@ def save_record(cfg, record):
     return True
 
 
+def record_finished(runs):
+    """save_record for every planned run: those that finished elsewhere (another core's queue, an earlier
+    study without records) are recorded too; a record already there is kept."""
+    for _, cfg, record in runs.values():
+        if save_record(cfg, record):
+            print(f"  recorded {cfg['out_dir']} in {record}")
+
+
 def config_file(settings):
     """A run's settings as a train.py config file, which trains the run again (in another out_dir)."""
     lines = ["# The settings of this run as train.py resolved them (config file, overrides, seed). To train it",
@@ -508,9 +516,7 @@ def run_study(runs, jobs=1, collect_only=False):
                          f"run without --collect_only to train them")
     print(f"study: {len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to train ({jobs} at a time)")
     run_pending(runs, todo, jobs)
-    for _, cfg, record in runs.values():  # runs that finished elsewhere (another core's queue) are recorded too
-        if save_record(cfg, record):
-            print(f"  recorded {cfg['out_dir']} in {record}")
+    record_finished(runs)
     summaries = {key: finished_summary(cfg, record) for key, (_, cfg, record) in runs.items()}
     missing = [k for k, v in summaries.items() if v is None]
     if missing:
@@ -790,9 +796,7 @@ def run_plan(plan, jobs=1, collect_only=False, only=None):
     # collected after all the training: runs that finished meanwhile elsewhere (another core's queue) count
     results = {}
     for name, (cell, runs) in cells.items():
-        for _, cfg, record in runs.values():
-            if save_record(cfg, record):
-                print(f"  recorded {cfg['out_dir']} in {record}")
+        record_finished(runs)
         summaries = {key: finished_summary(cfg, record) for key, (_, cfg, record) in runs.items()}
         results[name] = ({**cell, "data": cell_data(os.path.join(plan["records"], name), runs, summaries)}, runs,
                          summaries)
