@@ -819,12 +819,16 @@ def translation_speed(model, split, device, ctx, repeats=3, n=64):
     return 1000 * statistics.median(lat), statistics.median(thr)
 
 
+PER_WORD = ("words", "predictions", "errors")  # a seq2seq split's lists, one entry per (wrong) word
+
+
 def seq2seq_report(model, ckpt, path, args, device, ctx):
     """A seq2seq model (Pig Latin) on --split and, beside the test split, on the words from outside the
     novel (the dataset's `unseen` split), or on the words of --file: for each, loss per character, word
     and character accuracy and the error analysis (by rule, by length, the wrong words); once, size,
     FLOPs, translation speed on the first, and with --plots DIR its pictures. The first split's figures
-    are also the report's own (word_accuracy, by_rule, ...); every split's are in `splits`."""
+    are also the report's own (word_accuracy, by_rule, ...); every split's, with its words, predictions
+    and errors, are in `splits`."""
     codec = data.CharCodec(ckpt["data"]["vocab"])
     if args.file:
         splits = {os.path.basename(args.file): read_word_list(args.file, codec, raw_model(model).cfg.block_size)}
@@ -847,8 +851,9 @@ def seq2seq_report(model, ckpt, path, args, device, ctx):
         predicted = [codec.decode(p) for p in figures.pop("predictions")]
         res["splits"][name] = {**figures, **error_analysis(words, truths, predicted), "predictions": predicted,
                                "words": words}
+    # the first split's figures are the report's own; its per-word lists stay in `splits` alone (once in --json)
     first = next(iter(res["splits"].values()))
-    res.update(first, split=next(iter(splits)))
+    res.update({k: v for k, v in first.items() if k not in PER_WORD}, split=next(iter(splits)))
     if "unseen" in res["splits"]:
         res.update(unseen_word_accuracy=res["splits"]["unseen"]["word_accuracy"],
                    unseen_loss=res["splits"]["unseen"]["loss"])

@@ -530,8 +530,9 @@ def test_train_and_evaluate_seq2seq(pig_data, tmp_path, family, capsys):
     assert report["word_accuracy"] == pytest.approx(summary["test_word_accuracy"])
     for grouping in ("by_rule", "by_length"):
         assert sum(g["n"] for g in report[grouping].values()) == len(test)
-    assert len(report["errors"]) == round((1 - report["word_accuracy"]) * len(test))
-    for e in report["errors"]:
+    errors = report["splits"]["test"]["errors"]
+    assert len(errors) == round((1 - report["word_accuracy"]) * len(test))
+    for e in errors:
         assert e["truth"] == data.pig_latin(e["word"]) and e["predicted"] != e["truth"]
     assert "wrong translations" in capsys.readouterr().out
     evaluate.main(["--ckpt", os.path.join(cfg["out_dir"], "ckpt.pt"), "--text", "Brown is"])
@@ -739,7 +740,9 @@ def test_seq2seq_report_of_a_model_that_gets_some_words_right(pig_data, tmp_path
     right = [len(w) <= 4 and "-" not in w for w in words]  # RuleModel's rule
     assert 0 < sum(right) < len(words)
     assert report["n"] == len(words) and report["word_accuracy"] == sum(right) / len(words)
-    assert report["predictions"] == [RuleModel.answer(w) for w in words] and report["words"] == words
+    test_words = report["splits"]["test"]  # the per-word lists once, under their split (not at the top)
+    assert test_words["predictions"] == [RuleModel.answer(w) for w in words] and test_words["words"] == words
+    assert not set(evaluate.PER_WORD) & set(report)
     loss, char_accuracy = rule_model_scores(words)
     assert report["char_accuracy"] == pytest.approx(char_accuracy) and report["loss"] == pytest.approx(loss, rel=1e-5)
     length = lambda w: "12+" if len(w) >= 12 else f"{len(w):02d}"  # noqa: E731
@@ -748,11 +751,11 @@ def test_seq2seq_report_of_a_model_that_gets_some_words_right(pig_data, tmp_path
         for w, ok in zip(words, right):
             groups.setdefault(key(w), []).append(ok)
         assert report[grouping] == {k: {"n": len(v), "accuracy": sum(v) / len(v)} for k, v in groups.items()}
-    assert [e["word"] for e in report["errors"]] == [w for w, ok in zip(words, right) if not ok]
+    assert [e["word"] for e in test_words["errors"]] == [w for w, ok in zip(words, right) if not ok]
     unseen = ds.splits["unseen"]  # beside test, the words from outside the novel, counted the same way
     new = [RuleModel.codec.decode(unseen[i][0]) for i in range(len(unseen))]
     ok = [len(w) <= 4 and "-" not in w for w in new]
-    assert list(report["splits"]) == ["test", "unseen"] and report["splits"]["test"]["errors"] == report["errors"]
+    assert list(report["splits"]) == ["test", "unseen"]
     assert report["unseen_word_accuracy"] == report["splits"]["unseen"]["word_accuracy"] == sum(ok) / len(new)
     hyphenated = [o for w, o in zip(new, ok) if "-" in w]
     assert report["splits"]["unseen"]["by_rule"]["hyphenated"] == {"n": len(hyphenated), "accuracy": 0.0}
@@ -772,8 +775,9 @@ def test_seq2seq_report_of_a_model_that_gets_some_words_right(pig_data, tmp_path
     words_file.write_text("Brown\nis\tisyay\n\nmy\nself-made\nquirk\tirkquay\n")  # another dialect for 'is'
     evaluate.main(["--ckpt", str(path), "--no_timing", "--json", str(out), "--file", str(words_file)])
     report = json.loads(out.read_text())
-    assert list(report["splits"]) == ["words.txt"] and report["words"] == ["brown", "is", "my", "self-made", "quirk"]
-    assert [(e["word"], e["truth"]) for e in report["errors"]] == [
+    assert list(report["splits"]) == ["words.txt"]
+    assert report["splits"]["words.txt"]["words"] == ["brown", "is", "my", "self-made", "quirk"]
+    assert [(e["word"], e["truth"]) for e in report["splits"]["words.txt"]["errors"]] == [
         ("brown", "ownbray"), ("is", "isyay"), ("self-made", "elfsay-ademay"), ("quirk", "irkquay")]
     assert report["word_accuracy"] == 1 / 5 and report["by_rule"]["hyphenated"] == {"n": 1, "accuracy": 0.0}
     assert "unseen_word_accuracy" not in report
