@@ -599,7 +599,7 @@ PLAN_KEYS = {"out_root": str, "records": str, "seeds": list, "cells": list, "lab
              "conclusions": list, "effect": (int, float)}
 CELL_KEYS = {"name": str, "configs": list, "set": list, "grid": list, "seeds": list, "test_set": str, "what": str}
 VERDICT_KEYS = {"claim": str, "a": str, "b": str, "metric": str, "cost": str}
-CONCLUSION_KEYS = {"claim": str, "source": str, "verdict": str, "margin": (int, float), "note": str}
+CONCLUSION_KEYS = {"claim": str, "source": str, "verdict": str, "instead": str, "margin": (int, float), "note": str}
 TARGET_KEYS = {"what": str, "term": str, "metric": str, "at_least": (int, float), "at_most": (int, float)}
 TEST_METRICS = ["test_accuracy", "test_f1", "test_precision", "test_recall", "test_mcc"]
 # the figures train.summarize writes for every run, beside its task's final validation and test figures
@@ -755,8 +755,9 @@ def check_plan(plan, path):
     for i, conclusion in enumerate(plan["conclusions"]):
         where = f"{path}: conclusion {entry_name(conclusion, 'claim', i)}"
         check_entry(conclusion, CONCLUSION_KEYS, ("claim", "source", "verdict"), where)
-        if conclusion["verdict"] not in claims:
-            raise ConfigError(f"{where}: no verdict {conclusion['verdict']!r}{closest(conclusion['verdict'], claims)}")
+        for key in ("verdict", "instead"):
+            if key in conclusion and conclusion[key] not in claims:
+                raise ConfigError(f"{where}: {key}: no verdict {conclusion[key]!r}{closest(conclusion[key], claims)}")
     for term in plan["depth"]:
         check_term(term, configs, f"{path}: depth", single=True)
     loops = plan["depth_loops"]
@@ -1331,6 +1332,16 @@ def verdict_rows(plan, results, metrics):
     return {claim["claim"]: judge(claim, results, metrics, plan["effect"]) for claim in plan["verdicts"]}
 
 
+def conclusion_row(conclusion, rows):
+    """The verdict row that judges a conclusion: its own verdict's, or, while that one has not run and the
+    conclusion names a stand-in (`instead`: a task this machine can build in place of one it cannot), the
+    stand-in's, marked as such."""
+    row = rows[conclusion["verdict"]]
+    if row["verdict"] == "not run" and conclusion.get("instead") and rows[conclusion["instead"]]["verdict"] != "not run":
+        return {**rows[conclusion["instead"]], "stands_in": True}
+    return row
+
+
 def conclusion_line(conclusion, row, effect):
     """One plain sentence on a claim of the seed write-ups: confirmed, refuted or not settled, from its
     verdict's row, with the smallest effect the study could have seen and what would settle it. A claim that
@@ -1338,6 +1349,8 @@ def conclusion_line(conclusion, row, effect):
     lies above -margin (A is at most `margin` worse, if at all), refuted when it lies wholly below."""
     head = f"- **{conclusion['claim']}** ({conclusion['source']}): "
     note = f" {conclusion['note']}" if conclusion.get("note") else ""
+    if row.get("stands_in"):  # the claim's own verdict has no runs here; the plan's stand-in judges it
+        note = f" Judged by '{conclusion['instead']}' while '{conclusion['verdict']}' has not run.{note}"
     if row["verdict"] == "not run":
         return (f"{head}**not settled**: not run yet (paired seeds finished: {row['n']}; A = `{row['a']}`, "
                 f"B = `{row['b']}`).{note}")
@@ -1383,7 +1396,7 @@ def report_lines(plan, results, timing, depth, path, plots):
         lines += ["## Conclusions", "", "Each claim of the seed write-ups, judged by the verdict below that tests "
                   "it (*confirmed* or *refuted* when its 95 % interval says so; otherwise *not settled*, with the "
                   "smallest difference the study could have seen).", "",
-                  *[conclusion_line(c, rows[c["verdict"]], plan["effect"]) for c in plan["conclusions"]], ""]
+                  *[conclusion_line(c, conclusion_row(c, rows), plan["effect"]) for c in plan["conclusions"]], ""]
     lines += ["## Conditions", "",
               "- Training, as each run's log records it:", *[f"  - {line}" for line in run_conditions(results)],
               f"- Seeds: {plan['seeds']} per cell unless a cell says otherwise; mean ± 95 % t-interval over seeds.",

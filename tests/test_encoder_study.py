@@ -93,6 +93,16 @@ def test_conclusion_lines_say_confirmed_refuted_or_not_settled():
     assert "**not settled**: " in study.conclusion_line(same, row, 0.01)  # [-0.006, +0.014] crosses -0.005
     assert "**not settled**: not run yet (paired seeds finished: 1; A = `c/r`" in study.conclusion_line(
         claim, {**row, "verdict": "not run", "n": 1}, 0.01)
+    # a stand-in verdict (a task built offline in place of one that needs a download) judges the claim while
+    # the claim's own has not run, and the sentence says so; once the own one has run, it judges
+    rows = {"v": {**row, "verdict": "not run", "n": 0}, "w": {**row, "verdict": "confirmed", "lo": 0.001},
+            "x": {**row, "verdict": "not run", "n": 0}}
+    stand_in = {**claim, "instead": "w"}
+    line = study.conclusion_line(stand_in, study.conclusion_row(stand_in, rows), 0.01)
+    assert "**confirmed**: " in line and line.endswith(" Judged by 'w' while 'v' has not run.")
+    assert study.conclusion_row({**claim, "instead": "x"}, rows) is rows["v"]  # neither has run: its own
+    rows["v"] = row
+    assert study.conclusion_row(stand_in, rows) is row
 
 
 def test_pareto_front():

@@ -96,6 +96,10 @@ MISTAKES = {
                                            r"'max_iters'\?\)"),
     "an override of what the study sets": (lambda p, d: cell(p).update(set=["seed=3"]),
                                            r"cell 'a': set: 'seed=3': the study sets seed itself"),
+    "a conclusion's stand-in verdict misspelt": (
+        lambda p, d: p.update(conclusions=[dict(claim="Looping wins", source="a test", verdict="looped beats plain",
+                                                instead="looped beats plane")]),
+        r"conclusion 'Looping wins': instead: no verdict 'looped beats plane' \(did you mean 'looped beats plain'\?\)"),
     "a label of no config": (lambda p, d: p.update(labels={"tiny_plane": "plain"}),
                              r"labels: no cell has a config 'tiny_plane' \(did you mean 'tiny_plain'\?\)"),
     # (the valid plan's file is its seven settings, lines 1-7; these lines come after them)
