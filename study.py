@@ -599,7 +599,8 @@ PLAN_KEYS = {"out_root": str, "records": str, "seeds": list, "cells": list, "lab
              "conclusions": list, "effect": (int, float)}
 CELL_KEYS = {"name": str, "configs": list, "set": list, "grid": list, "seeds": list, "test_set": str, "what": str}
 VERDICT_KEYS = {"claim": str, "a": str, "b": str, "metric": str, "cost": str}
-CONCLUSION_KEYS = {"claim": str, "source": str, "verdict": str, "instead": str, "margin": (int, float), "note": str}
+CONCLUSION_KEYS = {"claim": str, "source": str, "verdict": str, "instead": str, "margin": (int, float),
+                   "reverse": bool, "note": str}
 TARGET_KEYS = {"what": str, "term": str, "metric": str, "at_least": (int, float), "at_most": (int, float)}
 TEST_METRICS = ["test_accuracy", "test_f1", "test_precision", "test_recall", "test_mcc"]
 # the figures train.summarize writes for every run, beside its task's final validation and test figures
@@ -1346,7 +1347,8 @@ def conclusion_line(conclusion, row, effect):
     """One plain sentence on a claim of the seed write-ups: confirmed, refuted or not settled, from its
     verdict's row, with the smallest effect the study could have seen and what would settle it. A claim that
     A keeps B's performance (`margin`: a non-inferiority claim) is confirmed when the whole interval of A - B
-    lies above -margin (A is at most `margin` worse, if at all), refuted when it lies wholly below."""
+    lies above -margin (A is at most `margin` worse, if at all), refuted when it lies wholly below. A claim
+    that B beats A (`reverse`) is refuted by a confirmed verdict and confirmed by a refuted one."""
     head = f"- **{conclusion['claim']}** ({conclusion['source']}): "
     note = f" {conclusion['note']}" if conclusion.get("note") else ""
     if row.get("stands_in"):  # the claim's own verdict has no runs here; the plan's stand-in judges it
@@ -1357,6 +1359,8 @@ def conclusion_line(conclusion, row, effect):
     m = conclusion.get("margin")
     if m is None:
         status = {"confirmed": "confirmed", "refuted": "refuted"}.get(row["verdict"], "not settled")
+        if conclusion.get("reverse") and status != "not settled":
+            status = "refuted" if status == "confirmed" else "confirmed"
     else:
         status = "confirmed" if row["lo"] >= -m else "refuted" if row["hi"] < -m else "not settled"
     figures = (f"A − B = {row['mean']:+.4f} in {row['metric']}, 95 % interval [{row['lo']:+.4f}, {row['hi']:+.4f}] "

@@ -122,8 +122,8 @@ conclusions = [
     dict(claim="On long sentences the recurrent model is ahead", source="001, Table 9: 0.8710 against 0.8666",
          verdict="recurrent beats baseline: sst2_standard_long30"),
     dict(claim="On short sentences the baseline is slightly ahead", source="001, Table 10: 0.7522 against 0.7610",
-         verdict="recurrent beats baseline: sst2_standard_short30", note="Read as: the recurrent model does not "
-         "beat it (a refutation of 'recurrent beats baseline' here would confirm the seed)."),
+         verdict="recurrent beats baseline: sst2_standard_short30", reverse=True,
+         note="The verdict's opposite: the recurrent model ahead refutes the claim, behind confirms it."),
     dict(claim="The recurrent model is slightly ahead on the three-domain task", source="001, Table 12: 0.9865 "
          "against 0.9840", verdict="recurrent beats baseline: multidomain",
          instead="recurrent beats baseline: multidomain_uci",

@@ -85,6 +85,11 @@ def test_conclusion_lines_say_confirmed_refuted_or_not_settled():
     assert "Interim: 5 of the 11 planned seeds; a verdict read before they are all in can still change." in early
     assert "Interim" not in study.conclusion_line(claim, {**row, "verdict": "confirmed", "lo": 0.001, "planned": 5}, 0.01)
     assert "**refuted**" in study.conclusion_line(claim, {**row, "verdict": "refuted", "hi": -0.001}, 0.01)
+    # a claim that B beats A (reverse): A confirmed ahead refutes it, A refuted confirms it
+    against = {**claim, "reverse": True}
+    assert "**refuted**" in study.conclusion_line(against, {**row, "verdict": "confirmed", "lo": 0.001}, 0.01)
+    assert "**confirmed**" in study.conclusion_line(against, {**row, "verdict": "refuted", "hi": -0.001}, 0.01)
+    assert "**not settled**" in study.conclusion_line(against, row, 0.01)
     # A keeps B's performance (non-inferiority, margin m): the whole interval above -m is confirmed, however
     # far above (A better is no contradiction), wholly below -m refuted, across -m not settled
     same = {**claim, "margin": 0.005}
