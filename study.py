@@ -1348,7 +1348,8 @@ def conclusion_line(conclusion, row, effect):
     verdict's row, with the smallest effect the study could have seen and what would settle it. A claim that
     A keeps B's performance (`margin`: a non-inferiority claim) is confirmed when the whole interval of A - B
     lies above -margin (A is at most `margin` worse, if at all), refuted when it lies wholly below. A claim
-    that B beats A (`reverse`) is refuted by a confirmed verdict and confirmed by a refuted one."""
+    that is the negation of the one judged (`reverse`: B is ahead, say) is refuted where that one is
+    confirmed and confirmed where it is refuted."""
     head = f"- **{conclusion['claim']}** ({conclusion['source']}): "
     note = f" {conclusion['note']}" if conclusion.get("note") else ""
     if row.get("stands_in"):  # the claim's own verdict has no runs here; the plan's stand-in judges it
@@ -1359,10 +1360,10 @@ def conclusion_line(conclusion, row, effect):
     m = conclusion.get("margin")
     if m is None:
         status = {"confirmed": "confirmed", "refuted": "refuted"}.get(row["verdict"], "not settled")
-        if conclusion.get("reverse") and status != "not settled":
-            status = "refuted" if status == "confirmed" else "confirmed"
     else:
         status = "confirmed" if row["lo"] >= -m else "refuted" if row["hi"] < -m else "not settled"
+    if conclusion.get("reverse"):  # the claim is the negation of the one judged
+        status = {"confirmed": "refuted", "refuted": "confirmed"}.get(status, status)
     figures = (f"A − B = {row['mean']:+.4f} in {row['metric']}, 95 % interval [{row['lo']:+.4f}, {row['hi']:+.4f}] "
                f"over {row['n']} seeds (A = `{row['a']}`, B = `{row['b']}`" + (f"; keeping B's performance means A − B ≥ −{m:g}"
                                                                               if m is not None else "") + ")")

@@ -96,6 +96,10 @@ def test_conclusion_lines_say_confirmed_refuted_or_not_settled():
     assert "**confirmed**: " in study.conclusion_line(same, {**row, "lo": -0.004, "hi": 0.05}, 0.01)
     assert "**refuted**: " in study.conclusion_line(same, {**row, "lo": -0.03, "hi": -0.006}, 0.01)
     assert "**not settled**: " in study.conclusion_line(same, row, 0.01)  # [-0.006, +0.014] crosses -0.005
+    # and its negation (A does not keep B's performance) the other way round
+    assert "**refuted**: " in study.conclusion_line({**same, "reverse": True}, {**row, "lo": -0.004, "hi": 0.05}, 0.01)
+    assert "**confirmed**: " in study.conclusion_line({**same, "reverse": True}, {**row, "lo": -0.03, "hi": -0.006},
+                                                      0.01)
     assert "**not settled**: not run yet (paired seeds finished: 1; A = `c/r`" in study.conclusion_line(
         claim, {**row, "verdict": "not run", "n": 1}, 0.01)
     # a stand-in verdict (a task built offline in place of one that needs a download) judges the claim while
