@@ -304,8 +304,7 @@ def evaluate_mlm(model, split, device, ctx, batch_size=64):
     """Masked-token cross-entropy, perplexity exp(loss) and accuracy (argmax = the original token) over a
     split, each sequence j masked once by data.mlm_mask with a generator seeded by (MLM_EVAL_SEED, j): the
     same positions and replacements in every evaluation of every run, however the split is batched. `n` is
-    the number of masked tokens. (The logits are (B, T, vocab): 64 x 128 x 12,332 floats are 400 MB, hence
-    the small batches.)"""
+    the number of masked tokens."""
     model.eval()
     vocab_size = raw_model(model).cfg.vocab_size
     order = np.argsort(split.lengths, kind="stable")  # similar lengths together: less padding
@@ -316,8 +315,8 @@ def evaluate_mlm(model, split, device, ctx, batch_size=64):
         idx = data.pad_rows([x[0] for x, _ in rows], data.PAD).to(device)
         targets = data.pad_rows([y[0] for _, y in rows], -100).to(device)
         with ctx:
-            logits, _ = model(idx, idx != data.PAD, mlm_targets=targets)
-        loss, right, count = scored_token_sums(logits, targets)
+            logits, _ = model(idx, idx != data.PAD, mlm_targets=targets)  # the masked positions' logits
+        loss, right, count = scored_token_sums(logits, targets[targets != -100])
         loss_sum, correct, n = loss_sum + loss, correct + right, n + count
     if n == 0:
         raise data.DataError("the split to evaluate has no word to mask")
@@ -1027,7 +1026,8 @@ def mlm_report(model, ckpt, path, args, device, ctx):
     No timing: what it is for is fine-tuning, and a fine-tuned classifier's report times that."""
     val = checkpoint_dataset(ckpt, path).splits["val"]
     res = {"ckpt": path, "task": "mlm", **evaluate_mlm(model, val, device, ctx), **size_figures(model, path)}
-    res["flops_per_sample"] = float(np.mean([model.flops_per_forward(int(t), mlm=True) for t in val.lengths]))
+    masked = res["n"] / len(val)  # the head's cost is linear in it: the mean over texts is the exact mean
+    res["flops_per_sample"] = float(np.mean([model.flops_per_forward(int(t), masked=masked) for t in val.lengths]))
     res["trained"] = {"dataset": ckpt["data"]["dataset"], "protocol": ckpt["data"].get("protocol"),
                       "iter_num": ckpt["iter_num"], "best_val_loss": ckpt["best_val_loss"]}
     return res

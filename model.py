@@ -651,7 +651,7 @@ class TokenModel(nn.Module):
     def flops_per_forward(self, seq_len, batch_size=1, **head):
         """Analytic forward FLOPs for a batch of sequences of length seq_len: `block_flops` per applied
         Block (the last computing `last_queries` positions) plus the output head (`head`: what the family's
-        head_flops takes besides the length, such as the encoder's mlm=True). Norms, softmax and embedding
+        head_flops takes besides the length, such as the encoder's masked=k). Norms, softmax and embedding
         look-ups are left out."""
         blocks = block_flops(self.cfg, seq_len) * (self.depth - 1)
         blocks += block_flops(self.cfg, seq_len, queries=self.last_queries(**head))
@@ -728,7 +728,7 @@ class EncoderConfig:
 class EncoderClassifier(TokenModel):
     """Token embedding (+ learned positions) (+ segment embedding) -> optional embedding norm ->
     the layer stack applied n_loops times -> final norm -> pooled state -> linear head; or, to pretrain
-    it by masked-language modelling, final norm -> every position's logits over the vocabulary.
+    it by masked-language modelling, final norm -> the masked positions' logits over the vocabulary.
 
     Recurrence (seed write-up): for n_loops > 1, h^(r+1) = F(h^(r)) + alpha * h^(r), where F is the
     whole stack of n_layer Blocks with shared weights. n_loops = 1 is the plain encoder, with no extra
@@ -757,9 +757,9 @@ class EncoderClassifier(TokenModel):
         (None = no padding); targets: (B,) class ids. Returns (logits (B, n_classes), loss or None);
         with need_weights=True returns (logits, loss, [attention weights per applied layer]).
         Masked-language modelling (Devlin et al. 2019, sec. 3.1): mlm_targets (B, T) holds the original
-        id at each masked position and -100 elsewhere (data.mlm_mask); the logits are then every
-        position's over the vocabulary, (B, T, vocab_size), and the loss the mean cross-entropy over the
-        masked positions."""
+        id at each masked position and -100 elsewhere (data.mlm_mask); the logits are then the masked
+        positions' over the vocabulary, (n_masked, vocab_size) in row-major order (those of
+        mlm_targets[mlm_targets != -100]), and the loss their mean cross-entropy."""
         if targets is not None and mlm_targets is not None:
             raise ValueError("give targets (classification) or mlm_targets (masked-language modelling), not both")
         cfg = self.cfg
@@ -770,7 +770,7 @@ class EncoderClassifier(TokenModel):
         # attention is position by position: so the last Block computes [CLS] alone, its query attending to
         # every key (the same logits and gradients; 14 % fewer FLOPs for the study's six applied Blocks
         # at SST-2's lengths). Attention maps (need_weights) and the MLM head want every position.
-        last = self.last_queries(mlm=mlm_targets is not None) if not need_weights else None
+        last = self.last_queries(masked=mlm_targets is not None) if not need_weights else None
         for loop in range(cfg.n_loops):
             h_in = h
             for i, layer in enumerate(self.layers):
@@ -782,9 +782,12 @@ class EncoderClassifier(TokenModel):
         h = self.norm_f(h)
         if mlm_targets is not None:
             # The MLM head is the token table itself, tied as the GPT's output head is (Press & Wolf 2017):
-            # no new weights, so everything pretraining learns is in the classifier's own parameters.
-            logits = h @ self.tok_emb.weight.T  # (B, T, vocab_size)
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), mlm_targets.reshape(-1))  # -100: unscored
+            # no new weights, so everything pretraining learns is in the classifier's own parameters. Only
+            # the masked positions are scored (about 15 % of the words): the vocabulary-wide product and its
+            # softmax at every position cost a third of a pretraining step, for nothing the loss reads.
+            scored = mlm_targets != -100
+            logits = h[scored] @ self.tok_emb.weight.T  # (n_masked, vocab_size)
+            loss = F.cross_entropy(logits.float(), mlm_targets[scored])
         else:
             if cfg.pooling == "cls":
                 pooled = h[:, 0]  # (B, C): the [CLS] position
@@ -797,17 +800,17 @@ class EncoderClassifier(TokenModel):
             return logits, loss, all_weights
         return logits, loss
 
-    def last_queries(self, mlm=False):
+    def last_queries(self, masked=0):
         """[CLS] pooling reads one position: the last Block computes it alone (forward). Mean pooling and
-        the MLM head read them all."""
-        return 1 if self.cfg.pooling == "cls" and not mlm else None
+        the MLM head (masked > 0) read them all."""
+        return 1 if self.cfg.pooling == "cls" and not masked else None
 
-    def head_flops(self, seq_len, mlm=False):
-        """The classifier reads one pooled vector per sequence; the MLM head (mlm=True) scores every
-        position against the whole vocabulary: 2 * 256 * 12,332 = 6.3 MFLOPs a token for the recurrent
-        model on SST-2's compact vocabulary, about half of what its six applied blocks cost."""
-        if mlm:
-            return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size
+    def head_flops(self, seq_len, masked=0):
+        """The classifier reads one pooled vector per sequence; the MLM head scores the sequence's `masked`
+        positions (a mean over a batch may be fractional) against the whole vocabulary: 2 * 256 * 12,332 =
+        6.3 MFLOPs a masked token for the recurrent model on SST-2's compact vocabulary."""
+        if masked:
+            return 2 * masked * self.cfg.n_embd * self.cfg.vocab_size
         return 2 * self.cfg.n_embd * self.cfg.n_classes
 
 

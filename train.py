@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from contextlib import ExitStack, contextmanager, nullcontext, redirect_stdout
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from datetime import timedelta
 from typing import Callable
 
@@ -119,8 +119,8 @@ class Task:
     evaluate: Callable  # (model, split, run config, device, autocast context) -> figures
     fixed_shape: bool = False  # every training batch has one shape (a language model's windows of block_size);
     # the others are padded to their bucket's longest sequence, so their length changes from batch to batch
-    flops_options: dict = field(default_factory=dict)  # how model.flops_per_forward counts this task's forward
-    # pass (the masked LM's head scores the masked positions only)
+    flops_options: Callable = lambda inputs, count: {}  # (micro-batch, its count) -> how model.flops_per_forward
+    # counts its forward pass (the masked LM's head scores the batch's masked positions only)
     settings: tuple = ()  # the config keys only this task reads: set for another task, they are an error
 
 
@@ -179,7 +179,8 @@ TASKS = {
     "classification": Task(evaluate.CLASSIFICATION_METRICS, classification_stream, score_classifier),
     "lm": Task(evaluate.LM_METRICS, lm_stream, score_lm, fixed_shape=True),
     "seq2seq": Task(evaluate.SEQ2SEQ_METRICS, seq2seq_stream, score_seq2seq, settings=("hyphen_compounds",)),
-    "mlm": Task(evaluate.MLM_METRICS, mlm_stream, score_mlm, flops_options={"mlm": True}),
+    "mlm": Task(evaluate.MLM_METRICS, mlm_stream, score_mlm,  # a micro-batch's count is its masked tokens
+                flops_options=lambda inputs, count: {"masked": count / inputs["idx"].size(0)}),
 }
 
 
@@ -291,7 +292,7 @@ def step_flops(model, micro_batches, task):
     forward) of each micro-batch of token ids `idx` (B, T) at its padded length, counted as the task says;
     other inputs count 0, and so does a micro-batch of 0 examples (a DDP process's stand-in, see
     `Processes.step`)."""
-    return float(sum(3 * model.flops_per_forward(x["idx"].size(1), x["idx"].size(0), **task.flops_options)
+    return float(sum(3 * model.flops_per_forward(x["idx"].size(1), x["idx"].size(0), **task.flops_options(x, n))
                      for x, n, _ in micro_batches if "idx" in x and n))
 
 

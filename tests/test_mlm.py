@@ -115,14 +115,14 @@ def test_mlm_loss_is_cross_entropy_over_the_masked_positions_with_the_tied_table
     states = {}
     m.norm_f.register_forward_hook(lambda mod, args, out: states.update(h=out))
     logits, loss = m(inputs, inputs != data.PAD, mlm_targets=targets)
-    assert logits.shape == (5, 9, 50)
-    expected, count = 0.0, 0
-    for b, t in zip(*torch.nonzero(targets != -100, as_tuple=True)):
+    masked = list(zip(*torch.nonzero(targets != -100, as_tuple=True)))
+    assert logits.shape == (len(masked), 50) and len(masked) >= 3  # the masked positions' alone, row-major
+    expected = 0.0
+    for row, (b, t) in enumerate(masked):
         z = states["h"][b, t] @ m.tok_emb.weight.T  # the state's score against every token's embedding
+        torch.testing.assert_close(logits[row], z)
         expected += (torch.logsumexp(z, 0) - z[targets[b, t]]).item()
-        count += 1
-    assert loss.item() == pytest.approx(expected / count, rel=1e-5)
-    assert torch.allclose(logits, states["h"] @ m.tok_emb.weight.T)
+    assert loss.item() == pytest.approx(expected / len(masked), rel=1e-5)
     loss.backward()
     assert m.head.weight.grad is None and m.head.bias.grad is None  # pretraining never touches the classifier
     assert not [n for n, p in m.named_parameters() if n.startswith("mlm")]  # no new weights
@@ -168,17 +168,32 @@ def test_a_dataset_without_labels_builds_the_binary_head_and_flops_count_the_mlm
     B, T = 3, 11
     idx = torch.from_numpy(synthetic_batch(np.random.default_rng(2), B, T, 50))
     _, targets = data.mlm_mask(idx.numpy(), 50, np.random.default_rng(0))
+    n = int((targets != -100).sum())
     with FlopCounterMode(display=False) as fc:
         m(idx, idx != data.PAD, mlm_targets=torch.from_numpy(targets))
-    assert fc.get_total_flops() == m.flops_per_forward(T, batch_size=B, mlm=True)
-    # the vocabulary head at every position instead of 2 classes, and a last Block computing every position
-    # instead of [CLS] alone
+    assert fc.get_total_flops() == m.flops_per_forward(T, batch_size=B, masked=n / B)
+    # the vocabulary head at each masked position instead of 2 classes, and a last Block computing every
+    # position instead of [CLS] alone
     last_block = model.block_flops(m.cfg, T) - model.block_flops(m.cfg, T, queries=1)
-    assert m.flops_per_forward(T, mlm=True) - m.flops_per_forward(T) == 2 * T * 16 * 50 - 2 * 16 * 2 + last_block
+    assert m.flops_per_forward(T, masked=3) - m.flops_per_forward(T) == 2 * 3 * 16 * 50 - 2 * 16 * 2 + last_block
 
 
 # -----------------------------------------------------------------------------
 # pretraining, then fine-tuning from its checkpoint
+
+
+def test_a_training_step_counts_the_head_at_the_masked_positions_alone(tmp_path):
+    """train.step_flops for the mlm task: what a FLOP counter sees in the step's forward passes (the head
+    scores each micro-batch's masked tokens, not its every position)."""
+    rng = np.random.default_rng(3)
+    seqs = [row[row != data.PAD] for row in synthetic_batch(rng, 24, 10, 50)]
+    split = data.Dataset(mlm_folder(tmp_path / "mlm", {"train": seqs, "val": seqs[:4]}, 50, 10)).splits["train"]
+    micro = data.MLMStream(split, 50, batch_size=6, grad_accum=2, seed=1).step(0, 1, "cpu")
+    m = tiny_encoder(attn_impl="manual")  # FlopCounterMode counts the manual attention's matmuls
+    with FlopCounterMode(display=False) as fc:
+        for x, _, _ in micro:
+            m(**x)
+    assert train.step_flops(m, micro, train.TASKS["mlm"]) == 3 * fc.get_total_flops()
 
 
 def test_pretrain_then_fine_tune_from_the_checkpoint(tiny_cfg, tiny_dataset, tmp_path, monkeypatch, capsys,

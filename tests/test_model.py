@@ -140,13 +140,13 @@ def test_last_block_computing_cls_alone_changes_nothing(kw, monkeypatch):
     torch.manual_seed(0)
     cls_only = EncoderClassifier(cfg)
     full = copy.deepcopy(cls_only)
-    monkeypatch.setattr(full, "last_queries", lambda mlm=False: None)
+    monkeypatch.setattr(full, "last_queries", lambda masked=0: None)
     assert_same_step(cls_only, full, [9, 4, 6], grad_atol=1e-6, grad_rtol=1e-5)
     T, C, F_ = 9, 24, 30
     # per position skipped: the q and o projections, its attention row, the FFN
     per_position = 2 * C * 2 * C + 2 * 2 * T * C + 2 * C * F_ * (3 if cfg.ffn == "swiglu" else 2)
     assert full.flops_per_forward(T) - cls_only.flops_per_forward(T) == (T - 1) * per_position
-    assert cls_only.flops_per_forward(T, mlm=True) == full.flops_per_forward(T, mlm=True)  # MLM reads them all
+    assert cls_only.flops_per_forward(T, masked=2) == full.flops_per_forward(T, masked=2)  # MLM reads them all
 
 
 # -----------------------------------------------------------------------------
