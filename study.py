@@ -459,7 +459,8 @@ def run_file(cfg, record, name):
 def run_pending(runs, todo, jobs):
     """Train the runs `todo` as `python train.py` subprocesses, `jobs` at a time, each slot pinned to its
     own share of the cores. A run that can resume does; any other starts in a folder that holds no run
-    (run_folder saw to it), so none is ever started with --overwrite. If a run fails (RunFailed) or the
+    (run_folder saw to it), so none is ever started with --overwrite; one that another process is training
+    (its out_dir's train.lock held: another study.py on the plan) is skipped. If a run fails (RunFailed) or the
     study is interrupted, the runs still going get SIGTERM, save their last.pt and stop; a later call
     continues them."""
     # the cores this process may use (`taskset -c 1 python study.py ...` gives it one), shared out by slot
@@ -471,8 +472,14 @@ def run_pending(runs, todo, jobs):
     try:
         while pending or running:
             while pending and free_slots:
-                key, slot = pending.pop(0), free_slots.pop(0)
+                key = pending.pop(0)
                 argv, cfg, _ = runs[key]
+                busy = train.out_dir_busy(cfg["out_dir"])
+                if busy:  # another process trains it (another study.py on this plan): it is theirs to finish
+                    print(f"  skipped {key[0]} seed {key[1]}: process {busy} is training it "
+                          f"(run the plan again once it ends)", flush=True)
+                    continue
+                slot = free_slots.pop(0)
                 resume = can_resume(cfg)
                 os.makedirs(cfg["out_dir"], exist_ok=True)
                 log = open(os.path.join(cfg["out_dir"], "train.out"), "a" if resume else "w")

@@ -661,6 +661,70 @@ def check_out_dir(cfg):
             f"replace it with --overwrite=True (its files are deleted), or give another --out_dir")
 
 
+LOCK_FILE = "train.lock"  # in out_dir: held by the process that writes the run (out_dir_lock)
+
+
+def lock_file(path):
+    """An exclusive, non-blocking lock on the open file `path` (fcntl.flock): True if taken, False if another
+    process holds it. Where there is no fcntl (Windows), always True: no lock."""
+    try:
+        import fcntl
+    except ImportError:
+        return True
+    try:
+        fcntl.flock(path.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def out_dir_busy(out_dir):
+    """The pid of the process that holds out_dir's lock (a run going on there), or None."""
+    path = os.path.join(out_dir, LOCK_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path, "r+") as f:
+        if lock_file(f):
+            return None  # taken and, as the file closes, let go
+        return f.read().strip() or "?"
+
+
+@contextmanager
+def out_dir_lock(cfg):
+    """One run at a time in an out_dir: the writing process (not the other ranks of a DDP run) holds an
+    exclusive lock on out_dir/train.lock while it runs, so a second train.py there (the same run started
+    twice, two study.py on one plan) stops at once with a clear error instead of writing the same
+    checkpoints. The lock goes with the process, however it ends (a killed run leaves a train.lock that
+    nobody holds, which the next run takes); a run that ends removes the file. Under the lock, check_out_dir
+    again: a run another process finished in between counts."""
+    env = torchrun_env()
+    if env is not None and env[0] != 0:
+        yield
+        return
+    os.makedirs(cfg["out_dir"], exist_ok=True)
+    path = os.path.join(cfg["out_dir"], LOCK_FILE)
+    while True:
+        f = open(path, "a+")
+        if not lock_file(f):
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            f.close()
+            raise configurator.UserError(f"{cfg['out_dir']} is being written by another run (process {holder}): "
+                                         f"wait for it to end, or give another --out_dir")
+        if os.path.exists(path) and os.path.samestat(os.fstat(f.fileno()), os.stat(path)):
+            break
+        f.close()  # its holder removed the file as we took the lock on it: take the one there now
+    try:
+        f.truncate(0)
+        f.write(str(os.getpid()))
+        f.flush()
+        check_out_dir(cfg)
+        yield
+    finally:
+        os.remove(path)  # removed while held, then let go (closed): the folder keeps only the run's files
+        f.close()
+
+
 def start(cfg, dataset, dev, files):
     """A new model and state, or (init_from='resume') both from last.pt with the checkpoint itself, which
     also holds the optimizer, schedulers and RNG to restore; the run's start goes into its log. A resume
@@ -781,7 +845,7 @@ def train(cfg):
     written to out_dir/summary.json with the config. Under torchrun this is one of its processes (see
     `processes`): they train together, and rank 0 prints, writes the files and scores the test split."""
     check_settings(cfg)
-    with processes(cfg) as procs:
+    with out_dir_lock(cfg), processes(cfg) as procs:
         device_type = procs.device.split(":")[0]
         dtype_name = evaluate.resolve_dtype(cfg["dtype"], device_type)
         ctx = evaluate.autocast_context(device_type, dtype_name)

@@ -236,6 +236,25 @@ def write_tiny_configs(tmp_path, data_dir):
     return paths
 
 
+def test_a_run_another_process_trains_is_skipped_not_started_again(tiny_dataset, tmp_path, capsys):
+    """Two study.py on one plan: a run whose out_dir another process is training (its train.lock held) is
+    left to it (its train.out not reopened, nothing started there), and the other runs go on."""
+    configs = write_tiny_configs(tmp_path, tiny_dataset)
+    runs = study.plan_runs(configs[:1], [1, 2], str(tmp_path / "study"))
+    theirs, ours = runs[("tiny_plain", 1)][1], runs[("tiny_plain", 2)][1]
+    with train.out_dir_lock(theirs):
+        with open(os.path.join(theirs["out_dir"], "train.out"), "w") as f:
+            f.write("the other study's run\n")
+        study.run_pending(runs, list(runs), jobs=1)
+        out = capsys.readouterr().out
+        assert f"skipped tiny_plain seed 1: process {os.getpid()} is training it" in out
+        assert "started tiny_plain seed 2" in out and "finished tiny_plain seed 2" in out
+        assert "started tiny_plain seed 1" not in out
+        assert sorted(os.listdir(theirs["out_dir"])) == ["train.lock", "train.out"]  # no run started there
+        assert open(os.path.join(theirs["out_dir"], "train.out")).read() == "the other study's run\n"
+    assert os.path.isfile(os.path.join(ours["out_dir"], "summary.json"))
+
+
 def test_classification_study_runs_resumes_and_compares(tiny_dataset, tmp_path, monkeypatch, capsys):
     """Two tiny classification configs x 2 seeds. One run was stopped part-way (Ctrl-C) before the study
     started: the study continues it from its last.pt, trains the other three, and prints accuracy with

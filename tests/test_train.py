@@ -7,6 +7,7 @@ gradient accumulation, the optimizer's groups, and the command line. Models are 
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -284,6 +285,56 @@ def test_a_run_never_replaces_another_unless_asked(tiny_cfg, tmp_path, left):
     assert last["config"]["seed"] == 2 and summary["iters"] == 2
     assert [r["type"] for r in read_log(cfg)][0] == "start" and len([r for r in read_log(cfg)
                                                                      if r["type"] == "start"]) == 1
+
+
+def test_a_run_going_on_in_an_out_dir_keeps_a_second_one_out(tiny_cfg, tmp_path):
+    """While one process writes a run (it holds out_dir/train.lock), a second train.py there stops at once, even
+    with --init_from=resume or --overwrite=True, and touches no file; once the first lets go, the folder is
+    free again (the lock goes with its holder: nothing stale is left)."""
+    cfg = tiny_cfg(max_iters=2)
+    run(cfg)
+    lock = os.path.join(cfg["out_dir"], train.LOCK_FILE)
+    assert not os.path.exists(lock)  # a run that ended leaves only its own files
+
+    def files():
+        return {f: open(os.path.join(cfg["out_dir"], f), "rb").read() for f in os.listdir(cfg["out_dir"])
+                if f != train.LOCK_FILE}
+
+    before = files()
+    with train.out_dir_lock({**cfg, "overwrite": True}):  # a run going on, as another process would hold it
+        assert train.out_dir_busy(cfg["out_dir"]) == str(os.getpid())
+        for other in ({"init_from": "resume"}, {"overwrite": True, "seed": 2}):
+            with pytest.raises(configurator.UserError, match=rf"{re.escape(cfg['out_dir'])} is being written by "
+                                                             rf"another run \(process {os.getpid()}\): wait"):
+                train.train({**cfg, **other})
+        assert files() == before and open(lock).read() == str(os.getpid())
+    assert train.out_dir_busy(cfg["out_dir"]) is None and not os.path.exists(lock)
+    with open(lock, "w") as f:
+        f.write("99999")  # a killed run's file, which nobody holds
+    assert train.out_dir_busy(cfg["out_dir"]) is None
+    summary, _ = run({**cfg, "seed": 2, "overwrite": True})
+    assert summary["iters"] == 2 and not os.path.exists(lock)
+
+
+def test_the_lock_is_taken_on_the_file_that_is_there(tmp_path, monkeypatch):
+    """A run that ends removes train.lock while holding it: whoever took the lock on that file meanwhile
+    opens the one now there and locks that, so two runs never hold locks on two different files."""
+    cfg = {"out_dir": str(tmp_path / "run"), "init_from": "scratch", "overwrite": False}
+    path = os.path.join(cfg["out_dir"], train.LOCK_FILE)
+    real, calls = train.lock_file, []
+
+    def ending_run_removes_it(f):  # the first lock is taken just as the ending run removes the file
+        calls.append(f.fileno())
+        if len(calls) == 1:
+            os.remove(path)
+        return real(f)
+
+    monkeypatch.setattr(train, "lock_file", ending_run_removes_it)
+    with train.out_dir_lock(cfg):
+        assert len(calls) == 2 and os.path.isfile(path)
+        monkeypatch.setattr(train, "lock_file", real)
+        assert train.out_dir_busy(cfg["out_dir"]) == str(os.getpid())
+    assert not os.path.exists(path)
 
 
 def test_the_command_line_refuses_a_second_run_in_one_line(tmp_path):
