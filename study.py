@@ -460,7 +460,8 @@ def run_pending(runs, todo, jobs):
     """Train the runs `todo` as `python train.py` subprocesses, `jobs` at a time, each slot pinned to its
     own share of the cores. A run that can resume does; any other starts in a folder that holds no run
     (run_folder saw to it), so none is ever started with --overwrite; one that another process is training
-    (its out_dir's train.lock held: another study.py on the plan) is skipped. If a run fails (RunFailed) or the
+    (its out_dir's train.lock held: another study.py on the plan) is skipped, and so is one it has finished
+    since `todo` was drawn up: two study.py share a plan's runs out. If a run fails (RunFailed) or the
     study is interrupted, the runs still going get SIGTERM, save their last.pt and stop; a later call
     continues them."""
     # the cores this process may use (`taskset -c 1 python study.py ...` gives it one), shared out by slot
@@ -473,11 +474,13 @@ def run_pending(runs, todo, jobs):
         while pending or running:
             while pending and free_slots:
                 key = pending.pop(0)
-                argv, cfg, _ = runs[key]
+                argv, cfg, record = runs[key]
                 busy = train.out_dir_busy(cfg["out_dir"])
                 if busy:  # another process trains it (another study.py on this plan): it is theirs to finish
                     print(f"  skipped {key[0]} seed {key[1]}: process {busy} is training it "
                           f"(run the plan again once it ends)", flush=True)
+                    continue
+                if finished_summary(cfg, record) is not None:  # that process finished it meanwhile
                     continue
                 slot = free_slots.pop(0)
                 resume = can_resume(cfg)

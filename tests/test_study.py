@@ -253,6 +253,11 @@ def test_a_run_another_process_trains_is_skipped_not_started_again(tiny_dataset,
         assert sorted(os.listdir(theirs["out_dir"])) == ["train.lock", "train.out"]  # no run started there
         assert open(os.path.join(theirs["out_dir"], "train.out")).read() == "the other study's run\n"
     assert os.path.isfile(os.path.join(ours["out_dir"], "summary.json"))
+    # a run the other process finished after this one drew up its list is not started again
+    summary = open(os.path.join(ours["out_dir"], "summary.json"), "rb").read()
+    study.run_pending(runs, [("tiny_plain", 2)], jobs=1)
+    assert "tiny_plain seed 2" not in capsys.readouterr().out
+    assert open(os.path.join(ours["out_dir"], "summary.json"), "rb").read() == summary
 
 
 def test_classification_study_runs_resumes_and_compares(tiny_dataset, tmp_path, monkeypatch, capsys):
