@@ -1488,6 +1488,7 @@ def report_lines(plan, results, timing, depth, path, plots):
                          f"{r['train_minutes']:.1f} | {', '.join(map(str, r['iters']))} | "
                          f"{fmt_num(r['train_flops'], '.2e')} |")
         lines.append("")
+        lines += pretraining_lines(summaries, label)
     if depth:
         loops = plan["depth_loops"]
         lines += ["## Test-time depth", "", "The trained weights scored with each number of loops, no retraining "
@@ -1504,6 +1505,20 @@ def report_lines(plan, results, timing, depth, path, plots):
         lines += ["## Plots", ""]
         for title, p in plots:
             lines += [f"**{title}**", "", f"![{title}]({rel(p)})", ""]
+    return lines
+
+
+def pretraining_lines(summaries, label):
+    """For a cell's masked-LM configs, which have no test set: their held-out figures at the end of
+    training (mean ± 95 % interval over seeds), a paragraph each."""
+    lines = []
+    for config in dict.fromkeys(n for (n, _), s in summaries.items() if s and s.get("task") == "mlm"):
+        done = [s for (n, _), s in summaries.items() if n == config and s]
+        ci = {m: fmt_ci(mean_ci([s[f"final_val_{m}"] for s in done]), digits)
+              for m, digits in (("loss", 3), ("accuracy", 4), ("ppl", 1))}
+        lines += [f"{label(config)}, on the corpus's held-out texts at the end of training ({done[0]['final_val_n']:,} "
+                  f"masked tokens, masked the same way in every evaluation; {len(done)} seeds): masked-token loss "
+                  f"{ci['loss']}, accuracy {ci['accuracy']}, perplexity {ci['ppl']}.", ""]
     return lines
 
 

@@ -114,6 +114,23 @@ def test_conclusion_lines_say_confirmed_refuted_or_not_settled():
     assert study.conclusion_row(stand_in, rows) is row
 
 
+def test_a_pretraining_cell_reports_its_held_out_masked_token_figures():
+    """A masked-LM config has no test set: its cell says what its held-out evaluation measured, over seeds;
+    a classifier in the same cell adds no line."""
+    def mlm(loss, acc):
+        return {"task": "mlm", "final_val_loss": loss, "final_val_accuracy": acc, "final_val_ppl": math.exp(loss),
+                "final_val_n": 6174}
+
+    summaries = {("pre", 1): mlm(4.5, 0.28), ("pre", 2): mlm(4.6, 0.29), ("pre", 3): None,
+                 ("cls", 1): {"task": "classification", "test_accuracy": 0.8}}
+    lines = study.pretraining_lines(summaries, {"pre": "MLM pretraining"}.get)
+    loss, acc, ppl = (study.mean_ci(v) for v in ([4.5, 4.6], [0.28, 0.29], [math.exp(4.5), math.exp(4.6)]))
+    assert lines == [f"MLM pretraining, on the corpus's held-out texts at the end of training (6,174 masked tokens, "
+                     f"masked the same way in every evaluation; 2 seeds): masked-token loss {loss[0]:.3f} ± "
+                     f"{loss[1]:.3f}, accuracy {acc[0]:.4f} ± {acc[1]:.4f}, perplexity {ppl[0]:.1f} ± {ppl[1]:.1f}.", ""]
+    assert study.pretraining_lines({("cls", 1): summaries[("cls", 1)]}, str) == []
+
+
 def test_pareto_front():
     # (cost, value): (1, .80) and (3, .85) and (5, .90) are on it; (2, .79) and (4, .84) are dominated
     points = [(3, 0.85), (2, 0.79), (5, 0.90), (1, 0.80), (4, 0.84), (5, 0.70)]
