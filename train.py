@@ -701,6 +701,7 @@ def out_dir_lock(cfg):
     if env is not None and env[0] != 0:
         yield
         return
+    created = not os.path.isdir(cfg["out_dir"])
     os.makedirs(cfg["out_dir"], exist_ok=True)
     path = os.path.join(cfg["out_dir"], LOCK_FILE)
     while True:
@@ -723,6 +724,8 @@ def out_dir_lock(cfg):
     finally:
         os.remove(path)  # removed while held, then let go (closed): the folder keeps only the run's files
         f.close()
+        if created and not os.listdir(cfg["out_dir"]):
+            os.rmdir(cfg["out_dir"])  # a run that stopped before it wrote anything (a bad device) leaves no folder
 
 
 def start(cfg, dataset, dev, files):
