@@ -664,18 +664,24 @@ def check_out_dir(cfg):
 LOCK_FILE = "train.lock"  # in out_dir: held by the process that writes the run (out_dir_lock)
 
 
-def lock_file(path):
-    """An exclusive, non-blocking lock on the open file `path` (fcntl.flock): True if taken, False if another
+def try_lock(f):
+    """An exclusive, non-blocking lock on the open file f (fcntl.flock): True if taken, False if another
     process holds it. Where there is no fcntl (Windows), always True: no lock."""
     try:
         import fcntl
     except ImportError:
         return True
     try:
-        fcntl.flock(path.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
     except BlockingIOError:
         return False
+
+
+def lock_holder(f):
+    """The pid its holder wrote in the open lock file f ('?' if none yet)."""
+    f.seek(0)
+    return f.read().strip() or "?"
 
 
 def out_dir_busy(out_dir):
@@ -684,9 +690,9 @@ def out_dir_busy(out_dir):
     if not os.path.isfile(path):
         return None
     with open(path, "r+") as f:
-        if lock_file(f):
+        if try_lock(f):
             return None  # taken and, as the file closes, let go
-        return f.read().strip() or "?"
+        return lock_holder(f)
 
 
 @contextmanager
@@ -706,9 +712,8 @@ def out_dir_lock(cfg):
     path = os.path.join(cfg["out_dir"], LOCK_FILE)
     while True:
         f = open(path, "a+")
-        if not lock_file(f):
-            f.seek(0)
-            holder = f.read().strip() or "?"
+        if not try_lock(f):
+            holder = lock_holder(f)
             f.close()
             raise configurator.UserError(f"{cfg['out_dir']} is being written by another run (process {holder}): "
                                          f"wait for it to end, or give another --out_dir")

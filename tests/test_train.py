@@ -321,7 +321,7 @@ def test_the_lock_is_taken_on_the_file_that_is_there(tmp_path, monkeypatch):
     opens the one now there and locks that, so two runs never hold locks on two different files."""
     cfg = {"out_dir": str(tmp_path / "run"), "init_from": "scratch", "overwrite": False}
     path = os.path.join(cfg["out_dir"], train.LOCK_FILE)
-    real, calls = train.lock_file, []
+    real, calls = train.try_lock, []
 
     def ending_run_removes_it(f):  # the first lock is taken just as the ending run removes the file
         calls.append(f.fileno())
@@ -329,10 +329,10 @@ def test_the_lock_is_taken_on_the_file_that_is_there(tmp_path, monkeypatch):
             os.remove(path)
         return real(f)
 
-    monkeypatch.setattr(train, "lock_file", ending_run_removes_it)
+    monkeypatch.setattr(train, "try_lock", ending_run_removes_it)
     with train.out_dir_lock(cfg):
         assert len(calls) == 2 and os.path.isfile(path)
-        monkeypatch.setattr(train, "lock_file", real)
+        monkeypatch.setattr(train, "try_lock", real)
         assert train.out_dir_busy(cfg["out_dir"]) == str(os.getpid())
     assert not os.path.exists(path)
 
