@@ -21,10 +21,8 @@ _GLUE, _STANDARD = "SST-2 GLUE dev (872)", "SST-2 standard test (6,823)"
 def _until_it_stops(steps_per_epoch):
     """The small cells' budget: train until validation stops improving, one evaluation per epoch, under the
     plateau schedule (the rate halves after 2 evaluations without a gain; the run stops after 3), after about
-    0.3 epoch of warm-up, as the full cells have. They first ran under the configs' cosine stretched over the
-    30-epoch cap, with its 300 warm-up steps (3.5 epochs of frac10, 8 of the three-domain set): early stopping
-    ended those runs at 0.88-1.0 of the peak rate, or (the three-domain set) still warming up; their records
-    are kept in results/superseded/."""
+    0.3 epoch of warm-up, as the full cells have. Why not the configs' cosine: `notes` below, and
+    results/superseded/cosine30/README.md."""
     return ["max_epochs=30", "eval_interval=0", "scheduler=plateau", "plateau_patience=1",
             f"warmup_iters={round(0.3 * steps_per_epoch)}"]
 
@@ -63,10 +61,12 @@ cells = [
     dict(name="sst2_standard_frac10", configs=_PAIR, set=["protocol=standard", "subset=frac10", *_until_it_stops(86)],
          seeds=[1, 2, 3], test_set=_STANDARD,
          what="SST-2 standard, 10 % of train (5,458 examples), full val and test"),
-    dict(name="sst2_standard_short30", configs=_PAIR, set=["protocol=standard", "subset=short30", *_until_it_stops(256)],
+    dict(name="sst2_standard_short30", configs=_PAIR,
+         set=["protocol=standard", "subset=short30", *_until_it_stops(256)],
          seeds=[1, 2, 3], test_set="SST-2 standard test, shortest 30 %",
          what="SST-2 standard, the shortest 30 % of every split"),
-    dict(name="sst2_standard_long30", configs=_PAIR, set=["protocol=standard", "subset=long30", *_until_it_stops(256)],
+    dict(name="sst2_standard_long30", configs=_PAIR,
+         set=["protocol=standard", "subset=long30", *_until_it_stops(256)],
          seeds=[1, 2, 3], test_set="SST-2 standard test, longest 30 %",
          what="SST-2 standard, the longest 30 % of every split"),
     dict(name="multidomain_uci", configs=_PAIR, set=["dataset=multidomain_uci", *_until_it_stops(38)], seeds=[1, 2, 3],
@@ -179,8 +179,8 @@ budget_note = ("the configs' own: the recurrent model (and the controls at its w
                "0.001 in validation loss, the best checkpoint scored; the bag of words its own config. The small "
                "cells (subsets, three-domain, IMDB) train up to 30 epochs with one evaluation per epoch, so each "
                "model stops when it stops improving, under the plateau schedule (the rate halves after 2 "
-               "evaluations without a gain) after about 0.3 epoch of warm-up; the grid trains 600 steps. Each cell's overrides are listed "
-               "with it.")
+               "evaluations without a gain) after about 0.3 epoch of warm-up; the grid trains 600 steps. Each "
+               "cell's overrides are listed with it.")
 notes = [
     "Two SST-2 protocols. *GLUE*: train on GLUE train (less a 5 % validation split), test on GLUE dev, whose "
     "sentences never occur in train. *Standard* (the seed paper's): GLUE train (phrases of every sentence, with "
@@ -191,7 +191,8 @@ notes = [
     "the same length regime. Truncation: 256 tokens (incl. [CLS]). Under the standard protocol some test texts "
     "occur verbatim in train (of short30's 2,047 test texts, 54): a model that memorizes phrases scores on them.",
     "The small cells' first runs (frac10, short30, the three-domain set, long30's first run) stretched the configs' "
-    "cosine over the 30-epoch cap, so early stopping ended them near the peak rate or still warming up. They are "
+    "cosine over the 30-epoch cap after its 300 warm-up steps (3.5 epochs of frac10, 8 of the three-domain set), "
+    "so early stopping ended them at 0.88-1.0 of the peak rate or, on the three-domain set, still warming up. They are "
     "superseded and trained again under the plateau schedule; their records, and what they showed, are kept in "
     "[results/superseded/cosine30](results/superseded/cosine30/README.md).",
     "Offline, the multi-domain task is built from the UCI sentiment sentences (1,000 per domain); the seed's "
