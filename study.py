@@ -410,8 +410,9 @@ def has_record(record):
 
 def save_record(cfg, record):
     """Copy the finished run in cfg's out_dir to its record folder (RECORD_FILES), whole or not at all (made
-    in a temporary folder, then renamed). A record that is there already is kept, and so is a folder of
-    that name holding anything else (StudyError). Returns whether a record was written."""
+    in a temporary folder, then renamed). A record that is there already is kept, also one that another
+    study.py on the plan wrote while this one was copying, and so is a folder of that name holding anything
+    else (StudyError). Returns whether a record was written."""
     if not record or has_record(record) or finished_summary(cfg) is None:
         return False
     if os.path.exists(record):
@@ -426,7 +427,12 @@ def save_record(cfg, record):
             settings = json.load(f)["config"]
         with open(os.path.join(staging, "config.py"), "w") as f:
             f.write(config_file(settings))
-        os.rename(staging, record)
+        try:
+            os.rename(staging, record)
+        except OSError:
+            if has_record(record):  # another study.py on this plan recorded the run meanwhile: theirs stays
+                return False
+            raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return True

@@ -142,6 +142,32 @@ def fake_run(cfg, finished=True):
             f.write(json.dumps({"type": "start", "iter": 0, "config": cfg}) + "\n")
 
 
+def test_a_record_written_meanwhile_by_another_study_is_kept(tmp_path, monkeypatch):
+    """Two study.py on one plan may both record a run one of them finished: the one that renames its copy
+    into place second keeps the first's record and goes on, rather than failing (and stopping its runs)."""
+    cfg = train.make_config([f"--out_dir={tmp_path / 'run'}"])
+    fake_run(cfg)
+    with open(os.path.join(cfg["out_dir"], "log.jsonl"), "w") as f:
+        f.write(json.dumps({"type": "start", "iter": 0, "config": cfg}) + "\n")
+    record, rename = str(tmp_path / "records" / "seed1"), os.rename
+
+    def other_study_first(src, dst):  # the other process's record lands between our copy and our rename
+        if dst == record and not os.path.exists(record):
+            shutil.copytree(src, record)
+            with open(os.path.join(record, "theirs"), "w") as f:
+                f.write("x")
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", other_study_first)
+    assert study.save_record(cfg, record) is False
+    assert sorted(os.listdir(record)) == ["config.py", "log.jsonl", "summary.json", "theirs"]
+    assert os.listdir(os.path.dirname(record)) == ["seed1"]  # no staging folder left behind
+    monkeypatch.setattr(os, "rename", rename)
+    os.makedirs(tmp_path / "records" / "seed2")  # a folder that holds no record is still refused
+    with pytest.raises(study.StudyError, match="holds no run record"):
+        study.save_record(cfg, str(tmp_path / "records" / "seed2"))
+
+
 def test_a_folder_holding_another_run_is_left_alone(tmp_path, capsys):
     """A run's planned folder that holds a run of other settings (a finished one, or a stopped one: the
     config file was edited since) is left as it is: the run goes to the first folder beside it that holds
