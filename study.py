@@ -937,6 +937,7 @@ def machine_load():
 
 
 BUBBLE_PER_MB = 12  # a frontier plot's bubble area, in points^2, per MB of fp32 weights
+FRONTIER_NUMBERED = 12  # a frontier plot with more models numbers only the points on its frontiers
 QUIET_LOAD = 0.5  # a machine whose load average is above this is busy: its latencies would not be the models'
 
 
@@ -1093,16 +1094,21 @@ def draw_plots(plan, results, timing, depth, folder, label):
         made.append((title, path))
 
     # one frontier per training set (a cell's prepared dataset, data.json): models trained on other data
-    # (a subset, the other protocol) are not points of the same trade-off, even on the same test set
-    groups = {}  # (training set, test set) -> [(cell, row)] with a test accuracy
+    # (a subset, the other protocol) are not points of the same trade-off, even on the same test set; nor
+    # are a grid's, trained at a budget of its own: a grid cell has a frontier to itself
+    groups = {}  # (training set, test set, grid cell or "") -> [(cell, row)] with a test accuracy
     for name in results:
-        trained_on = results[name][0]["data"].get("dataset", name)
+        cell = results[name][0]
+        trained_on = cell["data"].get("dataset", name)
         for row in cell_rows(name, results, timing):
             if "test_accuracy" in row:
-                groups.setdefault((trained_on, results[name][0].get("test_set", name)), []).append((name, row))
-    for (trained_on, test_set), items in groups.items():
+                key = (trained_on, cell.get("test_set", name), name if cell.get("grid") else "")
+                groups.setdefault(key, []).append((name, row))
+    for (trained_on, test_set, grid_cell), items in groups.items():
         if len(items) < 2:
             continue
+        # past a dozen points the numbers run together: then only each panel's frontier is numbered
+        numbered = set()
         timed = [(n, r) for n, r in items if r.get("latency_ms")]
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
         for ax, key, xlabel, pts in ((axes[0], "latency_ms", "latency at batch 1 (ms, one CPU thread)", timed),
@@ -1117,9 +1123,12 @@ def draw_plots(plan, results, timing, depth, folder, label):
             ax.scatter([p[0] for p in xy], [p[1] for p in xy], s=sizes, alpha=0.45, edgecolors="k")
             ax.errorbar([p[0] for p in xy], [p[1] for p in xy], fmt="none", ecolor="grey", lw=0.8,
                         yerr=[0 if math.isnan(r["test_accuracy"][1]) else r["test_accuracy"][1] for _, r in pts])
-            for i, (x, y) in enumerate(xy):  # numbers, not names: the legend below says which is which
-                ax.annotate(str(i + 1), (x, y), fontsize=7, ha="center", va="center")
             front = pareto_front(xy)
+            for i, (x, y) in enumerate(xy):  # numbers, not names: the legend below says which is which
+                k = items.index(pts[i])
+                if len(items) <= FRONTIER_NUMBERED or i in front:
+                    ax.annotate(str(k + 1), (x, y), fontsize=7, ha="center", va="center")
+                    numbered.add(k)
             if len(front) > 1:
                 ax.plot([xy[i][0] for i in front], [xy[i][1] for i in front], "r--", lw=1, label="Pareto frontier")
                 ax.legend(fontsize=7, loc="lower right")
@@ -1130,15 +1139,20 @@ def draw_plots(plan, results, timing, depth, folder, label):
             ax.margins(0.15)
             ax.set_xlabel(xlabel)
             ax.set_ylabel("test accuracy (mean over seeds)")
-        key = "; ".join(f"{i + 1} {label(r['config'])} [{n}]" for i, (n, r) in enumerate(items))
+        point_label = (lambda c: c.partition("@")[2].replace(",", " ")) if grid_cell else label  # noqa: E731
+        key = "; ".join(f"{i + 1} {point_label(r['config'])}" + ("" if grid_cell else f" [{n}]")
+                        for i, (n, r) in enumerate(items) if i in numbered)
+        if len(items) > FRONTIER_NUMBERED:
+            key = f"{len(items)} models, the frontiers' numbered (the others: the cell's table): {key}"
         axes[0].set_title(f"bubble area ∝ fp32 size ({BUBBLE_PER_MB:g} pt² per MB); bars: 95 % CI over seeds",
                           fontsize=8)
-        fig.suptitle(f"trained on {trained_on}, tested on {test_set}", fontsize=10)
+        fig.suptitle(f"trained on {trained_on}" + (f", the {grid_cell} cell at its own budget" if grid_cell else "")
+                     + f", tested on {test_set}", fontsize=10)
         fig.text(0.01, 0.01, textwrap.fill(key, 190), fontsize=6.5, va="bottom")
         fig.tight_layout(rect=(0, 0.04 + 0.02 * (len(key) // 190), 1, 1))
-        save(fig, f"frontier_{re.sub(r'[^A-Za-z0-9]+', '_', trained_on).strip('_')}.png",
-             f"Accuracy against latency and non-embedding parameters (trained on {trained_on}; {test_set})",
-             layout=False)
+        save(fig, f"frontier_{re.sub(r'[^A-Za-z0-9]+', '_', grid_cell or trained_on).strip('_')}.png",
+             f"Accuracy against latency and non-embedding parameters (trained on {trained_on}"
+             + (f", the {grid_cell} cell" if grid_cell else "") + f"; {test_set})", layout=False)
 
     curves = [(name, cell, runs, summaries) for name, (cell, runs, summaries) in results.items()
               if any(s is not None for s in summaries.values())]
@@ -1147,13 +1161,19 @@ def draw_plots(plan, results, timing, depth, folder, label):
         rows = math.ceil(len(curves) / cols)
         fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
         for ax, (name, cell, runs, summaries) in zip(axes.flat, curves):
-            for color, config in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"],
-                                     dict.fromkeys(n for n, _ in runs)):
-                for i, s in enumerate(finished_seeds(summaries, config)):
+            # a colour and a legend entry per config; in a grid, per value of its first setting (its width)
+            group = (lambda c: c.partition("@")[2].split(",")[0]) if cell.get("grid") else label
+            colors = dict(zip(dict.fromkeys(group(n) for n, _ in runs),
+                              itertools.cycle(plt.rcParams["axes.prop_cycle"].by_key()["color"])))
+            shown = set()
+            for config in dict.fromkeys(n for n, _ in runs):
+                for s in finished_seeds(summaries, config):
                     log = read_log(run_file(*runs[(config, s)][1:], "log.jsonl"))
                     use_acc = log and log[0][1] is not None
-                    ax.plot([x[0] for x in log], [x[1] if use_acc else x[2] for x in log], color=color, lw=1,
-                            alpha=0.8, label=label(config) if i == 0 else None)
+                    g = group(config)
+                    ax.plot([x[0] for x in log], [x[1] if use_acc else x[2] for x in log], color=colors[g], lw=1,
+                            alpha=0.8, label=None if g in shown else g)
+                    shown.add(g)
                     ax.set_ylabel("validation accuracy" if use_acc else "validation loss")
             ax.set_title(name, fontsize=9)
             ax.set_xlabel("step")

@@ -401,7 +401,9 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
     plan_path = tmp_path / "plan.py"
     plan_path.write_text(
         f"out_root = {str(tmp_path / 'runs')!r}\nseeds = [1, 2]\n"
-        f"cells = [dict(name='a', configs={configs!r}, set=['max_iters=4'], test_set='tiny test', what='tiny')]\n"
+        f"cells = [dict(name='a', configs={configs!r}, set=['max_iters=4'], test_set='tiny test', what='tiny'),\n"
+        f"         dict(name='g', configs={configs[1:]!r}, set=['max_iters=2'], grid=['n_loops=1,2'], seeds=[1],\n"
+        "              test_set='tiny test', what='a grid')]\n"
         "labels = {'tiny_plain': 'plain'}\n"
         "verdicts = [dict(claim='looped beats plain', a='a/tiny_looped', b='a/tiny_plain', cost='a/tiny_plain'),\n"
         "            dict(claim='difference of differences', a='a/tiny_looped - a/tiny_plain', "
@@ -417,13 +419,13 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
     assert len(rows) == 1 and "p=" not in rows[0] and rows[0].rstrip().endswith(
         ("**confirmed** |", "**refuted** |", "**inconclusive** |"))
     assert "| plain | 2 of 2 |" in text and "| plain reaches 0 |" in text and "| yes |" in text
-    assert "\nFinished runs: 4 of 4.\n" in text and study.reported_runs(str(report)) == 4
+    assert "\nFinished runs: 6 of 6.\n" in text and study.reported_runs(str(report)) == 6
     assert "## Test-time depth" in text and "(trained: 2)" in text
     # training FLOPs beside the gain, and the tokens seen: 4 steps of 8 of the 64 training texts
     assert re.search(r'Cost of "looped beats plain": `a/tiny_plain` spent \S+ training FLOPs \([0-9.]+ min, about '
                      r'\S+ tokens seen: 0\.50 epochs of [0-9,]+\)', text)
-    trained_on = os.path.basename(tiny_dataset)  # one frontier per training set
-    for png in ("learning_curves.png", "test_time_depth.png", f"frontier_{trained_on}.png"):
+    trained_on = os.path.basename(tiny_dataset)  # one frontier per training set, and one per grid (its budget)
+    for png in ("learning_curves.png", "test_time_depth.png", f"frontier_{trained_on}.png", "frontier_g.png"):
         assert f"(results/{png})" in text and os.path.isfile(tmp_path / "results" / png)
     # the figures a verdict may name (study.RUN_FIGURES, with the task's test_ and final_val_ ones) are the
     # ones train.py writes
@@ -450,7 +452,7 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
     monkeypatch.setattr(study, "run_pending", lambda *a: pytest.fail("trained again"))
     monkeypatch.setattr(study, "evaluate_script", lambda *a: pytest.fail("measured again"))
     study.main(["--plan", str(plan_path), "--report", str(report)])
-    assert "4 of 4 runs finished" in capsys.readouterr().out
+    assert "6 of 6 runs finished" in capsys.readouterr().out
     plan = study.load_plan(str(plan_path))
     with pytest.raises(ValueError, match="do not report 'test_acuracy'"):
         study.judge(dict(claim="typo", a="a/tiny_looped", b="a/tiny_plain", metric="test_acuracy"),
