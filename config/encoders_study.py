@@ -200,4 +200,11 @@ notes = [
     "[results/superseded/cosine30](results/superseded/cosine30/README.md).",
     "Offline, the multi-domain task is built from the UCI sentiment sentences (1,000 per domain); the seed's "
     "version (`multidomain`) and Yelp polarity need archives this machine cannot download.",
+    "Where the runs trained (Conditions, from their logs): one run per core of a 2-core CPU machine, except the "
+    "long30, IMDB, grid and paper cells (102 runs), trained on a lent NVIDIA H200 in one call, one study.py per "
+    "cell, 15 runs sharing the GPU, in float32 with TF32 matmuls. Their `train min` is a shared GPU's, not "
+    "comparable with the CPU runs'. Their logs name the code `94ad0d8+changes`: the tree sent to the GPU was "
+    "commit 2503c3f's, under the device's copy of git at 94ad0d8. Two verdicts compare a GPU cell with a CPU "
+    "cell (the paper recipe against sst2_standard; long30's edge against short30's); across devices the "
+    "random draws (dropout) differ as across seeds.",
 ]
