@@ -462,14 +462,14 @@ def run_file(cfg, record, name):
 # running
 
 
-def run_pending(runs, todo, jobs):
+def run_pending(runs, todo, jobs, check=None):
     """Train the runs `todo` as `python train.py` subprocesses, `jobs` at a time, each slot pinned to its
     own share of the cores. A run that can resume does; any other starts in a folder that holds no run
     (run_folder saw to it), so none is ever started with --overwrite; one that another process is training
     (its out_dir's train.lock held: another study.py on the plan) is skipped, and so is one it has finished
     since `todo` was drawn up: two study.py share a plan's runs out. If a run fails (RunFailed) or the
     study is interrupted, the runs still going get SIGTERM, save their last.pt and stop; a later call
-    continues them."""
+    continues them. `check`, if given, is called before each run starts (plan_unchanged)."""
     # the cores this process may use (`taskset -c 1 python study.py ...` gives it one), shared out by slot
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     per_job = max(1, len(allowed) // jobs)
@@ -479,6 +479,8 @@ def run_pending(runs, todo, jobs):
     try:
         while pending or running:
             while pending and free_slots:
+                if check:
+                    check()
                 key = pending.pop(0)
                 argv, cfg, record = runs[key]
                 busy = train.out_dir_busy(cfg["out_dir"])
@@ -643,7 +645,21 @@ def load_plan(path):
     # a plan whose records are to be committed names their folder (config/encoders_study.py: results/runs)
     plan.setdefault("records", plan["out_root"].rstrip("/") + "_records")
     check_plan(plan, path)
-    return {**plan, "path": path}
+    with open(path, "rb") as f:
+        return {**plan, "path": path, "read": f.read()}
+
+
+def plan_unchanged(plan):
+    """Raise StudyError if the plan file is no longer the one this study read: a study trains the runs
+    of the plan it read, and a cell whose settings were edited since would train runs that the plan no
+    longer holds (or again, runs that it now counts as finished)."""
+    if plan.get("read") is None:  # a plan made in code, not read from a file
+        return
+    with open(plan["path"], "rb") as f:
+        if f.read() != plan["read"]:
+            raise StudyError(f"{plan['path']} changed since this study read it: the runs it would train next "
+                             f"may not be the plan's now. The runs finished so far are recorded; run the command "
+                             f"again to go on under the plan as it is")
 
 
 def read_plan(path):
@@ -807,7 +823,7 @@ def run_plan(plan, jobs=1, collect_only=False, only=None):
         if todo and not collect_only and (not only or name in only):
             print(f"cell {name}: {len(runs)} runs, {len(todo)} to train")
             try:
-                run_pending(runs, todo, jobs)
+                run_pending(runs, todo, jobs, check=lambda: plan_unchanged(plan))
             except RunFailed as e:  # a cell that cannot run (its data cannot be had) does not stop the rest
                 print(f"cell {name} stopped: {e}")
                 cells[name] = ({**cell, "error": str(e)}, runs)

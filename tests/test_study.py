@@ -168,6 +168,28 @@ def test_a_record_written_meanwhile_by_another_study_is_kept(tmp_path, monkeypat
         study.save_record(cfg, str(tmp_path / "records" / "seed2"))
 
 
+def test_a_plan_edited_under_a_running_study_stops_it(tmp_path, monkeypatch):
+    """A study trains the plan it read. Edited since (a cell's settings changed), the runs it would start next
+    may not be the plan's any more, or be runs it now counts as finished: it stops before the next run."""
+    monkeypatch.chdir(tmp_path)
+    configs = [os.path.basename(p) for p in write_tiny_configs(tmp_path, "data")]
+    text = (f"out_root = 'out'\nseeds = [1]\ncells = [dict(name='a', configs={configs!r}, test_set='t', what='a'), "
+            f"dict(name='b', configs={configs!r}, set=['max_iters=3'], test_set='t', what='b')]\n")
+    (tmp_path / "plan.py").write_text(text)
+    plan = study.load_plan("plan.py")
+    started = []
+
+    def run_pending(runs, todo, jobs, check=None):  # cell a's runs: the plan is edited while they train
+        check()
+        started.append(todo)
+        (tmp_path / "plan.py").write_text(text.replace("max_iters=3", "max_iters=4"))
+
+    monkeypatch.setattr(study, "run_pending", run_pending)
+    with pytest.raises(study.StudyError, match="plan.py changed since this study read it"):
+        study.run_plan(plan)
+    assert started == [[("tiny_plain", 1), ("tiny_looped", 1)]]  # cell b's runs never started
+
+
 def test_a_folder_holding_another_run_is_left_alone(tmp_path, capsys):
     """A run's planned folder that holds a run of other settings (a finished one, or a stopped one: the
     config file was edited since) is left as it is: the run goes to the first folder beside it that holds
