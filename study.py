@@ -270,6 +270,11 @@ def run_names(configs, grid=()):
     return names
 
 
+def grid_settings(name):
+    """The key=value settings of a grid point's run name (run_names: stem@key=value,...); [] for none."""
+    return name.partition("@")[2].split(",") if "@" in name else []
+
+
 def plan_runs(configs, seeds, out_root, sets=(), grid=(), records=None):
     """The planned runs, in order: {(name, seed): (train.py arguments, full config, record folder or None)},
     named by run_names. Each run writes to out_root/<name>/seed<seed>, or beside it if that folder holds
@@ -636,7 +641,7 @@ def metric_names():
 
 def load_plan(path):
     """The plan file's settings with the defaults of those it leaves out, checked whole (check_plan)."""
-    plan = read_plan(path)
+    plan, source = read_plan(path)
     check_entry(plan, PLAN_KEYS, (), path)  # before the defaults fill in: a misspelt key is not a missing one
     if not plan.get("cells"):
         raise ConfigError(f"{path} plans no cells")
@@ -645,8 +650,7 @@ def load_plan(path):
     # a plan whose records are to be committed names their folder (config/encoders_study.py: results/runs)
     plan.setdefault("records", plan["out_root"].rstrip("/") + "_records")
     check_plan(plan, path)
-    with open(path, "rb") as f:
-        return {**plan, "path": path, "read": f.read()}
+    return {**plan, "path": path, "read": source}
 
 
 def plan_unchanged(plan):
@@ -663,11 +667,12 @@ def plan_unchanged(plan):
 
 
 def read_plan(path):
-    """The plan file's top-level names, from running it as Python; names starting with _, imports and
-    functions are its own helpers. A Python error in it is one line that says where (a ConfigError)."""
+    """(The plan file's top-level names, from running it as Python, and its bytes as read); names starting
+    with _, imports and functions are its own helpers. A Python error in it is one line that says where (a
+    ConfigError)."""
     if not os.path.isfile(path):
         raise ConfigError(f"plan {path} not found")
-    with open(path) as f:
+    with open(path, "rb") as f:
         source = f.read()
     namespace = {"__file__": os.path.abspath(path)}  # one namespace: comprehensions see the plan's names
     try:
@@ -678,7 +683,7 @@ def read_plan(path):
         lines = [frame.lineno for frame in traceback.extract_tb(e.__traceback__) if frame.filename == path]
         raise ConfigError(f"{path}, line {lines[-1] if lines else '?'}: {type(e).__name__}: {e}") from None
     return {k: v for k, v in namespace.items()
-            if not k.startswith("_") and not callable(v) and type(v).__name__ != "module"}
+            if not k.startswith("_") and not callable(v) and type(v).__name__ != "module"}, source
 
 
 def check_entry(entry, keys, required, where):
@@ -1155,7 +1160,7 @@ def draw_plots(plan, results, timing, depth, folder, label):
             ax.margins(0.15)
             ax.set_xlabel(xlabel)
             ax.set_ylabel("test accuracy (mean over seeds)")
-        point_label = (lambda c: c.partition("@")[2].replace(",", " ")) if grid_cell else label  # noqa: E731
+        point_label = (lambda c: " ".join(grid_settings(c))) if grid_cell else label  # noqa: E731
         key = "; ".join(f"{i + 1} {point_label(r['config'])}" + ("" if grid_cell else f" [{n}]")
                         for i, (n, r) in enumerate(items) if i in numbered)
         if len(items) > FRONTIER_NUMBERED:
@@ -1178,7 +1183,7 @@ def draw_plots(plan, results, timing, depth, folder, label):
         fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
         for ax, (name, cell, runs, summaries) in zip(axes.flat, curves):
             # a colour and a legend entry per config; in a grid, per value of its first setting (its width)
-            group = (lambda c: c.partition("@")[2].split(",")[0]) if cell.get("grid") else label
+            group = (lambda c: grid_settings(c)[0]) if cell.get("grid") else label
             colors = dict(zip(dict.fromkeys(group(n) for n, _ in runs),
                               itertools.cycle(plt.rcParams["axes.prop_cycle"].by_key()["color"])))
             shown = set()
