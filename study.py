@@ -188,12 +188,30 @@ def mcnemar(y_true, pred_a, pred_b):
     return only_a, only_b, mcnemar_p(only_a, only_b)
 
 
-def claim_verdict(lo, hi, better):
-    """A claim that A beats B, judged on the 95 % interval [lo, hi] of A - B in a metric whose better
-    side is `better`: 'confirmed' if the interval lies on the better side, 'refuted' if it lies on the
-    worse side, 'inconclusive' if it holds 0."""
-    word = verdict(lo, hi, better)
-    return {"better": "confirmed", "worse": "refuted"}.get(word, "inconclusive")
+def claim_verdict(lo, hi, better, rule="superiority", margin=0.0):
+    """A claim about A against B, judged on the 95 % interval [lo, hi] of A - B in a metric whose better
+    side is `better`, under its rule (RULES): 'confirmed', 'refuted' or 'inconclusive'.
+    - superiority (A beats B): confirmed if the interval lies on the better side, refuted if on the worse
+      side, inconclusive if it holds 0;
+    - non-inferiority (A keeps B's performance): confirmed if A is at most `margin` worse anywhere in the
+      interval (A better is no contradiction), refuted if A is more than `margin` worse everywhere in it;
+    - equivalence (A matches B): confirmed if the whole interval lies within +-margin, refuted if it lies
+      wholly outside, on either side."""
+    if rule == "superiority":
+        word = verdict(lo, hi, better)
+        return {"better": "confirmed", "worse": "refuted"}.get(word, "inconclusive")
+    if rule == "equivalence":
+        return "confirmed" if -margin <= lo and hi <= margin else "refuted" if lo > margin or hi < -margin \
+            else "inconclusive"
+    if rule != "non-inferiority":
+        raise ValueError(f"rule={rule!r}: expected one of {RULES}")
+    lo, hi = (lo, hi) if better != "lower" else (-hi, -lo)  # A - B turned so that up is better
+    return "confirmed" if lo >= -margin else "refuted" if hi < -margin else "inconclusive"
+
+
+RULES = ("superiority", "non-inferiority", "equivalence")
+RULE_WORDS = {"superiority": "", "non-inferiority": "; keeping B's performance means A − B ≥ −{m:g}",
+              "equivalence": "; comparable means A − B within ±{m:g}"}
 
 
 # -----------------------------------------------------------------------------
@@ -275,11 +293,12 @@ def grid_settings(name):
     return name.partition("@")[2].split(",") if "@" in name else []
 
 
-def plan_runs(configs, seeds, out_root, sets=(), grid=(), records=None):
+def plan_runs(configs, seeds, out_root, sets=(), grid=(), records=None, tuned=None):
     """The planned runs, in order: {(name, seed): (train.py arguments, full config, record folder or None)},
     named by run_names. Each run writes to out_root/<name>/seed<seed>, or beside it if that folder holds
     another run (run_folder); with `records` (a plan's), its record goes to records/<name>/seed<seed> (or
-    the same -2, -3 beside it)."""
+    the same -2, -3 beside it). `tuned` ({config name: overrides}) gives a config settings of its own (the
+    value a tuned cell's sweep chose), after the shared ones."""
     check_seeds(list(seeds), "seeds")
     names = run_names(configs, grid)  # checks the grid's form too
     check_overrides(sets, "--set")
@@ -288,7 +307,9 @@ def plan_runs(configs, seeds, out_root, sets=(), grid=(), records=None):
     for seed in seeds:
         for name, path, point in names:
             # --overwrite=False whatever a config file says: a run the study starts never replaces another
-            argv = [path, *[f"--{s}" for s in sets], *point, f"--seed={seed}", "--overwrite=False"]
+            own = (tuned or {}).get(config_name(path), [])
+            argv = [path, *[f"--{s}" for s in sets], *point, *[f"--{s}" for s in own], f"--seed={seed}",
+                    "--overwrite=False"]
             cfg, record = run_folder(train.make_config(argv), os.path.join(out_root, name, f"seed{seed}"),
                                      f"{name} seed {seed}", records and os.path.join(records, name, f"seed{seed}"))
             runs[(name, seed)] = ([*argv, f"--out_dir={cfg['out_dir']}"], cfg, record)
@@ -467,14 +488,15 @@ def run_file(cfg, record, name):
 # running
 
 
-def run_pending(runs, todo, jobs, check=None):
+def run_pending(runs, todo, jobs, check=None, recorded=None):
     """Train the runs `todo` as `python train.py` subprocesses, `jobs` at a time, each slot pinned to its
     own share of the cores. A run that can resume does; any other starts in a folder that holds no run
     (run_folder saw to it), so none is ever started with --overwrite; one that another process is training
     (its out_dir's train.lock held: another study.py on the plan) is skipped, and so is one it has finished
     since `todo` was drawn up: two study.py share a plan's runs out. If a run fails (RunFailed) or the
     study is interrupted, the runs still going get SIGTERM, save their last.pt and stop; a later call
-    continues them. `check`, if given, is called before each run starts (plan_unchanged)."""
+    continues them. `check`, if given, is called before each run starts (plan_unchanged); `recorded`, after
+    each run's record is written (note_plan)."""
     # the cores this process may use (`taskset -c 1 python study.py ...` gives it one), shared out by slot
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     per_job = max(1, len(allowed) // jobs)
@@ -523,7 +545,8 @@ def run_pending(runs, todo, jobs, check=None):
                     raise RunFailed(f"{key[0]} seed {key[1]} failed (exit {proc.returncode}); see "
                                     f"{runs[key][1]['out_dir']}/train.out")
                 print(f"  finished {key[0]} seed {key[1]}", flush=True)
-                save_record(*runs[key][1:])
+                if save_record(*runs[key][1:]) and recorded:
+                    recorded()
     finally:
         for _, proc, log, _ in running:
             proc.terminate()  # SIGTERM: train.py finishes its step, saves last.pt and exits
@@ -606,12 +629,17 @@ def study_table(summaries, names, seeds, metrics, n_boot=10000):
 # A plan is a Python file (config/encoders_study.py) that sets (names starting with _ are its own helpers):
 #   out_root   where the cells' runs go: OUT_ROOT/<cell>/<config name>/seed<N>
 #   seeds      the seeds of every cell (a cell may set its own)
-#   cells      [dict(name, configs, set, seeds, test_set, what)]: each cell is a study of its config files with
-#              the overrides `set`; test_set names the test examples (cells with the same one are compared on a
-#              plot); run in order, so a cell may start from a checkpoint an earlier cell trained
+#   cells      [dict(name, configs, set, seeds, test_set, what, tune)]: each cell is a study of its config files
+#              with the overrides `set`; test_set names the test examples (cells with the same one are compared on
+#              a plot); run in order, so a cell may start from a checkpoint an earlier cell trained, or take a
+#              setting an earlier cell chose: tune=dict(sweep=CELL, key=KEY) gives each config the value of KEY
+#              that CELL's grid over KEY found best on validation (tuned_value)
 #   labels     {config name: how tables call it}
-#   verdicts   [dict(claim, a, b, metric, cost)]: a and b are "cell/config", or "cell/config - cell/config"
-#              (a difference per seed); the claim is that a beats b; cost: a run A spent beyond B (pretraining)
+#   verdicts   [dict(claim, a, b, metric, cost, rule, margin, subset)]: a and b are "cell/config", or
+#              "cell/config - cell/config" (a difference per seed); the claim is judged under its rule (RULES:
+#              superiority, that a beats b, unless it says non-inferiority or equivalence, with a margin);
+#              subset: only the test examples of one of the plan's `subsets`; cost: a run A spent beyond B
+#   subsets    {name: [words]}: test examples that hold one of the words (subset_words)
 #   depth      ["cell/config"]: recurrent runs to score at test-time depths `depth_loops`
 #   targets    [dict(what, term, metric, at_least or at_most)] and `budget_note`, `notes`: text for the report
 # The whole plan is checked when it is loaded (check_plan), so that a mistake in its last cell stops the study
@@ -619,11 +647,13 @@ def study_table(summaries, names, seeds, metrics, n_boot=10000):
 
 PLAN_KEYS = {"out_root": str, "records": str, "seeds": list, "cells": list, "labels": dict, "verdicts": list,
              "depth": list, "depth_loops": list, "targets": list, "budget_note": str, "notes": list,
-             "conclusions": list, "effect": (int, float)}
-CELL_KEYS = {"name": str, "configs": list, "set": list, "grid": list, "seeds": list, "test_set": str, "what": str}
-VERDICT_KEYS = {"claim": str, "a": str, "b": str, "metric": str, "cost": str}
-CONCLUSION_KEYS = {"claim": str, "source": str, "verdict": str, "instead": str, "margin": (int, float),
-                   "reverse": bool, "note": str}
+             "conclusions": list, "effect": (int, float), "subsets": dict}
+CELL_KEYS = {"name": str, "configs": list, "set": list, "grid": list, "seeds": list, "test_set": str, "what": str,
+             "tune": dict}
+TUNE_KEYS = {"sweep": str, "key": str}
+VERDICT_KEYS = {"claim": str, "a": str, "b": str, "metric": str, "cost": str, "rule": str, "margin": (int, float),
+                "subset": str}
+CONCLUSION_KEYS = {"claim": str, "source": str, "verdict": str, "instead": str, "reverse": bool, "note": str}
 TARGET_KEYS = {"what": str, "term": str, "metric": str, "at_least": (int, float), "at_most": (int, float)}
 TEST_METRICS = ["test_accuracy", "test_f1", "test_precision", "test_recall", "test_mcc"]
 # the figures train.summarize writes for every run, beside its task's final validation and test figures
@@ -646,7 +676,8 @@ def load_plan(path):
     if not plan.get("cells"):
         raise ConfigError(f"{path} plans no cells")
     plan = {"out_root": "out/plan", "seeds": [1, 2, 3], "labels": {}, "verdicts": [], "depth": [],
-            "depth_loops": [1, 2, 3, 4], "targets": [], "notes": [], "conclusions": [], "effect": 0.01, **plan}
+            "depth_loops": [1, 2, 3, 4], "targets": [], "notes": [], "conclusions": [], "effect": 0.01,
+            "subsets": {}, **plan}
     # a plan whose records are to be committed names their folder (config/encoders_study.py: results/runs)
     plan.setdefault("records", plan["out_root"].rstrip("/") + "_records")
     check_plan(plan, path)
@@ -752,6 +783,26 @@ def check_cell(cell, where):
     return names
 
 
+def check_tune(cell, earlier, where):
+    """A tuned cell names an earlier cell (its sweep) whose one grid axis is the key to tune, and shares a
+    config with it; the key is not also set by the tuned cell (the chosen value would be overridden or
+    override it)."""
+    tune = cell["tune"]
+    check_entry(tune, TUNE_KEYS, ("sweep", "key"), f"{where}: tune")
+    sweep = earlier.get(tune["sweep"])
+    if sweep is None:
+        raise ConfigError(f"{where}: tune: sweep {tune['sweep']!r} is not a cell before this one"
+                          f"{closest(tune['sweep'], list(earlier))}")
+    axes = [g.partition("=")[0] for g in sweep.get("grid", [])]
+    if axes != [tune["key"]]:
+        raise ConfigError(f"{where}: tune: sweep {tune['sweep']} must have one grid axis, {tune['key']}=V1,V2,... "
+                          f"(it has {axes or 'none'})")
+    if not {config_name(p) for p in cell["configs"]} & {config_name(p) for p in sweep["configs"]}:
+        raise ConfigError(f"{where}: tune: no config of this cell is in sweep {tune['sweep']}")
+    if any(item.partition("=")[0] == tune["key"] for item in cell.get("set", [])):
+        raise ConfigError(f"{where}: tune: the cell also sets {tune['key']}; its sweep chooses it")
+
+
 def entry_name(entry, key, i):
     """How an error names the i-th cell, verdict or target of a plan: by its name, claim or what, else by number."""
     return repr(entry[key]) if isinstance(entry, dict) and key in entry else str(i + 1)
@@ -764,6 +815,9 @@ def check_plan(plan, path):
     overrides train.py does not know, and verdicts, targets, depth and labels that name cells, configs or
     metrics the plan does not have. Raises ConfigError."""
     check_seeds(plan["seeds"], f"{path}: seeds")
+    for name, words in plan["subsets"].items():
+        if not isinstance(words, list) or not words or not all(isinstance(w, str) and w.strip() == w != "" for w in words):
+            raise ConfigError(f"{path}: subsets: {name} must be a list of words, not {words!r}")
     configs = {}  # cell name -> its config names
     for i, cell in enumerate(plan["cells"]):
         where = f"{path}: cell {entry_name(cell, 'name', i)}"
@@ -771,6 +825,8 @@ def check_plan(plan, path):
         if cell["name"] in configs:
             raise ConfigError(f"{path}: two cells are named {cell['name']!r} (a cell's name is its runs' folder)")
         configs[cell["name"]] = check_cell(cell, where)
+        if "tune" in cell:
+            check_tune(cell, {c["name"]: c for c in plan["cells"][:i]}, where)
     every = sorted({name for names in configs.values() for name in names})
     for name in plan["labels"]:
         if name not in every:
@@ -782,6 +838,19 @@ def check_plan(plan, path):
             if key in claim:
                 check_term(claim[key], configs, f"{where}: {key}")
         check_metric(claim.get("metric", "test_accuracy"), where)
+        rule = claim.get("rule", "superiority")
+        if rule not in RULES:
+            raise ConfigError(f"{where}: rule {rule!r}: expected one of {', '.join(RULES)}{closest(rule, list(RULES))}")
+        if (rule == "superiority") == ("margin" in claim) or claim.get("margin", 1) <= 0:
+            raise ConfigError(f"{where}: a {rule} verdict takes " + ("no margin" if rule == "superiority" else
+                                                                       "a margin > 0 (how far A may be from B)"))
+        if "subset" in claim:
+            if claim["subset"] not in plan["subsets"]:
+                raise ConfigError(f"{where}: subset {claim['subset']!r}: the plan's subsets are "
+                                  f"{sorted(plan['subsets'])}{closest(claim['subset'], list(plan['subsets']))}")
+            if " - " in claim["a"] + claim["b"] or claim.get("metric", "test_accuracy") != "test_accuracy":
+                raise ConfigError(f"{where}: a subset verdict compares two single terms in test_accuracy (the "
+                                  f"accuracy on the subset's test examples, from each run's predictions)")
     for i, target in enumerate(plan["targets"]):
         where = f"{path}: target {entry_name(target, 'what', i)}"
         check_entry(target, TARGET_KEYS, ("what", "term"), where)
@@ -803,32 +872,85 @@ def check_plan(plan, path):
         raise ConfigError(f"{path}: depth_loops {loops!r}: expected a list of loop counts (integers >= 1)")
 
 
-def plan_cells(plan):
-    """{cell name: (cell, its runs as plan_runs gives them)}, in the plan's order."""
-    out = {}
-    for cell in plan["cells"]:
-        root, records = (os.path.join(plan[k], cell["name"]) for k in ("out_root", "records"))
-        out[cell["name"]] = (cell, plan_runs(cell["configs"], cell.get("seeds", plan["seeds"]), root,
-                                             cell.get("set", []), cell.get("grid", []), records=records))
-    return out
+def plan_cell(plan, cell, earlier):
+    """(cell, its runs as plan_runs gives them). A tuned cell's configs that its sweep (in `earlier`: {name:
+    (cell, runs)} of the cells before it) varies take the value it chose (tuned_value); until the sweep has
+    finished for one of them, the cell waits (cell["waiting"] says why; its runs are planned without that value,
+    counted and never trained)."""
+    root, records = (os.path.join(plan[k], cell["name"]) for k in ("out_root", "records"))
+    tuned, unfinished = {}, []
+    if "tune" in cell:
+        tune = cell["tune"]
+        sweep_runs = earlier[tune["sweep"]][1]
+        swept = {name.partition("@")[0] for name, _ in sweep_runs}
+        for config in (config_name(p) for p in cell["configs"]):
+            if config in swept:
+                value, _ = tuned_value(sweep_runs, config, tune["key"])
+                if value is None:
+                    unfinished.append(config)
+                else:
+                    tuned[config] = [f"{tune['key']}={value}"]
+        if unfinished:
+            cell = {**cell, "waiting": f"waits for its sweep, {tune['sweep']}, to finish the runs of "
+                                       f"{', '.join(unfinished)}"}
+    return cell, plan_runs(cell["configs"], cell.get("seeds", plan["seeds"]), root, cell.get("set", []),
+                           cell.get("grid", []), records=records, tuned=tuned)
+
+
+def best_eval(log_path):
+    """The evaluation record of a run's best checkpoint (the last one logged as best: the lowest validation
+    loss, which the run keeps and scores on test); None if the log has none."""
+    evals = log_records(log_path, "eval")
+    best = [r for r in evals if r.get("best")]
+    return best[-1] if best else None
+
+
+def tuned_value(sweep_runs, config, key):
+    """The value of `key` that a sweep's grid (its runs: {(name, seed): (argv, cfg, record)}) chooses for
+    `config`: the grid point whose runs' best checkpoints have the highest validation accuracy, mean over the
+    sweep's seeds; of two equal, the lower validation loss. Only the validation split chooses: the test
+    figures of the sweep's runs play no part. Returns (value as the grid spells it, {value: (mean validation
+    accuracy, mean validation loss)}), or (None, {}) until every run of the sweep for `config` has finished."""
+    scores = {}
+    for (name, seed), (_, cfg, record) in sweep_runs.items():
+        if name.partition("@")[0] != config:
+            continue
+        best = best_eval(run_file(cfg, record, "log.jsonl")) if finished_summary(cfg, record) else None
+        if best is None:
+            return None, {}
+        value = dict(item.split("=", 1) for item in grid_settings(name))[key]
+        scores.setdefault(value, []).append((best["val_accuracy"], best["val_loss"]))
+    means = {v: (float(np.mean([a for a, _ in x])), float(np.mean([loss for _, loss in x])))
+             for v, x in scores.items()}
+    if not means:
+        return None, {}
+    return max(means, key=lambda v: (means[v][0], -means[v][1])), means
 
 
 def run_plan(plan, jobs=1, collect_only=False, only=None):
     """Train every cell's unfinished runs, cell after cell (unless collect_only; with `only`, just those
     cells'), record every finished run that has no record yet (save_record) and each cell's test labels
-    (cell_data), then return {cell name: (cell with its "data", runs, {(config name, seed): summary or
-    None})}."""
+    (cell_data), note the plan in its history (note_plan), then return {cell name: (cell with its "data",
+    runs, {(config name, seed): summary or None})}. A tuned cell is planned once the cells before it have
+    trained, so that it takes what its sweep chose in this very study."""
     names = [cell["name"] for cell in plan["cells"]]
     unknown = sorted(set(only or ()) - set(names))
     if unknown:
         raise ConfigError(f"--cells {unknown}: the plan has {names}")
-    cells = plan_cells(plan)
-    for name, (cell, runs) in list(cells.items()):
+    cells = {}
+    for cell in plan["cells"]:
+        name = cell["name"]
+        cell, runs = plan_cell(plan, cell, cells)
+        cells[name] = (cell, runs)
         todo = [key for key, (_, cfg, record) in runs.items() if finished_summary(cfg, record) is None]
         if todo and not collect_only and (not only or name in only):
+            if cell.get("waiting"):
+                print(f"cell {name}: {len(runs)} runs, not trained: it {cell['waiting']}")
+                continue
             print(f"cell {name}: {len(runs)} runs, {len(todo)} to train")
             try:
-                run_pending(runs, todo, jobs, check=lambda: plan_unchanged(plan))
+                run_pending(runs, todo, jobs, check=lambda: plan_unchanged(plan),
+                            recorded=lambda: note_plan(plan, cells))
             except RunFailed as e:  # a cell that cannot run (its data cannot be had) does not stop the rest
                 print(f"cell {name} stopped: {e}")
                 cells[name] = ({**cell, "error": str(e)}, runs)
@@ -837,9 +959,59 @@ def run_plan(plan, jobs=1, collect_only=False, only=None):
     for name, (cell, runs) in cells.items():
         record_finished(runs)
         summaries = {key: finished_summary(cfg, record) for key, (_, cfg, record) in runs.items()}
-        results[name] = ({**cell, "data": cell_data(os.path.join(plan["records"], name), runs, summaries)}, runs,
-                         summaries)
+        results[name] = ({**cell, "data": cell_data(os.path.join(plan["records"], name), runs, summaries, plan)},
+                         runs, summaries)
+    note_plan(plan, cells)
     return results
+
+
+# -----------------------------------------------------------------------------
+# the plan's history: which rules and seed counts were in force when each cell's data began
+#
+# A verdict's rule (and the seeds it waits for) must be fixed before its data is seen. The records folder keeps
+# plan_history.jsonl, one line per event, each with the date, the code's commit and the plan's rules and seeds as
+# they stood: "first run" when a cell's first run is recorded, "plan changed" when a study finds the plan's rules
+# or seeds differ from the last line. The report reads it beside each verdict (rule_history). The lines before
+# this file existed were written from the repository's history (results/runs/plan_history.md says how).
+
+HISTORY = "plan_history.jsonl"
+
+
+def plan_snapshot(plan):
+    """What a verdict's fairness rests on: each cell's seeds, and each verdict's terms, rule and margin."""
+    return {"seeds": {c["name"]: c.get("seeds", plan["seeds"]) for c in plan["cells"]},
+            "verdicts": {v["claim"]: {k: v[k] for k in ("a", "b", "rule", "margin", "subset") if k in v}
+                         for v in plan["verdicts"]}}
+
+
+def read_history(path):
+    if not os.path.isfile(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def note_plan(plan, cells):
+    """Append to the plan's history what is new: "plan changed" if its rules or seeds differ from the last
+    line, and "first run" for each cell (of `cells`: {name: (cell, runs)}) that has a recorded run and no
+    such line yet. Nothing when nothing is new, so a fresh clone's report leaves the file as it is."""
+    path = os.path.join(plan["records"], HISTORY)
+    history = read_history(path)
+    snapshot = plan_snapshot(plan)
+    lines = []
+    if history and history[-1]["plan"] != snapshot:
+        lines.append({"event": "plan changed"})
+    started = {line.get("cell") for line in history}
+    for name, (_, runs) in cells.items():
+        if name not in started and any(has_record(record) for _, _, record in runs.values()):
+            lines.append({"event": "first run", "cell": name})
+    if not lines:
+        return
+    stamp = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": train.code_commit()}
+    os.makedirs(plan["records"], exist_ok=True)
+    with open(path, "a") as f:
+        for line in lines:
+            f.write(json.dumps({**stamp, **line, "plan": snapshot}) + "\n")
 
 
 def prepared_folder(cfg):
@@ -850,7 +1022,7 @@ def prepared_folder(cfg):
     return folder if os.path.isfile(os.path.join(folder, "meta.json")) else None
 
 
-def cell_data(folder, runs, summaries):
+def cell_data(folder, runs, summaries, plan=None):
     """What the report needs of a cell's prepared dataset, kept in folder/data.json (beside its run records)
     so that a clone without the data writes the same report: the training split's texts and tokens (the
     tokens a run saw), and for a labelled set the test labels (McNemar's test) and the count of training
@@ -922,7 +1094,8 @@ def judge(claim, results, metrics, effect=0.01):
     _, b_lo, b_hi = paired_bootstrap(*pair)
     better = metrics.get(metric, {}).get("better", "higher")
     sd = float(np.std(np.subtract(pair[1], pair[0]), ddof=1))
-    row.update(mean=d, lo=lo, hi=hi, boot_lo=b_lo, boot_hi=b_hi, verdict=claim_verdict(lo, hi, better), sd=sd,
+    verdict_ = claim_verdict(lo, hi, better, claim.get("rule", "superiority"), claim.get("margin", 0.0))
+    row.update(mean=d, lo=lo, hi=hi, boot_lo=b_lo, boot_hi=b_hi, verdict=verdict_, sd=sd,
                detectable=detectable_effect(sd, len(seeds)), seeds_needed=seeds_needed(sd, effect))
     if " - " not in claim["a"] + claim["b"]:
         (cell_a, _, name_a), (cell_b, _, name_b) = claim["a"].partition("/"), claim["b"].partition("/")
@@ -1402,11 +1575,9 @@ def conclusion_row(conclusion, rows):
 
 def conclusion_line(conclusion, row, effect):
     """One plain sentence on a claim of the seed write-ups: confirmed, refuted or not settled, from its
-    verdict's row, with the smallest effect the study could have seen and what would settle it. A claim that
-    A keeps B's performance (`margin`: a non-inferiority claim) is confirmed when the whole interval of A - B
-    lies above -margin (A is at most `margin` worse, if at all), refuted when it lies wholly below. A claim
-    that is the negation of the one judged (`reverse`: B is ahead, say) is refuted where that one is
-    confirmed and confirmed where it is refuted."""
+    verdict's row (judged under the verdict's rule: claim_verdict), with the smallest effect the study could
+    have seen and what would settle it. A claim that is the negation of the one judged (`reverse`: B is
+    ahead, say) is refuted where that one is confirmed and confirmed where it is refuted."""
     head = f"- **{conclusion['claim']}** ({conclusion['source']}): "
     note = f" {conclusion['note']}" if conclusion.get("note") else ""
     if row.get("stands_in"):  # the claim's own verdict has no runs here; the plan's stand-in judges it
@@ -1414,16 +1585,12 @@ def conclusion_line(conclusion, row, effect):
     if row["verdict"] == "not run":
         return (f"{head}**not settled**: not run yet (paired seeds finished: {row['n']}; A = `{row['a']}`, "
                 f"B = `{row['b']}`).{note}")
-    m = conclusion.get("margin")
-    if m is None:
-        status = {"confirmed": "confirmed", "refuted": "refuted"}.get(row["verdict"], "not settled")
-    else:
-        status = "confirmed" if row["lo"] >= -m else "refuted" if row["hi"] < -m else "not settled"
+    status = {"confirmed": "confirmed", "refuted": "refuted"}.get(row["verdict"], "not settled")
+    m, rule = row.get("margin"), row.get("rule", "superiority")
     if conclusion.get("reverse"):  # the claim is the negation of the one judged
         status = {"confirmed": "refuted", "refuted": "confirmed"}.get(status, status)
     figures = (f"A − B = {row['mean']:+.4f} in {row['metric']}, 95 % interval [{row['lo']:+.4f}, {row['hi']:+.4f}] "
-               f"over {row['n']} seeds (A = `{row['a']}`, B = `{row['b']}`" + (f"; keeping B's performance means A − B ≥ −{m:g}"
-                                                                              if m is not None else "") + ")")
+               f"over {row['n']} seeds (A = `{row['a']}`, B = `{row['b']}`" + RULE_WORDS[rule].format(m=m) + ")")
     if status != "not settled":
         interim = "" if row["n"] >= row.get("planned", row["n"]) else (
             f" Interim: {row['n']} of the {row['planned']} planned seeds; a verdict read before they are all in "

@@ -30,11 +30,32 @@ def _until_it_stops(steps_per_epoch):
             f"warmup_iters={round(0.3 * steps_per_epoch)}"]
 
 
+# The converged cells' recipe: validation twice an epoch (every 500 of SST-2 GLUE's 1,000 steps), the plateau schedule
+# (the rate halves after 2 evaluations without a gain, after 300 warm-up steps), early stopping after 4 evaluations
+# without a gain of 0.001 in validation loss (two epochs: a halved rate has two evaluations to show a gain), and a cap
+# of 30 epochs that no run is expected to reach (the report counts how each run stopped)
+_CONVERGED = ["max_epochs=30", "eval_interval=500", "scheduler=plateau", "plateau_patience=1",
+              "early_stop_patience=4", "warmup_iters=300", _FP32]
+
+
 cells = [
     # 11 seeds: with the spread of the first three paired differences (s_d 0.0107), a paired t-test needs 11 to find
     # a one-point difference with 80 % power at 95 % (study.seeds_needed); 5 would see 1.8 points
     dict(name="sst2_glue", configs=_PAIR, test_set=_GLUE, seeds=list(range(1, 12)),
          what="SST-2, GLUE protocol (train = GLUE train less 5 %, test = GLUE dev)"),
+    # The headline question asked the other way: each model trained to its best, not at equal compute (above).
+    # Fixed before any of these runs: the recipe (_CONVERGED), the three rates of the sweep, its seed (101, none
+    # of the test cell's), the rule that picks a rate (study.py tuned_value: the highest validation accuracy of
+    # the best checkpoint), 11 seeds (sst2_glue's power figure: its paired spread, s_d 0.0107, needs 11 to find
+    # one point with 80 % power) and the verdicts below that name these cells, with their rules.
+    dict(name="sst2_glue_converged_lr", configs=[_R, _B], set=_CONVERGED, grid=["learning_rate=3e-4,1e-3,3e-3"],
+         seeds=[101], test_set=_GLUE,
+         what="the learning-rate sweep of sst2_glue_converged: each transformer at 3 rates (a decade around the "
+              "configs' 1e-3), one seed of its own; only its validation split chooses"),
+    dict(name="sst2_glue_converged", configs=_PAIR, set=_CONVERGED, seeds=list(range(1, 12)), test_set=_GLUE,
+         tune=dict(sweep="sst2_glue_converged_lr", key="learning_rate"),
+         what="SST-2, GLUE protocol, each model trained until validation stops improving, each transformer at the "
+              "rate its sweep chose (the bag of words at its config's rate, chosen on validation there)"),
     dict(name="sst2_standard", configs=_PAIR, set=["protocol=standard"], test_set=_STANDARD,
          what="SST-2, the seed's standard protocol (GLUE train + dev pooled, 80/10/10)"),
     dict(name="iso_width", configs=["config/sst2_w256_6x1.py", "config/sst2_w256_3x1.py"], seeds=[1, 2, 3],
@@ -99,12 +120,30 @@ labels = {"sst2_recurrent": "recurrent 3×256, 2 loops", "sst2_baseline": "basel
           "sst2_wide": "wide 6×512", "sst2_recurrent_paper": "recurrent, paper recipe",
           "sst2_recurrent_pretrained": "recurrent, MLM-pretrained", "sst2_mlm": "MLM pretraining (recurrent 3×256)"}
 _r, _b, _w = "sst2_recurrent", "sst2_baseline", "sst2_bow"
+# Where word order should matter: GLUE dev sentences that hold one of these words (study.py subset_words: "n't"
+# also as the end of a word) against the rest. Fixed before the converged cell's runs, from the issue that asked.
+subsets = dict(negation=["not", "n't", "no", "never", "nothing", "nobody", "none", "neither", "nor", "without"],
+               contrast=["but", "although", "though", "yet", "however"])
+# Each verdict's rule (study.py RULES): superiority unless it says otherwise. A rule or seed count changed after a
+# verdict's first data is reported beside it, with when (results/runs/plan_history.jsonl).
+_KEEPS = dict(rule="non-inferiority", margin=0.01)  # "keeps the baseline's accuracy": at most one point worse
 verdicts = [
     *[dict(claim=f"recurrent beats baseline: {cell}", a=f"{cell}/{_r}", b=f"{cell}/{_b}")
-      for cell in ("sst2_glue", "sst2_standard", "multidomain_uci", "imdb", "yelp_polarity", "multidomain",
-                   "sst2_standard_frac50", "sst2_standard_frac10", "sst2_standard_short30", "sst2_standard_long30")],
+      for cell in ("sst2_glue", "sst2_glue_converged", "sst2_standard", "multidomain_uci", "imdb", "yelp_polarity",
+                   "multidomain", "sst2_standard_frac50", "sst2_standard_frac10", "sst2_standard_short30",
+                   "sst2_standard_long30")],
+    *[dict(claim=f"recurrent keeps the baseline's accuracy: {cell}", a=f"{cell}/{_r}", b=f"{cell}/{_b}", **_KEEPS)
+      for cell in ("sst2_glue", "sst2_glue_converged")],
+    # "comparable performance" as first planned for sst2_glue (within one point either way), fixed for the new cell
+    dict(claim="recurrent matches the baseline's accuracy: sst2_glue_converged", a=f"sst2_glue_converged/{_r}",
+         b=f"sst2_glue_converged/{_b}", rule="equivalence", margin=0.01),
     *[dict(claim=f"recurrent beats bag of words: {cell}", a=f"{cell}/{_r}", b=f"{cell}/{_w}")
-      for cell in ("sst2_glue", "sst2_standard")],
+      for cell in ("sst2_glue", "sst2_glue_converged", "sst2_standard")],
+    dict(claim="baseline beats bag of words: sst2_glue_converged", a=f"sst2_glue_converged/{_b}",
+         b=f"sst2_glue_converged/{_w}"),
+    *[dict(claim=f"{who} beats bag of words on negated sentences: {cell}", a=f"{cell}/{model}", b=f"{cell}/{_w}",
+           subset="negation") for cell in ("sst2_glue", "sst2_glue_converged")
+      for who, model in (("recurrent", _r), ("baseline", _b))],
     dict(claim="weight sharing at equal width: 3 shared layers x 2 loops beat 6 unshared (256 wide)",
          a=f"sst2_glue/{_r}", b="iso_width/sst2_w256_6x1"),
     dict(claim="looping: 3 shared layers x 2 loops beat the same 3 layers once (256 wide)",
@@ -129,15 +168,26 @@ verdicts = [
          a="mlm_finetune_p1_lr3e-4/sst2_recurrent_pretrained", b="mlm_finetune_p1/sst2_recurrent_pretrained"),
 ]
 conclusions = [
-    dict(claim="The recurrent encoder is more accurate than the baseline on SST-2", source="001, Table 6: 0.7993 "
-         "against 0.7901", verdict="recurrent beats baseline: sst2_glue",
-         note="GLUE dev: sentences never seen in training."),
+    dict(claim="The recurrent encoder is more accurate than the baseline on SST-2, at equal training compute",
+         source="001, Table 6: 0.7993 against 0.7901", verdict="recurrent beats baseline: sst2_glue",
+         note="GLUE dev: sentences never seen in training. The baseline trains 1 epoch, the recurrent model 2 (about "
+              "the same FLOPs); neither reaches early stopping."),
+    dict(claim="The recurrent encoder is more accurate than the baseline on SST-2, each trained to its best",
+         source="001, Table 6 (each model early-stopped)", verdict="recurrent beats baseline: sst2_glue_converged",
+         note="Each trained until validation stops improving, at the rate its own sweep chose on validation."),
     dict(claim="The same on the seed's own split", source="001, Table 6, on its pooled 80/10/10 split",
          verdict="recurrent beats baseline: sst2_standard"),
-    dict(claim="The recurrent encoder keeps the baseline's accuracy with about a third of its parameters",
-         source="000, sec. 5: '64 % parameter reduction while maintaining comparable performance'", margin=0.01,
-         verdict="recurrent beats baseline: sst2_glue", note="Read as non-inferiority: at most one point worse "
-         "than the baseline, if worse at all."),
+    dict(claim="The recurrent encoder keeps the baseline's accuracy with about a third of its parameters, at equal "
+         "training compute", source="000, sec. 5: '64 % parameter reduction while maintaining comparable performance'",
+         verdict="recurrent keeps the baseline's accuracy: sst2_glue", note="Read as non-inferiority: at most one "
+         "point worse than the baseline, if worse at all."),
+    dict(claim="The recurrent encoder keeps the baseline's accuracy with about a third of its parameters, each "
+         "trained to its best", source="000, sec. 5", verdict="recurrent keeps the baseline's accuracy: "
+         "sst2_glue_converged", note="Read as non-inferiority: at most one point worse than the baseline."),
+    dict(claim="The recurrent encoder's accuracy is comparable to the baseline's, each trained to its best",
+         source="000, sec. 5: 'comparable performance'", verdict="recurrent matches the baseline's accuracy: "
+         "sst2_glue_converged", note="Read as equivalence, the reading first planned for sst2_glue: within one "
+         "point either way."),
     dict(claim="Its advantage comes from weight sharing, not from the narrower width", source="001, 'Rationale "
          "for fixed configurations': the setup 'isolates the architectural contribution of recurrence'",
          verdict="weight sharing at equal width: 3 shared layers x 2 loops beat 6 unshared (256 wide)"),

@@ -91,15 +91,18 @@ def test_conclusion_lines_say_confirmed_refuted_or_not_settled():
     assert "**confirmed**" in study.conclusion_line(against, {**row, "verdict": "refuted", "hi": -0.001}, 0.01)
     assert "**not settled**" in study.conclusion_line(against, row, 0.01)
     # A keeps B's performance (non-inferiority, margin m): the whole interval above -m is confirmed, however
-    # far above (A better is no contradiction), wholly below -m refuted, across -m not settled
-    same = {**claim, "margin": 0.005}
-    assert "**confirmed**: " in study.conclusion_line(same, {**row, "lo": -0.004, "hi": 0.05}, 0.01)
-    assert "**refuted**: " in study.conclusion_line(same, {**row, "lo": -0.03, "hi": -0.006}, 0.01)
-    assert "**not settled**: " in study.conclusion_line(same, row, 0.01)  # [-0.006, +0.014] crosses -0.005
+    # far above (A better is no contradiction), wholly below -m refuted, across -m not settled; the sentence
+    # names the rule
+    def keeps(lo, hi):
+        return {**row, "lo": lo, "hi": hi, "rule": "non-inferiority", "margin": 0.005,
+                "verdict": study.claim_verdict(lo, hi, "higher", "non-inferiority", 0.005)}
+    line = study.conclusion_line(claim, keeps(-0.004, 0.05), 0.01)
+    assert "**confirmed**: " in line and "keeping B's performance means A − B ≥ −0.005)" in line
+    assert "**refuted**: " in study.conclusion_line(claim, keeps(-0.03, -0.006), 0.01)
+    assert "**not settled**: " in study.conclusion_line(claim, keeps(-0.006, 0.014), 0.01)  # crosses -0.005
     # and its negation (A does not keep B's performance) the other way round
-    assert "**refuted**: " in study.conclusion_line({**same, "reverse": True}, {**row, "lo": -0.004, "hi": 0.05}, 0.01)
-    assert "**confirmed**: " in study.conclusion_line({**same, "reverse": True}, {**row, "lo": -0.03, "hi": -0.006},
-                                                      0.01)
+    assert "**refuted**: " in study.conclusion_line(against, keeps(-0.004, 0.05), 0.01)
+    assert "**confirmed**: " in study.conclusion_line(against, keeps(-0.03, -0.006), 0.01)
     assert "**not settled**: not run yet (paired seeds finished: 1; A = `c/r`" in study.conclusion_line(
         claim, {**row, "verdict": "not run", "n": 1}, 0.01)
     # a stand-in verdict (a task built offline in place of one that needs a download) judges the claim while
@@ -474,7 +477,9 @@ def test_the_encoder_study_plan_loads(monkeypatch):
     start = time.perf_counter()
     plan = study.load_plan("config/encoders_study.py")  # and checked whole
     assert time.perf_counter() - start < 1.0
-    cells = study.plan_cells(plan)
+    cells = {}
+    for cell in plan["cells"]:
+        cells[cell["name"]] = study.plan_cell(plan, cell, cells)
     assert "sst2_glue" in cells and len(cells["sst2_glue"][1]) == 33  # 3 configs x 11 seeds
     with pytest.raises(ValueError, match="--cells \\['nope'\\]"):
         study.run_plan(plan, only=["nope"])
@@ -519,7 +524,7 @@ def test_a_fresh_clone_writes_the_same_report_from_the_run_records(tiny_dataset,
                 ("tiny_plain", 1): ["measure.json"], ("tiny_plain", 2): []}  # first seeds; depth: every seed
     assert records == ["a/data.json", *[f"a/{n}/seed{s}/{f}" for n in ("tiny_looped", "tiny_plain") for s in (1, 2)
                                         for f in sorted(["config.py", "log.jsonl", "summary.json", *measured[n, s]])],
-                       "timing.json"]
+                       "plan_history.jsonl", "timing.json"]
     record = "results/runs/a/tiny_looped/seed2"
     summary = json.loads(open(f"{record}/summary.json").read())
     assert summary == json.loads(open("out/s/a/tiny_looped/seed2/summary.json").read())
@@ -547,3 +552,74 @@ def test_a_fresh_clone_writes_the_same_report_from_the_run_records(tiny_dataset,
                 assert open(path, "rb").read() == open(work / path, "rb").read(), path
         assert open("RESULTS.md").read() == text
     assert not os.path.exists("out") and not os.path.exists("data")
+
+
+def test_a_tuned_cell_takes_what_its_sweep_chose_on_validation_and_the_history_notes_it(tiny_dataset, tmp_path):
+    """A sweep cell's grid over learning_rate chooses, per config, the rate whose best checkpoints score highest
+    on validation; the tuned cell waits until then, then trains each config at its rate in the same study. The
+    plan's history gets a line when each cell's first run is recorded, and one when the plan's rules or seeds
+    change; none when nothing changed."""
+    plain = write_tiny_configs(tmp_path, tiny_dataset)[:1]
+    plan_path = tmp_path / "plan.py"
+    cells = (f"cells = [dict(name='s', configs={plain!r}, grid=['learning_rate=1e-4,3e-2'], seeds=[7]),\n"
+             f"         dict(name='t', configs={plain!r}, tune=dict(sweep='s', key='learning_rate'))]\n")
+    verdicts = ("verdicts = [dict(claim='tuned keeps the slow rate', a='t/tiny_plain', "
+                "b='s/tiny_plain@learning_rate=1e-4', rule='non-inferiority', margin=0.5)]\n")
+    plan_path.write_text(f"out_root = {str(tmp_path / 'runs')!r}\nseeds = [1]\n{cells}{verdicts}")
+    plan = study.load_plan(str(plan_path))
+    earlier = {"s": study.plan_cell(plan, plan["cells"][0], {})}
+    waiting, _ = study.plan_cell(plan, plan["cells"][1], earlier)
+    assert waiting["waiting"] == "waits for its sweep, s, to finish the runs of tiny_plain"
+    assert study.run_plan(plan, only=["t"])["t"][2] == {("tiny_plain", 1): None}  # nothing trained while it waits
+
+    results = study.run_plan(plan, jobs=2)
+    best = {}  # the choice, by hand from the sweep's logs
+    for rate in ("1e-4", "3e-2"):
+        log = tmp_path / "runs_records" / "s" / f"tiny_plain@learning_rate={rate}" / "seed7" / "log.jsonl"
+        kept = [e for e in map(json.loads, log.read_text().splitlines()) if e["type"] == "eval" and e["best"]][-1]
+        best[rate] = (kept["val_accuracy"], -kept["val_loss"])
+    chosen = max(best, key=best.get)
+    assert study.tuned_value(results["s"][1], "tiny_plain", "learning_rate")[0] == chosen
+    assert results["t"][2][("tiny_plain", 1)]["config"]["learning_rate"] == float(chosen)
+    path = str(tmp_path / "runs_records" / "plan_history.jsonl")
+    history = study.read_history(path)
+    assert [(h["event"], h.get("cell")) for h in history] == [("first run", "s"), ("first run", "t")]
+    assert history[0]["plan"] == study.plan_snapshot(plan) and history[0]["commit"]
+    assert history[0]["plan"]["verdicts"]["tuned keeps the slow rate"] == {
+        "a": "t/tiny_plain", "b": "s/tiny_plain@learning_rate=1e-4", "rule": "non-inferiority", "margin": 0.5}
+    study.run_plan(plan, collect_only=True)  # nothing new: nothing noted
+    assert len(study.read_history(path)) == 2
+    plan_path.write_text(plan_path.read_text().replace("margin=0.5", "margin=0.25"))
+    study.run_plan(study.load_plan(str(plan_path)), collect_only=True)
+    history = study.read_history(path)
+    assert [h["event"] for h in history] == ["first run", "first run", "plan changed"]
+    assert history[-1]["plan"]["verdicts"]["tuned keeps the slow rate"]["margin"] == 0.25
+
+
+@pytest.mark.parametrize("tune, message", [
+    ("dict(sweep='z', key='learning_rate')", "sweep 'z' is not a cell before this one"),
+    ("dict(sweep='s', key='n_loops')", "sweep s must have one grid axis, n_loops=V1,V2,..."),
+    ("dict(sweep='s', key='learning_rate', by='x')", "unknown key 'by'"),
+])
+def test_a_tune_that_cannot_work_is_refused(tune, message, tiny_dataset, tmp_path):
+    configs = write_tiny_configs(tmp_path, tiny_dataset)
+    plan_path = tmp_path / "plan.py"
+    plan_path.write_text(f"cells = [dict(name='s', configs={configs!r}, grid=['learning_rate=1e-4,3e-2']),\n"
+                         f"         dict(name='t', configs={configs!r}, tune={tune})]\n")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        study.load_plan(str(plan_path))
+
+
+def test_rules_judge_an_interval():
+    # superiority: which side of 0; non-inferiority: above -margin on the better side; equivalence: within +-margin
+    assert study.claim_verdict(0.001, 0.02, "higher") == "confirmed"
+    assert study.claim_verdict(-0.004, 0.02, "higher", "non-inferiority", 0.005) == "confirmed"
+    assert study.claim_verdict(-0.006, 0.02, "higher", "non-inferiority", 0.005) == "inconclusive"
+    assert study.claim_verdict(-0.03, -0.006, "higher", "non-inferiority", 0.005) == "refuted"
+    assert study.claim_verdict(-0.02, 0.004, "lower", "non-inferiority", 0.005) == "confirmed"  # a loss: lower is better
+    assert study.claim_verdict(0.006, 0.03, "lower", "non-inferiority", 0.005) == "refuted"
+    assert study.claim_verdict(-0.004, 0.004, "higher", "equivalence", 0.005) == "confirmed"
+    assert study.claim_verdict(-0.004, 0.02, "higher", "equivalence", 0.005) == "inconclusive"
+    assert study.claim_verdict(0.006, 0.02, "higher", "equivalence", 0.005) == "refuted"
+    with pytest.raises(ValueError, match="rule='better'"):
+        study.claim_verdict(0, 1, "higher", "better", 0.1)
