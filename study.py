@@ -1027,12 +1027,46 @@ def cell_data(folder, runs, summaries, plan=None):
     so that a clone without the data writes the same report: the training split's texts and tokens (the
     tokens a run saw), and for a labelled set the test labels (McNemar's test) and the count of training
     examples of each length (the length histograms). Written the first time the cell has a finished run and
-    its data is prepared here; {} until then."""
+    its data is prepared here; {} until then. For SST-2, also which test examples hold each of the plan's
+    `subsets` words (test_subsets), added once the sentences can be read (data.py's mirror or download)."""
     path = os.path.join(folder, "data.json")
-    if os.path.isfile(path):
-        with open(path) as f:
-            return json.load(f)
     cfg = next((cfg for key, (_, cfg, _) in runs.items() if summaries[key] is not None), None)
+    written = os.path.isfile(path)
+    if written:
+        with open(path) as f:
+            out = json.load(f)
+    else:
+        out = new_cell_data(cfg)
+    subsets = (plan or {}).get("subsets")
+    if out and subsets and out.get("test_labels") and cfg["dataset"] == "sst2" and \
+            {k: v["words"] for k, v in out.get("test_subsets", {}).items()} != subsets:
+        texts = sst2_test_texts(cfg)
+        if texts is not None:
+            if len(texts) != len(out["test_labels"]):
+                raise StudyError(f"{path}: {len(out['test_labels'])} test labels, but SST-2 ({cfg['protocol']}, "
+                                 f"subset {cfg['subset'] or 'none'}) has {len(texts)} test sentences")
+            out["test_subsets"] = {name: {"words": words, "index": index} for (name, words), index in
+                                   zip(subsets.items(), test_subsets(texts, subsets).values())}
+            written = False
+    if out and not written:
+        os.makedirs(folder, exist_ok=True)
+        data.write_json(path, out)
+    return out
+
+
+def sst2_test_texts(cfg, seed=1337):
+    """A run's SST-2 test sentences in the order of its prepared split (data.prepare_sst2, at its default seed),
+    or None (with a line saying why) if the source files cannot be had here."""
+    try:
+        splits = data.sst2_splits(cfg["protocol"], seed, os.environ.get("DATA_MIRROR"))
+        return data.subset_splits(splits, cfg.get("subset", ""), seed)["test"][0]
+    except (data.DataError, OSError) as e:
+        print(f"  the test subsets need SST-2's sentences: {e}")
+        return None
+
+
+def new_cell_data(cfg):
+    """cell_data's figures of a prepared dataset; {} if cfg is None or its data is not prepared here."""
     prepared = cfg and cfg["dataset"] in data.DATASETS and prepared_folder(cfg)
     if not prepared:
         return {}
@@ -1044,8 +1078,6 @@ def cell_data(folder, runs, summaries, plan=None):
         lengths = np.bincount(dataset.splits["train"].lengths)
         out.update(test_labels=[int(y) for y in dataset.splits["test"].labels],
                    train_lengths={str(n): int(c) for n, c in enumerate(lengths) if c})
-    os.makedirs(folder, exist_ok=True)
-    data.write_json(path, out)
     return out
 
 
@@ -1053,8 +1085,42 @@ def finished_seeds(summaries, name):
     return [seed for (n, seed), s in summaries.items() if n == name and s is not None]
 
 
-def term_values(term, results, metric):
-    """Per-seed values {seed: value} of a term: 'cell/config', or 'cell/config - cell/config'."""
+def subset_words(text, words):
+    """Whether a text holds one of `words` (lower case): as a word of its own, and "n't" also as the end of a
+    word ("doesn't" as well as SST-2's "does n't")."""
+    tokens = re.findall(r"[a-z]+(?:'[a-z]+)?", text.lower())
+    return any(t in words or ("n't" in words and t.endswith("n't")) for t in tokens)
+
+
+def test_subsets(texts, subsets):
+    """{subset name: the indices of the test texts that hold one of its words (subset_words)}."""
+    return {name: [i for i, text in enumerate(texts) if subset_words(text, set(words))]
+            for name, words in subsets.items()}
+
+
+def subset_index(results, cell, subset):
+    """The test indices of a plan subset in a cell (its data.json), or None if they were not recorded."""
+    return results[cell][0]["data"].get("test_subsets", {}).get(subset, {}).get("index")
+
+
+def correct(results, cell, name, seeds, index=None):
+    """(seeds, examples) 0/1: which test examples each seed's run of cell/name got right (its test_predictions
+    against the cell's test labels), on the examples `index` if given."""
+    labels = np.asarray(results[cell][0]["data"]["test_labels"])
+    right = np.array([np.asarray(results[cell][2][(name, s)]["test_predictions"]) == labels for s in seeds])
+    return (right if index is None else right[:, index]).astype(np.int64)
+
+
+def term_values(term, results, metric, subset=None):
+    """Per-seed values {seed: value} of a term: 'cell/config', or 'cell/config - cell/config'. With a plan
+    subset, a single term's accuracy on that subset's test examples (None if the cell did not record them)."""
+    if subset is not None:
+        (cell, name), = parse_term(term)
+        index = subset_index(results, cell, subset)
+        if index is None:
+            return {}
+        done = finished_seeds(results[cell][2], name)
+        return dict(zip(done, correct(results, cell, name, done, index).mean(axis=1).tolist())) if done else {}
     values = []
     for cell, name in parse_term(term):
         if cell not in results:
@@ -1083,7 +1149,7 @@ def judge(claim, results, metrics, effect=0.01):
     of `effect` would need (seeds_needed), and for two single runs on the same test examples McNemar's
     exact p per seed."""
     metric = claim.get("metric", "test_accuracy")
-    a, b = term_values(claim["a"], results, metric), term_values(claim["b"], results, metric)
+    a, b = (term_values(claim[k], results, metric, claim.get("subset")) for k in ("a", "b"))
     seeds = sorted(set(a) & set(b))
     row = {**claim, "metric": metric, "seeds": seeds, "n": len(seeds),
            "planned": len(planned_seeds(claim["a"], results) & planned_seeds(claim["b"], results))}
@@ -1101,10 +1167,82 @@ def judge(claim, results, metrics, effect=0.01):
         (cell_a, _, name_a), (cell_b, _, name_b) = claim["a"].partition("/"), claim["b"].partition("/")
         same_test = results[cell_a][0].get("test_set") == results[cell_b][0].get("test_set")
         labels = results[cell_a][0]["data"].get("test_labels")
-        if same_test and metric.startswith("test_") and labels:
+        if same_test and metric.startswith("test_") and labels and "subset" not in claim:
             row["mcnemar"] = [mcnemar(labels, results[cell_a][2][(name_a, s)]["test_predictions"],
                                       results[cell_b][2][(name_b, s)]["test_predictions"]) for s in seeds]
+        if same_test and metric == "test_accuracy" and labels:
+            index = subset_index(results, cell_a, claim["subset"]) if "subset" in claim else None
+            d_examples = correct(results, cell_a, name_a, seeds, index) - correct(results, cell_b, name_b, seeds, index)
+            row["sent_lo"], row["sent_hi"] = seed_and_example_bootstrap(d_examples)
+            row["sent_verdict"] = claim_verdict(row["sent_lo"], row["sent_hi"], better, claim.get("rule", "superiority"),
+                                                claim.get("margin", 0.0))
     return row
+
+
+def seed_and_example_bootstrap(d, n_boot=10000, seed=0):
+    """The 95 % percentile interval of a mean accuracy difference that resamples the seeds and the test
+    examples both: d is (seeds, examples), each entry A's right minus B's (-1, 0 or 1), paired by seed and
+    example. Each of the n_boot resamples draws the examples with replacement (the same draw for every seed
+    and both models: the test set is one sample of sentences) and the seeds with replacement, and takes the
+    mean over the drawn seeds of the accuracy difference on the drawn examples. With seeds alone (the
+    t-interval) the test set is taken as fixed; this shows what its size adds. Returns (lower, upper)."""
+    n_seeds, n = d.shape
+    rng = np.random.default_rng(seed)
+    means = np.empty(n_boot)
+    for start in range(0, n_boot, 1000):
+        k = min(1000, n_boot - start)
+        draws = rng.integers(0, n, size=(k, n))
+        counts = np.bincount((draws + n * np.arange(k)[:, None]).ravel(), minlength=k * n).reshape(k, n)
+        per_seed = counts @ d.T  # (k, seeds): integer sums, exact on every machine
+        picks = rng.integers(0, n_seeds, size=(k, n_seeds))
+        means[start:start + k] = np.take_along_axis(per_seed, picks, axis=1).mean(axis=1) / n
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def rule_words(v):
+    """'superiority', 'non-inferiority, margin 0.01' or 'equivalence, within ±0.01' for a verdict's rule."""
+    rule = v.get("rule", "superiority")
+    return {"superiority": rule, "non-inferiority": f"{rule}, margin {v.get('margin', 0):g}",
+            "equivalence": f"{rule}, within ±{v.get('margin', 0):g}"}[rule]
+
+
+def term_cells(v):
+    return sorted({cell for k in ("a", "b") for cell, _ in parse_term(v[k])})
+
+
+def rule_history(history, claim):
+    """What the plan's history (plan_history.jsonl) says of a verdict: the rule and the seed count it had when
+    its data began (the first run of the last of its cells to start), and each change of either since, dated.
+    Returns (words, the verdict's entry as planned then, or None if it was not in the plan then or has no data)."""
+    now = next((h["plan"]["verdicts"][claim] for h in reversed(history) if claim in h["plan"]["verdicts"]), None)
+    firsts = {h["cell"]: i for i, h in enumerate(history) if h["event"] == "first run"}
+    cells = term_cells(now) if now else []
+    if not now or not all(c in firsts for c in cells):
+        return "planned before any of its data", None
+    start = max(firsts[c] for c in cells)
+
+    def seeds(h, v):
+        return len(set.intersection(*(set(h["plan"]["seeds"].get(c, [])) for c in term_cells(v))))
+
+    first = history[start]["plan"]["verdicts"].get(claim)
+    began = history[start]["date"][:10]
+    if first is None:
+        added = next(h for h in history[start:] if claim in h["plan"]["verdicts"])
+        return f"added to the plan on {added['date']}, after its data began ({began})", None
+    changes, (rule, n) = [], (rule_words(first), seeds(history[start], first))
+    for h in history[start + 1:]:
+        v = h["plan"]["verdicts"].get(claim)
+        if v is None:
+            continue
+        if rule_words(v) != rule:
+            changes.append(f"rule {rule} → {rule_words(v)} on {h['date']}")
+        if seeds(h, v) != n:
+            changes.append(f"seeds {n} → {seeds(h, v)} on {h['date']}")
+        rule, n = rule_words(v), seeds(h, v)
+    if not changes:
+        return f"as planned when its data began ({began}: {rule}, {n} seeds)", first
+    return f"changed after its data began ({began}): " + "; ".join(changes), first
 
 
 # -----------------------------------------------------------------------------
@@ -1559,8 +1697,21 @@ def tokens_seen(term, results):
 
 
 def verdict_rows(plan, results, metrics):
-    """{claim: judge's row} for every verdict of the plan, in its order."""
-    return {claim["claim"]: judge(claim, results, metrics, plan["effect"]) for claim in plan["verdicts"]}
+    """{claim: judge's row} for every verdict of the plan, in its order, each with what the plan's history
+    says of its rule and seeds (`fixed`, rule_history) and, where its rule changed after its data began,
+    its verdict under the rule first planned (`first_rule`: (rule, verdict))."""
+    history = read_history(os.path.join(plan["records"], HISTORY))
+    rows = {}
+    for claim in plan["verdicts"]:
+        row = judge(claim, results, metrics, plan["effect"])
+        row["fixed"], first = rule_history(history, claim["claim"])
+        if first and rule_words(first) != rule_words(claim) and row["verdict"] != "not run":
+            better = metrics.get(row["metric"], {}).get("better", "higher")
+            row["first_rule"] = (rule_words(first), claim_verdict(row["lo"], row["hi"], better,
+                                                                  first.get("rule", "superiority"),
+                                                                  first.get("margin", 0.0)))
+        rows[claim["claim"]] = row
+    return rows
 
 
 def conclusion_row(conclusion, rows):
@@ -1589,8 +1740,16 @@ def conclusion_line(conclusion, row, effect):
     m, rule = row.get("margin"), row.get("rule", "superiority")
     if conclusion.get("reverse"):  # the claim is the negation of the one judged
         status = {"confirmed": "refuted", "refuted": "confirmed"}.get(status, status)
+    sentences = (f"; bootstrapped over seeds and test sentences, [{row['sent_lo']:+.4f}, {row['sent_hi']:+.4f}] "
+                 f"against [{row['boot_lo']:+.4f}, {row['boot_hi']:+.4f}] over seeds alone" if "sent_lo" in row else "")
     figures = (f"A − B = {row['mean']:+.4f} in {row['metric']}, 95 % interval [{row['lo']:+.4f}, {row['hi']:+.4f}] "
-               f"over {row['n']} seeds (A = `{row['a']}`, B = `{row['b']}`" + RULE_WORDS[rule].format(m=m) + ")")
+               f"over {row['n']} seeds{sentences} (A = `{row['a']}`, B = `{row['b']}`" + RULE_WORDS[rule].format(m=m)
+               + ")")
+    if "first_rule" in row:  # the rule changed after the data began: the one planned first judges it too
+        first = {"confirmed": "confirmed", "refuted": "refuted"}.get(row["first_rule"][1], "not settled")
+        if conclusion.get("reverse"):
+            first = {"confirmed": "refuted", "refuted": "confirmed"}.get(first, first)
+        note = f" Under the rule first planned ({row['first_rule'][0]}): **{first}**; the rule now is {rule_words(row)}.{note}"
     if status != "not settled":
         interim = "" if row["n"] >= row.get("planned", row["n"]) else (
             f" Interim: {row['n']} of the {row['planned']} planned seeds; a verdict read before they are all in "
@@ -1653,19 +1812,34 @@ def report_lines(plan, results, timing, depth, path, plots):
                 lines.append(f"| {t['what']} | not run | – |")
         lines.append("")
     effect = plan["effect"]
-    lines += ["## Verdicts", "", f"Detectable: the smallest true difference these seeds find with 80 % power "
-              f"(from the spread of the per-seed differences); seeds for {effect:g}: how many a true difference of "
-              f"{effect:g} would need.", "",
-              "| claim | metric | seeds | A − B | 95 % t-interval | 95 % bootstrap | McNemar per seed (A only / B "
-              f"only, p) | detectable | seeds for {effect:g} | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for claim, r in verdict_rows(plan, results, metrics).items():
+    lines += ["## Verdicts", "", f"Rule: how the claim is judged on the 95 % t-interval over seeds (superiority: "
+              f"A − B wholly above 0; non-inferiority: above −margin; equivalence: within ±margin). Bootstrap: the "
+              f"95 % percentile interval of 10,000 resamples, of the seeds, and of the seeds and the test examples "
+              f"together (accuracy on one test set): the two side by side show how much of the uncertainty is the "
+              f"test set's size; the t-interval decides (where a verdict from the seeds + sentences interval would "
+              f"differ, it is given in brackets). Detectable: "
+              f"the smallest true difference these seeds find with 80 % power (from the spread of the per-seed "
+              f"differences); seeds for {effect:g}: how many a true difference of {effect:g} would need. Fixed: the "
+              f"rule and seed count when the verdict's data began (the first run of the last of its cells), and any "
+              f"change since (results/runs/plan_history.jsonl).", "",
+              "| claim | rule | metric | seeds | A − B | 95 % t-interval | 95 % bootstrap, seeds | 95 % bootstrap, seeds + "
+              "sentences | "
+              f"McNemar per seed (A only / B only, p) | detectable | seeds for {effect:g} | verdict | fixed |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for claim, r in rows.items():
         if r["verdict"] == "not run":
-            lines.append(f"| {r['claim']} | {r['metric']} | {r['n']} | – | – | – | – | – | – | not run |")
+            lines.append(f"| {r['claim']} | {rule_words(r)} | {r['metric']} | {r['n']} | – | – | – | – | – | – | – | "
+                         f"not run | {r['fixed']} |")
             continue
         mc = "; ".join(f"{a}/{b}, p={p:.3g}" for a, b, p in r.get("mcnemar", [])) or "–"
-        lines.append(f"| {r['claim']} | {r['metric']} | {r['n']} | {r['mean']:+.4f} | [{r['lo']:+.4f}, "
-                     f"{r['hi']:+.4f}] | [{r['boot_lo']:+.4f}, {r['boot_hi']:+.4f}] | {mc} | {r['detectable']:.4f} | "
-                     f"{r['seeds_needed'] or '> 1,000'} | **{r['verdict']}** |")
+        sent = f"[{r['sent_lo']:+.4f}, {r['sent_hi']:+.4f}]" if "sent_lo" in r else "–"
+        word = f"**{r['verdict']}**" + (f" ({r['sent_verdict']} with sentences)" if r.get("sent_verdict", r["verdict"])
+                                        != r["verdict"] else "")
+        if "first_rule" in r:
+            word += f"; under its first rule ({r['first_rule'][0]}): {r['first_rule'][1]}"
+        lines.append(f"| {r['claim']} | {rule_words(r)} | {r['metric']} | {r['n']} | {r['mean']:+.4f} | "
+                     f"[{r['lo']:+.4f}, {r['hi']:+.4f}] | [{r['boot_lo']:+.4f}, {r['boot_hi']:+.4f}] | {sent} | {mc} | "
+                     f"{r['detectable']:.4f} | {r['seeds_needed'] or '> 1,000'} | {word} | {r['fixed']} |")
     for claim in plan["verdicts"]:
         if "cost" in claim:  # what A spent beyond B (a pretraining run), beside what it gained
             cost, fine = (term_values(t, results, "train_flops") for t in (claim["cost"], claim["a"]))
@@ -1676,7 +1850,9 @@ def report_lines(plan, results, timing, depth, path, plots):
                               f"({float(np.mean(list(minutes.values()))):.1f} min{tokens_seen(claim['cost'], results)}), "
                               f"{c / f:.2f}× the {f:.3g} of each fine-tuning run."]
     lines += ["", "A and B of each claim, as `cell/config`:", ""]
-    lines += [f"- {c['claim']}: A = `{c['a']}`, B = `{c['b']}`" for c in plan["verdicts"]]
+    lines += [f"- {c['claim']}: A = `{c['a']}`, B = `{c['b']}`" +
+              (f", on the test sentences of subset {c['subset']} ({', '.join(plan['subsets'][c['subset']])})"
+               if "subset" in c else "") for c in plan["verdicts"]]
     lines += ["", "## Cells", ""]
     for name, (cell, runs, summaries) in results.items():
         rows = cell_rows(name, results, timing)
@@ -1702,6 +1878,7 @@ def report_lines(plan, results, timing, depth, path, plots):
                          f"{r['train_minutes']:.1f} | {', '.join(map(str, r['iters']))} | "
                          f"{fmt_num(r['train_flops'], '.2e')} |")
         lines.append("")
+        lines += stop_lines(summaries) + tuned_lines(cell, results, label) + subset_lines(name, results, label)
         lines += pretraining_lines(summaries, label)
     if depth:
         loops = plan["depth_loops"]
@@ -1720,6 +1897,61 @@ def report_lines(plan, results, timing, depth, path, plots):
         for title, p in plots:
             lines += [f"**{title}**", "", f"![{title}]({rel(p)})", ""]
     return lines
+
+
+def stop_lines(summaries):
+    """How a cell's finished runs stopped (train.py's reasons, with their counts), in a line."""
+    stops = {}
+    for s in summaries.values():
+        if s is not None:
+            stops[s["stopped"]] = stops.get(s["stopped"], 0) + 1
+    return [f"How the runs stopped: {'; '.join(f'{why}: {n}' for why, n in sorted(stops.items()))}.", ""] if stops \
+        else []
+
+
+def tuned_lines(cell, results, label):
+    """For a tuned cell: what its sweep measured on validation at each value, and the value each config took."""
+    if "tune" not in cell:
+        return []
+    tune = cell["tune"]
+    sweep_runs = results[tune["sweep"]][1]
+    parts = []
+    for config in dict.fromkeys(name.partition("@")[0] for name, _ in sweep_runs):
+        value, means = tuned_value(sweep_runs, config, tune["key"])
+        if value is None:
+            parts.append(f"{label(config)}: its sweep is not finished")
+            continue
+        scores = ", ".join(f"{v}: {acc:.4f} ({loss:.4f})" for v, (acc, loss) in means.items())
+        parts.append(f"{label(config)} {scores}; chosen {tune['key']}={value}")
+    return [f"{tune['key']} chosen by `{tune['sweep']}` on the validation split (validation accuracy of the best "
+            f"checkpoint, and its loss, mean over the sweep's seeds): " + "; ".join(parts) + ".", ""]
+
+
+def subset_lines(name, results, label):
+    """A cell's test accuracy on the plan's subsets of its test sentences (negation, contrast), on those with
+    none of their words, and on all of them: mean ± 95 % t-interval over seeds, per config."""
+    cell, runs, summaries = results[name]
+    subsets = cell["data"].get("test_subsets")
+    if not subsets:
+        return []
+    n = len(cell["data"]["test_labels"])
+    inside = {i for v in subsets.values() for i in v["index"]}
+    groups = {**{k: v["index"] for k, v in subsets.items()}, "neither": [i for i in range(n) if i not in inside],
+              "all": list(range(n))}
+    lines = ["Accuracy on the test sentences that hold a word of each subset (the plan's `subsets`), on those that "
+             "hold none, and on all (mean ± 95 % t-interval over seeds):", "",
+             "| model | " + " | ".join(f"{k} ({len(v):,})" for k, v in groups.items()) + " |",
+             "|---|" + "---|" * len(groups)]
+    for config in dict.fromkeys(c for c, _ in runs):
+        seeds = [s for s in finished_seeds(summaries, config) if "test_predictions" in summaries[(config, s)]]
+        if not seeds:
+            continue
+        cells_ = []
+        for index in groups.values():
+            acc = correct(results, name, config, seeds, index).mean(axis=1)
+            cells_.append(fmt_ci(mean_ci(acc) if len(acc) > 1 else (float(acc[0]), math.nan)))
+        lines.append(f"| {label(config)} | " + " | ".join(cells_) + " |")
+    return lines + [""]
 
 
 def pretraining_lines(summaries, label):

@@ -416,11 +416,17 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
     report = tmp_path / "RESULTS.md"
     study.main(["--plan", str(plan_path), "--report", str(report), "--jobs", "2"])
     text = report.read_text()
-    assert "| looped beats plain | test_accuracy | 2 |" in text
+    assert "| looped beats plain | superiority | test_accuracy | 2 |" in text
     assert text.count("p=") == 2  # McNemar per seed, for the claim between two single runs on one test set
     rows = [line for line in text.splitlines() if line.startswith("| difference of differences")]
-    assert len(rows) == 1 and "p=" not in rows[0] and rows[0].rstrip().endswith(
-        ("**confirmed** |", "**refuted** |", "**inconclusive** |"))
+    # a difference of cells has no one test set to resample (–); the verdict, then what the plan's history says
+    assert len(rows) == 1 and "p=" not in rows[0] and re.search(
+        r"\| \[[-+.0-9]+, [-+.0-9]+\] \| \[[-+.0-9]+, [-+.0-9]+\] \| – \| .*\| \*\*(confirmed|refuted|inconclusive)\*\* \| as "
+        r"planned when its "
+        r"data began \(\d{4}-\d\d-\d\d: superiority, 2 seeds\) \|$", rows[0])
+    looped = next(line for line in text.splitlines() if line.startswith("| looped beats plain"))
+    sentences = re.findall(r"\[([-+.0-9]+), ([-+.0-9]+)\]", looped)[2]  # the seeds + sentences interval
+    assert float(sentences[0]) <= float(sentences[1])
     assert "| plain | 2 of 2 |" in text and "| plain reaches 0 |" in text and "| yes |" in text
     assert "\nFinished runs: 6 of 6.\n" in text and study.reported_runs(str(report)) == 6
     assert "## Test-time depth" in text and "(trained: 2)" in text
@@ -447,8 +453,8 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
         return json.loads((tmp_path / "runs" / cell / name / f"seed{seed}" / "summary.json").read_text())[
             "test_accuracy"]
     d = np.mean([acc("a", "tiny_looped", s) - acc("a", "tiny_plain", s) for s in (1, 2)])
-    assert f"| looped beats plain | test_accuracy | 2 | {d:+.4f} |" in text
-    assert f"| difference of differences | test_accuracy | 2 | {2 * d:+.4f} |" in text
+    assert f"| looped beats plain | superiority | test_accuracy | 2 | {d:+.4f} |" in text
+    assert f"| difference of differences | superiority | test_accuracy | 2 | {2 * d:+.4f} |" in text
 
     # again: everything is finished and measured, so nothing is trained or timed
     capsys.readouterr()

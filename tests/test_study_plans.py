@@ -290,14 +290,18 @@ def test_the_committed_records_write_the_committed_report_again(tmp_path, monkey
 
 
 def results_rows(text):
-    """{(cell, model label): [the row's cells]} of RESULTS.md's cell tables."""
-    rows, cell = {}, None
+    """{(cell, model label): [the row's cells]} of RESULTS.md's cell tables (each cell's first table; the ones
+    after it, by subset of the test sentences, have other columns)."""
+    rows, cell, in_table = {}, None, False
     for line in text.splitlines():
         if line.startswith("### "):
-            cell = line[4:].split(":")[0]
+            cell, in_table = line[4:].split(":")[0], False
         elif cell and line.startswith("| ") and not line.startswith(("| model |", "|---")):
             parts = [p.strip() for p in line.strip("|").split("|")]
             rows[(cell, parts[0])] = parts
+            in_table = True
+        elif in_table and not line.strip():
+            cell = None  # the cell's first table has ended
     return rows
 
 
