@@ -1032,15 +1032,17 @@ def machine_conditions(device):
 
 
 def code_commit():
-    """The git commit of this file's checkout, short, with '+changes' if tracked files differ from it;
-    'unknown' outside a git checkout."""
+    """The git commit of this file's checkout, short, with '+changes' if tracked files of the code differ
+    from it (results/ and the .md pages are records, not code: a study that commits its runs' records as
+    they land changes them while its other runs train); 'unknown' outside a git checkout."""
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True, cwd=here, timeout=10)  # noqa: E731
         head = git("rev-parse", "--short", "HEAD")
         if head.returncode != 0:
             return "unknown"
-        changed = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results",
+                      ":(exclude)*.md").stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return head.stdout.strip() + ("+changes" if changed else "")

@@ -762,3 +762,27 @@ def test_a_task_s_own_key_is_refused_for_another_task(tiny_cfg):
     with pytest.raises(configurator.ConfigError, match="hyphen_compounds applies to seq2seq datasets"):
         train.train(cfg)
     assert not os.path.exists(os.path.join(cfg["out_dir"], "log.jsonl"))
+
+
+def test_the_code_commit_counts_changes_to_the_code_not_to_the_records(tmp_path, monkeypatch):
+    """A run's log names the code it ran: '+changes' when a tracked code file differs from the commit, not when
+    a record under results/ or a page does (a study commits records while its other runs train)."""
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    (tmp_path / "train.py").write_text("# the code\n")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "r.json").write_text("{}")
+    (tmp_path / "README.md").write_text("a page")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "code and records")
+    monkeypatch.setattr(train, "__file__", str(tmp_path / "train.py"))  # code_commit asks this file's checkout
+    clean = train.code_commit()
+    assert re.fullmatch(r"[0-9a-f]{7,}", clean)
+    (tmp_path / "results" / "r.json").write_text('{"a": 1}')
+    (tmp_path / "README.md").write_text("another page")
+    assert train.code_commit() == clean
+    (tmp_path / "train.py").write_text("# the code, edited\n")
+    assert train.code_commit() == clean + "+changes"
