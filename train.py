@@ -579,6 +579,7 @@ class RunState:
     last_eval: dict | None = None  # the last validation figures, with the iteration they were taken at
     stopped: str = ""  # why the run ended: 'max_epochs', 'max_iters', 'early stopping (...)' or 'interrupted'
     train_flops: float = 0.0  # training FLOPs so far (step_flops; resumed from a checkpoint without it: since then)
+    train_seconds: float = 0.0  # wall time so far, evaluations included (likewise), so a resumed run's minutes are all of it
 
     @classmethod
     def from_checkpoint(cls, ckpt):
@@ -890,11 +891,12 @@ def train(cfg):
         train_model, eval_model = procs.models(model, cfg, task, stream, state, ctx)
 
         def save(which):  # 'best' (ckpt.pt), or 'last' (last.pt) with all a resume needs
+            state.train_seconds = meter.seconds()
             extra = dict(optimizer=optimizer.state_dict(), plateau=plateau.state_dict(), scaler=scaler.state_dict(),
                          rng_cpu=torch.get_rng_state()) if which == "last" else {}
             files.save(which, model, config=cfg, data=dataset.info(), **asdict(state), **extra)
 
-        meter = Meter(peak, procs.world, state.iter_num, total_iters)
+        meter = Meter(peak, procs.world, state.iter_num, total_iters, state.train_seconds)
         grad_norm = None  # the last step's, a device tensor until read (state.grad_norm is the float)
         with StopRequest(repeat_window=5.0 if procs.world > 1 else 0.0).installed() as stop:
             while not state.stopped:
@@ -972,9 +974,9 @@ class Meter:
     FLOPs per second against the devices' peak) since the last reading, and the time left. Evaluation is
     not training: the loop restarts the clock after it."""
 
-    def __init__(self, peak, world, iter_num, total_iters):
+    def __init__(self, peak, world, iter_num, total_iters, seconds_before=0.0):
         self.peak, self.world, self.total_iters = peak, world, total_iters
-        self.t_start, self.iters_at_start = time.time(), iter_num
+        self.t_start, self.iters_at_start, self.seconds_before = time.time(), iter_num, seconds_before
         self.restart()
 
     def restart(self):
@@ -993,8 +995,12 @@ class Meter:
         self.restart()
         return speed
 
+    def seconds(self):
+        """The run's wall time: this process's, and a resumed run's before it."""
+        return self.seconds_before + time.time() - self.t_start
+
     def minutes(self):
-        return (time.time() - self.t_start) / 60
+        return self.seconds() / 60
 
 
 def setup_line(model, procs, dtype_name, peak):

@@ -112,6 +112,9 @@ def resume_pair(tiny_cfg, tmp_path, stop_after, n_iters, half, **settings):
     stopped, last_half = run(cfg_two)
     assert stopped["stopped"] == "interrupted" and last_half["iter_num"] == half
     two, last_two = run({**cfg_two, "init_from": "resume"})
+    # a resumed run's minutes are the whole run's: the time before the stop (kept in last.pt) and after it
+    assert 0 < last_half["train_seconds"] <= two["train_minutes"] * 60 and last_two["train_seconds"] >= \
+        last_half["train_seconds"]
     evals = [[(r["iter"], r["val_loss"], r["lr"]) for r in read_log(c) if r["type"] == "eval"]
              for c in (cfg_one, cfg_two)]
     return (one, last_one, evals[0]), (two, last_two, evals[1])
