@@ -257,4 +257,22 @@ notes = [
     "commit 2503c3f's, under the device's copy of git at 94ad0d8. Two verdicts compare a GPU cell with a CPU "
     "cell (the paper recipe against sst2_standard; long30's edge against short30's); across devices the "
     "random draws (dropout) differ as across seeds.",
+    "The converged cell and its sweep (39 runs) trained on a lent NVIDIA H200 too, float32 with TF32 matmuls, one "
+    "study.py with 12 runs at a time sharing the GPU through CUDA MPS, in two calls on one machine: the first "
+    "stopped 9 runs at its time limit, and they resumed from their last.pt in the second. A run took 1.2-4.1 "
+    "minutes there (`train min`, the GPU shared by 6 to 12 runs); the 9 resumed runs' `train min` count only the "
+    "part after the resume (train.py kept no earlier time then), so their cell's mean is low. Its verdicts compare "
+    "models within the cell only.",
+    "Two questions, two cells: *at equal training compute* (sst2_glue: the configs' budgets, cosine-annealed, "
+    "neither model reaching early stopping) and *each trained to its best* (sst2_glue_converged: each until "
+    "validation stops improving, at the rate its own sweep chose on validation). Best on validation is not best "
+    "on GLUE dev here: the validation split is 5 % of GLUE train, phrases of the training sentences (validation "
+    "accuracy about 0.9), and the runs trained to it score lower on GLUE dev's unseen sentences than the "
+    "equal-compute runs (compare the two cells' tables).",
+    "Rules fixed in advance: each verdict's rule and seed count are recorded when its data begins (the first run of "
+    "the last of its cells) in results/runs/plan_history.jsonl, and the Verdicts table's last column says whether "
+    "either changed after that, and when. The file's lines before this session were written from the repository's "
+    "history (results/runs/plan_history_from_git.py). Negation and contrast (`subsets`): a test sentence belongs "
+    "to a subset if one of its words (letters and apostrophes, lower case) is in the list, \"n't\" also as a "
+    "word's end.",
 ]
