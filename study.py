@@ -1092,6 +1092,20 @@ def read_log(path):
     return [(r["iter"], r.get("val_accuracy"), r.get("val_loss")) for r in log_records(path, "eval")]
 
 
+def tight_layout(fig, **kwargs):
+    """fig.tight_layout(**kwargs), its result rounded to steps of 2**-20 of the figure (about a thousandth of
+    a pixel), so that a plot comes out the same on every machine. tight_layout measures the artists' extents,
+    and on a log axis a spine's ends go through numpy's log10, whose last bit depends on the CPU and the numpy
+    version (its AVX-512 code and its AVX2 code round differently): the edge of the right panel of
+    frontier_sst2_glue_compact.png, exactly on a half pixel (1303.5), was snapped to one pixel column or the
+    next. The steps are binary fractions so that an exact value (a pad in points, a font metric in 1/64
+    pixel) does not fall halfway between two of them."""
+    fig.tight_layout(**kwargs)
+    p = fig.subplotpars
+    fig.subplots_adjust(**{k: round(getattr(p, k) * 2**20) / 2**20
+                           for k in ("left", "right", "bottom", "top", "wspace", "hspace")})
+
+
 def draw_plots(plan, results, timing, depth, folder, label):
     """The report's PNGs in `folder`: per test set, accuracy against latency (bubble area = fp32 size)
     and against non-embedding parameters, each with its Pareto frontier; the learning curves of every
@@ -1109,7 +1123,7 @@ def draw_plots(plan, results, timing, depth, folder, label):
     def save(fig, file, title, layout=True):
         path = os.path.join(folder, file)
         if layout:
-            fig.tight_layout()
+            tight_layout(fig)
         fig.savefig(path, dpi=110)
         plt.close(fig)
         made.append((title, path))
@@ -1170,7 +1184,7 @@ def draw_plots(plan, results, timing, depth, folder, label):
         fig.suptitle(f"trained on {trained_on}" + (f", the {grid_cell} cell at its own budget" if grid_cell else "")
                      + f", tested on {test_set}", fontsize=10)
         fig.text(0.01, 0.01, textwrap.fill(key, 190), fontsize=6.5, va="bottom")
-        fig.tight_layout(rect=(0, 0.04 + 0.02 * (len(key) // 190), 1, 1))
+        tight_layout(fig, rect=(0, 0.04 + 0.02 * (len(key) // 190), 1, 1))
         save(fig, f"frontier_{re.sub(r'[^A-Za-z0-9]+', '_', grid_cell or trained_on).strip('_')}.png",
              f"Accuracy against latency and non-embedding parameters (trained on {trained_on}"
              + (f", the {grid_cell} cell" if grid_cell else "") + f"; {test_set})", layout=False)
