@@ -1316,6 +1316,26 @@ def reported_runs(path):
     return sum(int(k) for k in re.findall(r"^\| [^|\n]+ \| (\d+) of \d+ \|", text, re.M))
 
 
+# how report_lines begins, and every RESULTS.md study.py has written: a title, a blank line, this line
+REPORT_HEADER = b"Written by `python study.py --plan "
+
+
+def check_report_path(path):
+    """--report is written only over a report study.py wrote (or where there is nothing): a note or another
+    tool's output there is never replaced, whatever the run counts. Checked before the study trains, so a
+    long study does not end by refusing."""
+    if not os.path.lexists(path):
+        return
+    if not os.path.isfile(path):
+        raise ConfigError(f"--report {path}: that is not a file; give the path of the report to write")
+    with open(path, "rb") as f:
+        head = [f.readline() for _ in range(3)]
+    if not (head[0].startswith(b"# ") and head[1].strip() == b"" and head[2].startswith(REPORT_HEADER)):
+        raise ConfigError(f"--report {path}: that file is not a report study.py wrote (one begins with a title, "
+                          f"then '{REPORT_HEADER.decode()}...'), so it is kept. Give another --report path, or "
+                          f"move the file away and run again")
+
+
 def check_report_keeps_runs(path, done, planned, out_root, allow_fewer=False):
     """A report is not replaced by one that holds fewer finished runs (run on a fresh clone, with no out/,
     a study would rewrite the committed RESULTS.md as 'not run' throughout) unless `allow_fewer`."""
@@ -1462,6 +1482,7 @@ def report_lines(plan, results, timing, depth, path, plots):
     rel = lambda p: os.path.relpath(p, os.path.dirname(os.path.abspath(path)))  # noqa: E731
     done, planned = finished_runs(results)
     lines = ["# Results: recurrent vs standard encoders", "",
+             # REPORT_HEADER: check_report_path replaces only a file that begins with these three lines
              f"Written by `python study.py --plan {plan['path']} --report {os.path.basename(path)}` from the "
              f"run records under `{plan['records']}/` (do not edit by hand: run the command again; "
              f"`--collect_only` writes it from the records alone).", "",
@@ -1593,9 +1614,11 @@ def check_folder(path, flag):
 def plan_main(args):
     """study.py --plan: check the whole plan, train what it lacks (or, with --collect_only, only read what
     is finished), measure the checkpoints, judge the claims and write the report, unless the report there
-    holds more finished runs than this one would (then --allow_fewer)."""
+    holds more finished runs than this one would (then --allow_fewer). A file there that is not a report is
+    never replaced."""
     report = args.report or "RESULTS.md"
     check_folder(report, "--report")
+    check_report_path(report)
     plan = load_plan(args.plan)
     results = run_plan(plan, args.jobs, args.collect_only, args.cells)
     done, planned = finished_runs(results)

@@ -193,19 +193,80 @@ def test_a_bug_keeps_its_traceback(tmp_path, monkeypatch):
 # the report
 
 
+# the first lines of a report study.py wrote, as report_lines writes them
+REPORT_TOP = ("# Results: recurrent vs standard encoders\n\nWritten by `python study.py --plan plan.py --report "
+              "RESULTS.md` from the run records under `records/` (do not edit by hand: run the command again).\n\n")
+
+# files that --report may name by mistake. The first says it holds 0 runs, as many as a new report of the
+# tiny plan would: the run-count guard alone let study.py replace it (and the others, read as 0 runs)
+NOT_REPORTS = {
+    "another tool's results": b"# Results\n\nMade by another tool.\n\nFinished runs: 0 of 4.\n",
+    "a note": b"Notes for the write-up, by hand.\n",
+    "an empty file": b"",
+    "a binary file": bytes(range(256)),
+}
+
+
+@pytest.mark.parametrize("what", NOT_REPORTS)
+def test_a_file_that_is_not_a_report_is_never_replaced(what, tmp_path, monkeypatch):
+    """--report onto a file that study.py did not write is refused in one line that says how to go on,
+    whatever the run counts (none of the plan's runs are there; --allow_fewer is given), before the plan's
+    runs are even looked for, so a long study does not end by refusing; the file is left as it was."""
+    plan = write_plan(tmp_path / "plan.py", tiny_plan(tmp_path))
+    report = tmp_path / "notes.md"
+    report.write_bytes(NOT_REPORTS[what])
+    monkeypatch.setattr(study, "run_plan", lambda *a: pytest.fail("the plan was run"))
+    with pytest.raises(SystemExit) as stopped:  # sys.exit with a message: exit status 1
+        study.main(["--plan", plan, "--report", str(report), "--allow_fewer"])
+    assert stopped.value.code == (
+        f"error: --report {report}: that file is not a report study.py wrote (one begins with a title, then "
+        f"'Written by `python study.py --plan ...'), so it is kept. Give another --report path, or move the "
+        f"file away and run again")
+    assert report.read_bytes() == NOT_REPORTS[what]
+    assert sorted(os.listdir(tmp_path)) == ["notes.md", "plan.py", "tiny_looped.py", "tiny_plain.py"]
+
+
+def test_a_folder_at_the_report_path_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    """A folder where the report is to go is refused at the start, not when the report is moved into place."""
+    plan = write_plan(tmp_path / "plan.py", tiny_plan(tmp_path))
+    os.makedirs(tmp_path / "RESULTS.md")
+    monkeypatch.setattr(study, "run_plan", lambda *a: pytest.fail("the plan was run"))
+    with pytest.raises(SystemExit) as stopped:
+        study.main(["--plan", plan, "--report", str(tmp_path / "RESULTS.md")])
+    assert stopped.value.code == (f"error: --report {tmp_path / 'RESULTS.md'}: that is not a file; give the path "
+                                  f"of the report to write")
+
+
+def test_a_report_study_py_wrote_is_replaced(tmp_path):
+    """A report study.py wrote is replaced as before: the one it has just written, and one whose header is
+    in each form the committed RESULTS.md has had (it named the runs' folder, later their records)."""
+    plan = write_plan(tmp_path / "plan.py", tiny_plan(tmp_path))
+    report = tmp_path / "RESULTS.md"
+    study.main(["--plan", plan, "--report", str(report), "--collect_only"])
+    written = report.read_text()
+    committed = "".join(open(os.path.join(REPO_ROOT, "RESULTS.md")).readlines()[:4])
+    oldest = ("# Results: recurrent vs standard encoders\n\nWritten by `python study.py --plan "
+              "config/encoders_study.py --report RESULTS.md` from the finished runs under `out/encoders/` (do not "
+              "edit by hand: run the command again).\n\n")
+    for before in (written + "an edit by hand\n", committed + "Finished runs: 0 of 4.\n", oldest):
+        report.write_text(before)
+        study.main(["--plan", plan, "--report", str(report), "--collect_only"])
+        assert report.read_text() == written
+
+
 def test_a_report_with_more_finished_runs_is_kept(tmp_path, capsys):
     """A report that holds more finished runs than the new one would is not replaced (one line that gives
     both counts and the flag), unless --allow_fewer; the count is read back from the report itself."""
     plan = write_plan(tmp_path / "plan.py", tiny_plan(tmp_path))
     report = tmp_path / "RESULTS.md"
-    report.write_text("# Results\n\nFinished runs: 3 of 4.\n")
+    report.write_text(REPORT_TOP + "Finished runs: 3 of 4.\n")
     with pytest.raises(SystemExit) as stopped:
         study.main(["--plan", plan, "--report", str(report), "--collect_only"])
     assert str(stopped.value.code) == (
         f"error: {report} reports 3 finished runs, and a new report would hold 0 (of 4 planned; read from "
         f"{tmp_path / 'runs'}/): it is kept. Train or bring back the missing runs, or give --allow_fewer to "
         f"replace it anyway")
-    assert report.read_text() == "# Results\n\nFinished runs: 3 of 4.\n"
+    assert report.read_text() == REPORT_TOP + "Finished runs: 3 of 4.\n"
     study.main(["--plan", plan, "--report", str(report), "--collect_only", "--allow_fewer"])
     assert "\nFinished runs: 0 of 4.\n" in report.read_text() and study.reported_runs(str(report)) == 0
     study.main(["--plan", plan, "--report", str(report), "--collect_only"])  # as many as before: written
