@@ -1403,6 +1403,20 @@ def read_log(path):
     return [(r["iter"], r.get("val_accuracy"), r.get("val_loss")) for r in log_records(path, "eval")]
 
 
+def tight_layout(fig, **kwargs):
+    """fig.tight_layout(**kwargs), its result rounded to steps of 2**-20 of the figure (about a thousandth of
+    a pixel), so that a plot comes out the same on every machine. tight_layout measures the artists' extents,
+    and on a log axis a spine's ends go through numpy's log10, whose last bit depends on the CPU and the numpy
+    version (its AVX-512 code and its AVX2 code round differently): the edge of the right panel of
+    frontier_sst2_glue_compact.png, exactly on a half pixel (1303.5), was snapped to one pixel column or the
+    next. The steps are binary fractions so that an exact value (a pad in points, a font metric in 1/64
+    pixel) does not fall halfway between two of them."""
+    fig.tight_layout(**kwargs)
+    p = fig.subplotpars
+    fig.subplots_adjust(**{k: round(getattr(p, k) * 2**20) / 2**20
+                           for k in ("left", "right", "bottom", "top", "wspace", "hspace")})
+
+
 def draw_plots(plan, results, timing, depth, folder, label):
     """The report's PNGs in `folder`: per test set, accuracy against latency (bubble area = fp32 size)
     and against non-embedding parameters, each with its Pareto frontier; the learning curves of every
@@ -1420,7 +1434,7 @@ def draw_plots(plan, results, timing, depth, folder, label):
     def save(fig, file, title, layout=True):
         path = os.path.join(folder, file)
         if layout:
-            fig.tight_layout()
+            tight_layout(fig)
         fig.savefig(path, dpi=110)
         plt.close(fig)
         made.append((title, path))
@@ -1481,7 +1495,7 @@ def draw_plots(plan, results, timing, depth, folder, label):
         fig.suptitle(f"trained on {trained_on}" + (f", the {grid_cell} cell at its own budget" if grid_cell else "")
                      + f", tested on {test_set}", fontsize=10)
         fig.text(0.01, 0.01, textwrap.fill(key, 190), fontsize=6.5, va="bottom")
-        fig.tight_layout(rect=(0, 0.04 + 0.02 * (len(key) // 190), 1, 1))
+        tight_layout(fig, rect=(0, 0.04 + 0.02 * (len(key) // 190), 1, 1))
         save(fig, f"frontier_{re.sub(r'[^A-Za-z0-9]+', '_', grid_cell or trained_on).strip('_')}.png",
              f"Accuracy against latency and non-embedding parameters (trained on {trained_on}"
              + (f", the {grid_cell} cell" if grid_cell else "") + f"; {test_set})", layout=False)
@@ -1611,6 +1625,26 @@ def reported_runs(path):
     if line:
         return int(line.group(1))
     return sum(int(k) for k in re.findall(r"^\| [^|\n]+ \| (\d+) of \d+ \|", text, re.M))
+
+
+# how report_lines begins, and every RESULTS.md study.py has written: a title, a blank line, this line
+REPORT_HEADER = b"Written by `python study.py --plan "
+
+
+def check_report_path(path):
+    """--report is written only over a report study.py wrote (or where there is nothing): a note or another
+    tool's output there is never replaced, whatever the run counts. Checked before the study trains, so a
+    long study does not end by refusing."""
+    if not os.path.lexists(path):
+        return
+    if not os.path.isfile(path):
+        raise ConfigError(f"--report {path}: that is not a file; give the path of the report to write")
+    with open(path, "rb") as f:
+        head = [f.readline() for _ in range(3)]
+    if not (head[0].startswith(b"# ") and head[1].strip() == b"" and head[2].startswith(REPORT_HEADER)):
+        raise ConfigError(f"--report {path}: that file is not a report study.py wrote (one begins with a title, "
+                          f"then '{REPORT_HEADER.decode()}...'), so it is kept. Give another --report path, or "
+                          f"move the file away and run again")
 
 
 def check_report_keeps_runs(path, done, planned, out_root, allow_fewer=False):
@@ -1774,6 +1808,7 @@ def report_lines(plan, results, timing, depth, path, plots):
     rel = lambda p: os.path.relpath(p, os.path.dirname(os.path.abspath(path)))  # noqa: E731
     done, planned = finished_runs(results)
     lines = ["# Results: recurrent vs standard encoders", "",
+             # REPORT_HEADER: check_report_path replaces only a file that begins with these three lines
              f"Written by `python study.py --plan {plan['path']} --report {os.path.basename(path)}` from the "
              f"run records under `{plan['records']}/` (do not edit by hand: run the command again; "
              f"`--collect_only` writes it from the records alone).", "",
@@ -1978,9 +2013,11 @@ def check_folder(path, flag):
 def plan_main(args):
     """study.py --plan: check the whole plan, train what it lacks (or, with --collect_only, only read what
     is finished), measure the checkpoints, judge the claims and write the report, unless the report there
-    holds more finished runs than this one would (then --allow_fewer)."""
+    holds more finished runs than this one would (then --allow_fewer). A file there that is not a report is
+    never replaced."""
     report = args.report or "RESULTS.md"
     check_folder(report, "--report")
+    check_report_path(report)
     plan = load_plan(args.plan)
     results = run_plan(plan, args.jobs, args.collect_only, args.cells)
     done, planned = finished_runs(results)

@@ -179,7 +179,7 @@ def test_a_plan_edited_under_a_running_study_stops_it(tmp_path, monkeypatch):
     plan = study.load_plan("plan.py")
     started = []
 
-    def run_pending(runs, todo, jobs, check=None):  # cell a's runs: the plan is edited while they train
+    def run_pending(runs, todo, jobs, check=None, recorded=None):  # cell a's runs: the plan is edited while they train
         check()
         started.append(todo)
         (tmp_path / "plan.py").write_text(text.replace("max_iters=3", "max_iters=4"))

@@ -5,6 +5,7 @@ line's mistakes, while a bug keeps its traceback. A report is never replaced by 
 finished runs (the committed RESULTS.md on a fresh clone), and is written together with its plots.
 """
 
+import io
 import os
 import re
 import shutil
@@ -192,30 +193,114 @@ def test_a_bug_keeps_its_traceback(tmp_path, monkeypatch):
 # the report
 
 
+# the first lines of a report study.py wrote, as report_lines writes them
+REPORT_TOP = ("# Results: recurrent vs standard encoders\n\nWritten by `python study.py --plan plan.py --report "
+              "RESULTS.md` from the run records under `records/` (do not edit by hand: run the command again).\n\n")
+
+# files that --report may name by mistake. The first says it holds 0 runs, as many as a new report of the
+# tiny plan would: the run-count guard alone let study.py replace it (and the others, read as 0 runs)
+NOT_REPORTS = {
+    "another tool's results": b"# Results\n\nMade by another tool.\n\nFinished runs: 0 of 4.\n",
+    "a note": b"Notes for the write-up, by hand.\n",
+    "an empty file": b"",
+    "a binary file": bytes(range(256)),
+}
+
+
+@pytest.mark.parametrize("what", NOT_REPORTS)
+def test_a_file_that_is_not_a_report_is_never_replaced(what, tmp_path, monkeypatch):
+    """--report onto a file that study.py did not write is refused in one line that says how to go on,
+    whatever the run counts (none of the plan's runs are there; --allow_fewer is given), before the plan's
+    runs are even looked for, so a long study does not end by refusing; the file is left as it was."""
+    plan = write_plan(tmp_path / "plan.py", tiny_plan(tmp_path))
+    report = tmp_path / "notes.md"
+    report.write_bytes(NOT_REPORTS[what])
+    monkeypatch.setattr(study, "run_plan", lambda *a: pytest.fail("the plan was run"))
+    with pytest.raises(SystemExit) as stopped:  # sys.exit with a message: exit status 1
+        study.main(["--plan", plan, "--report", str(report), "--allow_fewer"])
+    assert stopped.value.code == (
+        f"error: --report {report}: that file is not a report study.py wrote (one begins with a title, then "
+        f"'Written by `python study.py --plan ...'), so it is kept. Give another --report path, or move the "
+        f"file away and run again")
+    assert report.read_bytes() == NOT_REPORTS[what]
+    assert sorted(os.listdir(tmp_path)) == ["notes.md", "plan.py", "tiny_looped.py", "tiny_plain.py"]
+
+
+def test_a_folder_at_the_report_path_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    """A folder where the report is to go is refused at the start, not when the report is moved into place."""
+    plan = write_plan(tmp_path / "plan.py", tiny_plan(tmp_path))
+    os.makedirs(tmp_path / "RESULTS.md")
+    monkeypatch.setattr(study, "run_plan", lambda *a: pytest.fail("the plan was run"))
+    with pytest.raises(SystemExit) as stopped:
+        study.main(["--plan", plan, "--report", str(tmp_path / "RESULTS.md")])
+    assert stopped.value.code == (f"error: --report {tmp_path / 'RESULTS.md'}: that is not a file; give the path "
+                                  f"of the report to write")
+
+
+def test_a_report_study_py_wrote_is_replaced(tmp_path):
+    """A report study.py wrote is replaced as before: the one it has just written, and one whose header is
+    in each form the committed RESULTS.md has had (it named the runs' folder, later their records)."""
+    plan = write_plan(tmp_path / "plan.py", tiny_plan(tmp_path))
+    report = tmp_path / "RESULTS.md"
+    study.main(["--plan", plan, "--report", str(report), "--collect_only"])
+    written = report.read_text()
+    committed = "".join(open(os.path.join(REPO_ROOT, "RESULTS.md")).readlines()[:4])
+    oldest = ("# Results: recurrent vs standard encoders\n\nWritten by `python study.py --plan "
+              "config/encoders_study.py --report RESULTS.md` from the finished runs under `out/encoders/` (do not "
+              "edit by hand: run the command again).\n\n")
+    for before in (written + "an edit by hand\n", committed + "Finished runs: 0 of 4.\n", oldest):
+        report.write_text(before)
+        study.main(["--plan", plan, "--report", str(report), "--collect_only"])
+        assert report.read_text() == written
+
+
 def test_a_report_with_more_finished_runs_is_kept(tmp_path, capsys):
     """A report that holds more finished runs than the new one would is not replaced (one line that gives
     both counts and the flag), unless --allow_fewer; the count is read back from the report itself."""
     plan = write_plan(tmp_path / "plan.py", tiny_plan(tmp_path))
     report = tmp_path / "RESULTS.md"
-    report.write_text("# Results\n\nFinished runs: 3 of 4.\n")
+    report.write_text(REPORT_TOP + "Finished runs: 3 of 4.\n")
     with pytest.raises(SystemExit) as stopped:
         study.main(["--plan", plan, "--report", str(report), "--collect_only"])
     assert str(stopped.value.code) == (
         f"error: {report} reports 3 finished runs, and a new report would hold 0 (of 4 planned; read from "
         f"{tmp_path / 'runs'}/): it is kept. Train or bring back the missing runs, or give --allow_fewer to "
         f"replace it anyway")
-    assert report.read_text() == "# Results\n\nFinished runs: 3 of 4.\n"
+    assert report.read_text() == REPORT_TOP + "Finished runs: 3 of 4.\n"
     study.main(["--plan", plan, "--report", str(report), "--collect_only", "--allow_fewer"])
     assert "\nFinished runs: 0 of 4.\n" in report.read_text() and study.reported_runs(str(report)) == 0
     study.main(["--plan", plan, "--report", str(report), "--collect_only"])  # as many as before: written
     assert f"wrote {report}" in capsys.readouterr().out
 
 
+def picture(png):
+    """What a PNG (its bytes) shows: its mode, size, metadata (the dpi, the Matplotlib that drew it) and
+    pixels. Not its compressed bytes: those can depend on the zlib Pillow is built with, not on the plot."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as im:
+        return im.mode, im.size, im.info, im.tobytes()
+
+
+def differing_pixels(a, b):
+    """The box (left, top, right, bottom) of the pixels in which two PNGs (their bytes) differ, or their sizes."""
+    from PIL import Image, ImageChops
+
+    with Image.open(io.BytesIO(a)) as x, Image.open(io.BytesIO(b)) as y:
+        if x.size != y.size:
+            return f"size {x.size} against {y.size}"
+        return ImageChops.difference(x.convert("RGB"), y.convert("RGB")).getbbox()
+
+
 def test_a_fresh_clone_writes_the_committed_results_again(tmp_path, monkeypatch):
     """`python study.py --plan config/encoders_study.py --collect_only` on a fresh clone (no out/, no data/)
-    writes the committed RESULTS.md and its plots again, byte for byte, from the committed run records in
-    results/runs/, training and measuring nothing. Without the records it would hold no run, and the
-    committed report, which holds more, is kept (refused in one line)."""
+    writes the committed RESULTS.md again byte for byte, and its plots pixel for pixel, from the committed
+    run records in results/runs/, training and measuring nothing. Without the records it would hold no run,
+    and the committed report, which holds more, is kept (refused in one line). The plots are drawn the same
+    on any CPU (study.tight_layout) but only by the Matplotlib that drew them: with another, their pixels
+    are not compared (the test says so, skipped)."""
+    import matplotlib
+
     shutil.copy(os.path.join(REPO_ROOT, "RESULTS.md"), tmp_path / "RESULTS.md")
     shutil.copytree(os.path.join(REPO_ROOT, "results"), tmp_path / "results")
     os.symlink(os.path.join(REPO_ROOT, "config"), tmp_path / "config")
@@ -228,12 +313,56 @@ def test_a_fresh_clone_writes_the_committed_results_again(tmp_path, monkeypatch)
     assert committed > 0
     study.main(["--plan", "config/encoders_study.py", "--collect_only"])
     after = {os.path.join(d, f) for d, _, fs in os.walk("results") for f in fs}
-    assert {p: open(p, "rb").read() for p in files} == before and after == set(files) - {"RESULTS.md"}
+    assert after == set(files) - {"RESULTS.md"}
+    now = {p: open(p, "rb").read() for p in files}
+    assert [p for p in files if not p.endswith(".png") and now[p] != before[p]] == []  # RESULTS.md, the records
+    plots = [p for p in files if p.endswith(".png")]
+    assert len(plots) >= 10
+    redrawn = {p: differing_pixels(before[p], now[p]) for p in plots if picture(before[p]) != picture(now[p])}
     shutil.rmtree("results/runs")
     with pytest.raises(SystemExit, match=f"error: RESULTS.md reports {committed} finished runs, and a new report "
                                          f"would hold 0 "):
         study.main(["--plan", "config/encoders_study.py", "--collect_only"])
     assert open("RESULTS.md", "rb").read() == before["RESULTS.md"]
+    drawn_by = sorted({picture(before[p])[2].get("Software", "an unnamed program") for p in plots})
+    here = f"Matplotlib version{matplotlib.__version__}, https://matplotlib.org/"
+    if redrawn and drawn_by != [here]:
+        pytest.skip(f"the committed plots were drawn by {' and '.join(drawn_by)}, this is {here}: "
+                    f"{len(redrawn)} of them come out otherwise, not compared")
+    assert redrawn == {}  # {plot: the box of the pixels that differ}
+
+
+def test_the_plots_layout_does_not_depend_on_the_last_bit_of_log10(monkeypatch):
+    """numpy's log10 rounds its last bit differently on different CPUs (its AVX-512 code and its AVX2 code),
+    and tight_layout measures log axes through it: frontier_sst2_glue_compact.png came out with its right
+    panel one pixel column apart on another machine. study.tight_layout lays out two log panels like that
+    plot's (the same limits) the same when every log10 it takes is one bit off, either way at random."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    def layout():
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+        for ax, limits in zip(axes, [(0.07499233455977092, 51.43520487602974),
+                                     (0.1722038826542939, 292368622.7277095)]):
+            ax.set_xscale("log")
+            ax.set_xlim(*limits)
+        study.tight_layout(fig, rect=(0, 0.04, 1, 1))
+        p = fig.subplotpars
+        plt.close(fig)
+        return [p.left, p.right, p.bottom, p.top, p.wspace, p.hspace]
+
+    exact = layout()
+    log10, rng = np.log10, np.random.default_rng(0)
+
+    def one_bit_off(x, *args, **kwargs):
+        y = np.asarray(log10(x, *args, **kwargs))
+        return np.where(rng.random(y.shape) < 0.5, np.nextafter(y, -np.inf), np.nextafter(y, np.inf))
+
+    monkeypatch.setattr(np, "log10", one_bit_off)
+    assert [layout(), layout()] == [exact, exact]
 
 
 def test_the_report_and_its_plots_are_written_together(tmp_path, monkeypatch):
