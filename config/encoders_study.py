@@ -40,12 +40,12 @@ _CONVERGED = ["max_epochs=30", "eval_interval=500", "scheduler=plateau", "platea
 
 cells = [
     # 11 seeds: with the spread of the first three paired differences (s_d 0.0107), a paired t-test needs 11 to find
-    # a one-point difference with 80 % power at 95 % (study.seeds_needed); 5 would see 1.8 points
+    # a one-point difference with 80 % power at 95 % (lab/stats.py seeds_needed); 5 would see 1.8 points
     dict(name="sst2_glue", configs=_PAIR, test_set=_GLUE, seeds=list(range(1, 12)),
          what="SST-2, GLUE protocol (train = GLUE train less 5 %, test = GLUE dev)"),
     # The headline question asked the other way: each model trained to its best, not at equal compute (above).
     # Fixed before any of these runs: the recipe (_CONVERGED), the three rates of the sweep, its seed (101, none
-    # of the test cell's), the rule that picks a rate (study.py tuned_value: the highest validation accuracy of
+    # of the test cell's), the rule that picks a rate (lab/runs.py tuned_value: the highest validation accuracy of
     # the best checkpoint), 11 seeds (sst2_glue's power figure: its paired spread, s_d 0.0107, needs 11 to find
     # one point with 80 % power) and the verdicts below that name these cells, with their rules.
     dict(name="sst2_glue_converged_lr", configs=[_R, _B], set=_CONVERGED, grid=["learning_rate=3e-4,1e-3,3e-3"],
@@ -61,7 +61,8 @@ cells = [
     dict(name="iso_width", configs=["config/sst2_w256_6x1.py", "config/sst2_w256_3x1.py"], seeds=[1, 2, 3],
          test_set=_GLUE, what="controls at the recurrent model's width (256) and budget: 6 and 3 layers of their own, "
                               "applied once (the recurrent model is sst2_glue's, on the same seeds)"),
-    # 5 seeds: at 3, the iso-FLOP difference's spread (s_d 0.0057) asked for 5 to find one point (study.seeds_needed)
+    # 5 seeds: at 3, the iso-FLOP difference's spread (s_d 0.0057) asked for 5 to find one point
+    # (lab/stats.py seeds_needed)
     dict(name="width_depth", configs=["config/sst2_deep_recurrent.py", "config/sst2_wide.py"], seeds=[1, 2, 3, 4, 5],
          test_set=_GLUE, what="384 wide, 3 shared layers x 2 loops (the baseline's FLOPs per token: the iso-FLOP "
                               "control) and 512 wide x 6 layers, at the baseline's budget (1 epoch)"),
@@ -120,11 +121,11 @@ labels = {"sst2_recurrent": "recurrent 3×256, 2 loops", "sst2_baseline": "basel
           "sst2_wide": "wide 6×512", "sst2_recurrent_paper": "recurrent, paper recipe",
           "sst2_recurrent_pretrained": "recurrent, MLM-pretrained", "sst2_mlm": "MLM pretraining (recurrent 3×256)"}
 _r, _b, _w = "sst2_recurrent", "sst2_baseline", "sst2_bow"
-# Where word order should matter: GLUE dev sentences that hold one of these words (study.py subset_words: "n't"
+# Where word order should matter: GLUE dev sentences that hold one of these words (lab/cells.py subset_words: "n't"
 # also as the end of a word) against the rest. Fixed before the converged cell's runs, from the issue that asked.
 subsets = dict(negation=["not", "n't", "no", "never", "nothing", "nobody", "none", "neither", "nor", "without"],
                contrast=["but", "although", "though", "yet", "however"])
-# Each verdict's rule (study.py RULES): superiority unless it says otherwise. A rule or seed count changed after a
+# Each verdict's rule (lab/stats.py RULES): superiority unless it says otherwise. A rule or seed count changed after a
 # verdict's first data is reported beside it, with when (results/runs/plan_history.jsonl).
 _KEEPS = dict(rule="non-inferiority", margin=0.01)  # "keeps the baseline's accuracy": at most one point worse
 verdicts = [
@@ -272,7 +273,7 @@ notes = [
     "Rules fixed in advance: each verdict's rule and seed count are recorded when its data begins (the first run of "
     "the last of its cells) in results/runs/plan_history.jsonl, and the Verdicts table's last column says whether "
     "either changed after that, and when. The file's lines before this session were written from the repository's "
-    "history (results/runs/plan_history_from_git.py). Negation and contrast (`subsets`): a test sentence belongs "
+    "history (lab/plan_history_from_git.py). Negation and contrast (`subsets`): a test sentence belongs "
     "to a subset if one of its words (letters and apostrophes, lower case) is in the list, \"n't\" also as a "
     "word's end.",
 ]

@@ -21,6 +21,10 @@ import torch
 import data
 import evaluate
 import model
+import lab.plan
+import lab.report
+import lab.runs
+import lab.stats
 import study
 from conftest import REPO_ROOT, fake_downloads, need_tokenizer
 from test_study import write_tiny_configs
@@ -31,90 +35,90 @@ from test_study import write_tiny_configs
 
 def test_mcnemar_exact_p_on_known_cases():
     # 10 against 2: 2 * P(X <= 2), X ~ Bin(12, 1/2) = 2 * (1 + 12 + 66) / 4096
-    assert study.mcnemar_p(10, 2) == pytest.approx(158 / 4096)
-    assert study.mcnemar_p(2, 10) == study.mcnemar_p(10, 2)  # two-sided: symmetric
-    assert study.mcnemar_p(0, 0) == 1.0 and study.mcnemar_p(5, 5) == 1.0  # capped at 1
-    assert study.mcnemar_p(0, 6) == pytest.approx(2 / 64)  # all six disagreements one way
+    assert lab.stats.mcnemar_p(10, 2) == pytest.approx(158 / 4096)
+    assert lab.stats.mcnemar_p(2, 10) == lab.stats.mcnemar_p(10, 2)  # two-sided: symmetric
+    assert lab.stats.mcnemar_p(0, 0) == 1.0 and lab.stats.mcnemar_p(5, 5) == 1.0  # capped at 1
+    assert lab.stats.mcnemar_p(0, 6) == pytest.approx(2 / 64)  # all six disagreements one way
     # thousands of disagreements (a 6,823-example test set) do not underflow; the normal approximation
     # with continuity correction agrees closely there
     b, c = 1500, 1380
     z = (abs(b - c) - 1) / math.sqrt(b + c)
-    assert study.mcnemar_p(b, c) == pytest.approx(math.erfc(z / math.sqrt(2)), rel=0.02)
+    assert lab.stats.mcnemar_p(b, c) == pytest.approx(math.erfc(z / math.sqrt(2)), rel=0.02)
 
 
 def test_mcnemar_counts_only_the_disagreements():
     y = [0, 1, 1, 0, 1, 0, 1, 1]
     a = [0, 1, 1, 0, 0, 1, 1, 1]  # wrong on examples 4, 5
     b = [0, 1, 0, 1, 1, 0, 1, 0]  # wrong on examples 2, 3, 7
-    only_a, only_b, p = study.mcnemar(y, a, b)
-    assert (only_a, only_b) == (3, 2) and p == pytest.approx(study.mcnemar_p(3, 2))
+    only_a, only_b, p = lab.stats.mcnemar(y, a, b)
+    assert (only_a, only_b) == (3, 2) and p == pytest.approx(lab.stats.mcnemar_p(3, 2))
     with pytest.raises(ValueError, match="same examples"):
-        study.mcnemar(y, a, b[:-1])
+        lab.stats.mcnemar(y, a, b[:-1])
 
 
 def test_claim_verdicts():
-    assert study.claim_verdict(0.01, 0.03, "higher") == "confirmed"
-    assert study.claim_verdict(-0.03, -0.01, "higher") == "refuted"
-    assert study.claim_verdict(-0.01, 0.03, "higher") == "inconclusive"
-    assert study.claim_verdict(-0.03, -0.01, "lower") == "confirmed"  # a loss: lower is better
+    assert lab.stats.claim_verdict(0.01, 0.03, "higher") == "confirmed"
+    assert lab.stats.claim_verdict(-0.03, -0.01, "higher") == "refuted"
+    assert lab.stats.claim_verdict(-0.01, 0.03, "higher") == "inconclusive"
+    assert lab.stats.claim_verdict(-0.03, -0.01, "lower") == "confirmed"  # a loss: lower is better
 
 
 def test_t_quantiles_and_the_detectable_effect():
     # Student's t from its density agrees with the printed table, and with published t_{0.80} values
-    assert [round(study.t_quantile(0.975, df), 3) for df in range(1, 31)] == study.T_975
-    assert [round(study.t_quantile(0.8, df), 3) for df in (1, 2, 5, 10, 30)] == [1.376, 1.061, 0.920, 0.879, 0.854]
-    assert study.t_cdf(0.0, 3) == pytest.approx(0.5) and study.t_cdf(-2.776, 4) == pytest.approx(0.025, abs=1e-4)
+    assert [round(lab.stats.t_quantile(0.975, df), 3) for df in range(1, 31)] == lab.stats.T_975
+    assert [round(lab.stats.t_quantile(0.8, df), 3) for df in (1, 2, 5, 10, 30)] == [1.376, 1.061, 0.920, 0.879, 0.854]
+    assert lab.stats.t_cdf(0.0, 3) == pytest.approx(0.5) and lab.stats.t_cdf(-2.776, 4) == pytest.approx(0.025, abs=1e-4)
     # 3 seeds whose differences spread by 0.0105 (the 300-step GLUE cell): (4.303 + 1.061) * 0.0105 / sqrt(3)
-    assert study.detectable_effect(0.0105, 3) == pytest.approx(5.364 * 0.0105 / math.sqrt(3), rel=1e-3)
-    n = study.seeds_needed(0.0105, 0.01)
-    assert n == 11 and study.detectable_effect(0.0105, n) <= 0.01 < study.detectable_effect(0.0105, n - 1)
-    assert study.seeds_needed(0.0, 0.01) == 2 and study.seeds_needed(1.0, 0.001) is None
+    assert lab.stats.detectable_effect(0.0105, 3) == pytest.approx(5.364 * 0.0105 / math.sqrt(3), rel=1e-3)
+    n = lab.stats.seeds_needed(0.0105, 0.01)
+    assert n == 11 and lab.stats.detectable_effect(0.0105, n) <= 0.01 < lab.stats.detectable_effect(0.0105, n - 1)
+    assert lab.stats.seeds_needed(0.0, 0.01) == 2 and lab.stats.seeds_needed(1.0, 0.001) is None
 
 
 def test_conclusion_lines_say_confirmed_refuted_or_not_settled():
     row = dict(a="c/r", b="c/b", metric="test_accuracy", n=5, verdict="inconclusive", mean=0.004, lo=-0.006,
                hi=0.014, detectable=0.0175, seeds_needed=11)
     claim = dict(claim="R beats B", source="001, Table 6", verdict="v")
-    line = study.conclusion_line(claim, row, 0.01)
+    line = lab.report.conclusion_line(claim, row, 0.01)
     assert line.startswith("- **R beats B** (001, Table 6): **not settled**: A − B = +0.0040 in test_accuracy, 95 % "
                            "interval [-0.0060, +0.0140] over 5 seeds")
     assert "could see is 0.0175; 11 seeds would find a true difference of 0.01." in line
-    assert "**confirmed**" in study.conclusion_line(claim, {**row, "verdict": "confirmed", "lo": 0.001}, 0.01)
+    assert "**confirmed**" in lab.report.conclusion_line(claim, {**row, "verdict": "confirmed", "lo": 0.001}, 0.01)
     # a verdict read before the planned seeds are all in says so (reading it as seeds land is optional stopping)
-    early = study.conclusion_line(claim, {**row, "verdict": "confirmed", "lo": 0.001, "planned": 11}, 0.01)
+    early = lab.report.conclusion_line(claim, {**row, "verdict": "confirmed", "lo": 0.001, "planned": 11}, 0.01)
     assert "Interim: 5 of the 11 planned seeds; a verdict read before they are all in can still change." in early
-    assert "Interim" not in study.conclusion_line(claim, {**row, "verdict": "confirmed", "lo": 0.001, "planned": 5}, 0.01)
-    assert "**refuted**" in study.conclusion_line(claim, {**row, "verdict": "refuted", "hi": -0.001}, 0.01)
+    assert "Interim" not in lab.report.conclusion_line(claim, {**row, "verdict": "confirmed", "lo": 0.001, "planned": 5}, 0.01)
+    assert "**refuted**" in lab.report.conclusion_line(claim, {**row, "verdict": "refuted", "hi": -0.001}, 0.01)
     # a claim that B beats A (reverse): A confirmed ahead refutes it, A refuted confirms it
     against = {**claim, "reverse": True}
-    assert "**refuted**" in study.conclusion_line(against, {**row, "verdict": "confirmed", "lo": 0.001}, 0.01)
-    assert "**confirmed**" in study.conclusion_line(against, {**row, "verdict": "refuted", "hi": -0.001}, 0.01)
-    assert "**not settled**" in study.conclusion_line(against, row, 0.01)
+    assert "**refuted**" in lab.report.conclusion_line(against, {**row, "verdict": "confirmed", "lo": 0.001}, 0.01)
+    assert "**confirmed**" in lab.report.conclusion_line(against, {**row, "verdict": "refuted", "hi": -0.001}, 0.01)
+    assert "**not settled**" in lab.report.conclusion_line(against, row, 0.01)
     # A keeps B's performance (non-inferiority, margin m): the whole interval above -m is confirmed, however
     # far above (A better is no contradiction), wholly below -m refuted, across -m not settled; the sentence
     # names the rule
     def keeps(lo, hi):
         return {**row, "lo": lo, "hi": hi, "rule": "non-inferiority", "margin": 0.005,
-                "verdict": study.claim_verdict(lo, hi, "higher", "non-inferiority", 0.005)}
-    line = study.conclusion_line(claim, keeps(-0.004, 0.05), 0.01)
+                "verdict": lab.stats.claim_verdict(lo, hi, "higher", "non-inferiority", 0.005)}
+    line = lab.report.conclusion_line(claim, keeps(-0.004, 0.05), 0.01)
     assert "**confirmed**: " in line and "keeping B's performance means A − B ≥ −0.005)" in line
-    assert "**refuted**: " in study.conclusion_line(claim, keeps(-0.03, -0.006), 0.01)
-    assert "**not settled**: " in study.conclusion_line(claim, keeps(-0.006, 0.014), 0.01)  # crosses -0.005
+    assert "**refuted**: " in lab.report.conclusion_line(claim, keeps(-0.03, -0.006), 0.01)
+    assert "**not settled**: " in lab.report.conclusion_line(claim, keeps(-0.006, 0.014), 0.01)  # crosses -0.005
     # and its negation (A does not keep B's performance) the other way round
-    assert "**refuted**: " in study.conclusion_line(against, keeps(-0.004, 0.05), 0.01)
-    assert "**confirmed**: " in study.conclusion_line(against, keeps(-0.03, -0.006), 0.01)
-    assert "**not settled**: not run yet (paired seeds finished: 1; A = `c/r`" in study.conclusion_line(
+    assert "**refuted**: " in lab.report.conclusion_line(against, keeps(-0.004, 0.05), 0.01)
+    assert "**confirmed**: " in lab.report.conclusion_line(against, keeps(-0.03, -0.006), 0.01)
+    assert "**not settled**: not run yet (paired seeds finished: 1; A = `c/r`" in lab.report.conclusion_line(
         claim, {**row, "verdict": "not run", "n": 1}, 0.01)
     # a stand-in verdict (a task built offline in place of one that needs a download) judges the claim while
     # the claim's own has not run, and the sentence says so; once the own one has run, it judges
     rows = {"v": {**row, "verdict": "not run", "n": 0}, "w": {**row, "verdict": "confirmed", "lo": 0.001},
             "x": {**row, "verdict": "not run", "n": 0}}
     stand_in = {**claim, "instead": "w"}
-    line = study.conclusion_line(stand_in, study.conclusion_row(stand_in, rows), 0.01)
+    line = lab.report.conclusion_line(stand_in, lab.report.conclusion_row(stand_in, rows), 0.01)
     assert "**confirmed**: " in line and line.endswith(" Judged by 'w' while 'v' has not run.")
-    assert study.conclusion_row({**claim, "instead": "x"}, rows) is rows["v"]  # neither has run: its own
+    assert lab.report.conclusion_row({**claim, "instead": "x"}, rows) is rows["v"]  # neither has run: its own
     rows["v"] = row
-    assert study.conclusion_row(stand_in, rows) is row
+    assert lab.report.conclusion_row(stand_in, rows) is row
 
 
 def test_a_pretraining_cell_reports_its_held_out_masked_token_figures():
@@ -126,18 +130,18 @@ def test_a_pretraining_cell_reports_its_held_out_masked_token_figures():
 
     summaries = {("pre", 1): mlm(4.5, 0.28), ("pre", 2): mlm(4.6, 0.29), ("pre", 3): None,
                  ("cls", 1): {"task": "classification", "test_accuracy": 0.8}}
-    lines = study.pretraining_lines(summaries, {"pre": "MLM pretraining"}.get)
-    loss, acc, ppl = (study.mean_ci(v) for v in ([4.5, 4.6], [0.28, 0.29], [math.exp(4.5), math.exp(4.6)]))
+    lines = lab.report.pretraining_lines(summaries, {"pre": "MLM pretraining"}.get)
+    loss, acc, ppl = (lab.stats.mean_ci(v) for v in ([4.5, 4.6], [0.28, 0.29], [math.exp(4.5), math.exp(4.6)]))
     assert lines == [f"MLM pretraining, on the corpus's held-out texts at the end of training (6,174 masked tokens, "
                      f"masked the same way in every evaluation; 2 seeds): masked-token loss {loss[0]:.3f} ± "
                      f"{loss[1]:.3f}, accuracy {acc[0]:.4f} ± {acc[1]:.4f}, perplexity {ppl[0]:.1f} ± {ppl[1]:.1f}.", ""]
-    assert study.pretraining_lines({("cls", 1): summaries[("cls", 1)]}, str) == []
+    assert lab.report.pretraining_lines({("cls", 1): summaries[("cls", 1)]}, str) == []
 
 
 def test_pareto_front():
     # (cost, value): (1, .80) and (3, .85) and (5, .90) are on it; (2, .79) and (4, .84) are dominated
     points = [(3, 0.85), (2, 0.79), (5, 0.90), (1, 0.80), (4, 0.84), (5, 0.70)]
-    assert study.pareto_front(points) == [3, 0, 2]
+    assert lab.stats.pareto_front(points) == [3, 0, 2]
 
 
 # -----------------------------------------------------------------------------
@@ -428,7 +432,7 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
     sentences = re.findall(r"\[([-+.0-9]+), ([-+.0-9]+)\]", looped)[2]  # the seeds + sentences interval
     assert float(sentences[0]) <= float(sentences[1])
     assert "| plain | 2 of 2 |" in text and "| plain reaches 0 |" in text and "| yes |" in text
-    assert "\nFinished runs: 6 of 6.\n" in text and study.reported_runs(str(report)) == 6
+    assert "\nFinished runs: 6 of 6.\n" in text and lab.report.reported_runs(str(report)) == 6
     assert "## Test-time depth" in text and "(trained: 2)" in text
     # training FLOPs beside the gain, and the tokens seen: 4 steps of 8 of the 64 training texts
     assert re.search(r'Cost of "looped beats plain": `a/tiny_plain` spent \S+ training FLOPs \([0-9.]+ min, about '
@@ -436,12 +440,12 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
     trained_on = os.path.basename(tiny_dataset)  # one frontier per training set, and one per grid (its budget)
     for png in ("learning_curves.png", "test_time_depth.png", f"frontier_{trained_on}.png", "frontier_g.png"):
         assert f"(results/{png})" in text and os.path.isfile(tmp_path / "results" / png)
-    # the figures a verdict may name (study.RUN_FIGURES, with the task's test_ and final_val_ ones) are the
+    # the figures a verdict may name (lab.plan.RUN_FIGURES, with the task's test_ and final_val_ ones) are the
     # ones train.py writes
     summary = json.loads((tmp_path / "runs" / "a" / "tiny_plain" / "seed1" / "summary.json").read_text())
-    assert {*study.RUN_FIGURES, "test_accuracy", "test_mcc", "final_val_loss"} <= set(summary)
+    assert {*lab.plan.RUN_FIGURES, "test_accuracy", "test_mcc", "final_val_loss"} <= set(summary)
     figures = {k for k in summary if k.startswith(("test_", "final_val_"))}
-    assert figures - {"test_n", "final_val_n", "test_predictions"} <= set(study.metric_names())
+    assert figures - {"test_n", "final_val_n", "test_predictions"} <= set(lab.plan.metric_names())
     timing = [json.loads((tmp_path / "runs_records" / "a" / n / "seed1" / "measure.json").read_text())
               for n in ("tiny_plain", "tiny_looped")]
     assert [r["ckpt"] for r in timing] == [str(tmp_path / "runs" / "a" / n / "seed1" / "ckpt.pt")
@@ -462,9 +466,9 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
     monkeypatch.setattr(study, "evaluate_script", lambda *a: pytest.fail("measured again"))
     study.main(["--plan", str(plan_path), "--report", str(report)])
     assert "6 of 6 runs finished" in capsys.readouterr().out
-    plan = study.load_plan(str(plan_path))
+    plan = lab.plan.load_plan(str(plan_path))
     with pytest.raises(ValueError, match="do not report 'test_acuracy'"):
-        study.judge(dict(claim="typo", a="a/tiny_looped", b="a/tiny_plain", metric="test_acuracy"),
+        lab.report.judge(dict(claim="typo", a="a/tiny_looped", b="a/tiny_plain", metric="test_acuracy"),
                     study.run_plan(plan, collect_only=True), {})
 
 
@@ -472,16 +476,16 @@ def test_a_plan_with_unknown_keys_or_no_cells_is_refused(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("cells = [dict(name='a', configs=[])]\nverdict = []\n")
     with pytest.raises(ValueError, match="unknown key 'verdict' \\(did you mean 'verdicts'\\?\\)"):
-        study.load_plan(str(bad))
+        lab.plan.load_plan(str(bad))
     bad.write_text("seeds = [1, 2]\n")
     with pytest.raises(ValueError, match="plans no cells"):
-        study.load_plan(str(bad))
+        lab.plan.load_plan(str(bad))
 
 
 def test_the_encoder_study_plan_loads(monkeypatch):
     monkeypatch.chdir(REPO_ROOT)  # its config files are named from the repository's root
     start = time.perf_counter()
-    plan = study.load_plan("config/encoders_study.py")  # and checked whole
+    plan = lab.plan.load_plan("config/encoders_study.py")  # and checked whole
     assert time.perf_counter() - start < 1.0
     cells = {}
     for cell in plan["cells"]:
@@ -572,7 +576,7 @@ def test_a_tuned_cell_takes_what_its_sweep_chose_on_validation_and_the_history_n
     verdicts = ("verdicts = [dict(claim='tuned keeps the slow rate', a='t/tiny_plain', "
                 "b='s/tiny_plain@learning_rate=1e-4', rule='non-inferiority', margin=0.5)]\n")
     plan_path.write_text(f"out_root = {str(tmp_path / 'runs')!r}\nseeds = [1]\n{cells}{verdicts}")
-    plan = study.load_plan(str(plan_path))
+    plan = lab.plan.load_plan(str(plan_path))
     earlier = {"s": study.plan_cell(plan, plan["cells"][0], {})}
     waiting, _ = study.plan_cell(plan, plan["cells"][1], earlier)
     assert waiting["waiting"] == "waits for its sweep, s, to finish the runs of tiny_plain"
@@ -585,19 +589,19 @@ def test_a_tuned_cell_takes_what_its_sweep_chose_on_validation_and_the_history_n
         kept = [e for e in map(json.loads, log.read_text().splitlines()) if e["type"] == "eval" and e["best"]][-1]
         best[rate] = (kept["val_accuracy"], -kept["val_loss"])
     chosen = max(best, key=best.get)
-    assert study.tuned_value(results["s"][1], "tiny_plain", "learning_rate")[0] == chosen
+    assert lab.runs.tuned_value(results["s"][1], "tiny_plain", "learning_rate")[0] == chosen
     assert results["t"][2][("tiny_plain", 1)]["config"]["learning_rate"] == float(chosen)
     path = str(tmp_path / "runs_records" / "plan_history.jsonl")
-    history = study.read_history(path)
+    history = lab.runs.read_history(path)
     assert [(h["event"], h.get("cell")) for h in history] == [("first run", "s"), ("first run", "t")]
-    assert history[0]["plan"] == study.plan_snapshot(plan) and history[0]["commit"]
+    assert history[0]["plan"] == lab.runs.plan_snapshot(plan) and history[0]["commit"]
     assert history[0]["plan"]["verdicts"]["tuned keeps the slow rate"] == {
         "a": "t/tiny_plain", "b": "s/tiny_plain@learning_rate=1e-4", "rule": "non-inferiority", "margin": 0.5}
     study.run_plan(plan, collect_only=True)  # nothing new: nothing noted
-    assert len(study.read_history(path)) == 2
+    assert len(lab.runs.read_history(path)) == 2
     plan_path.write_text(plan_path.read_text().replace("margin=0.5", "margin=0.25"))
-    study.run_plan(study.load_plan(str(plan_path)), collect_only=True)
-    history = study.read_history(path)
+    study.run_plan(lab.plan.load_plan(str(plan_path)), collect_only=True)
+    history = lab.runs.read_history(path)
     assert [h["event"] for h in history] == ["first run", "first run", "plan changed"]
     assert history[-1]["plan"]["verdicts"]["tuned keeps the slow rate"]["margin"] == 0.25
 
@@ -613,19 +617,19 @@ def test_a_tune_that_cannot_work_is_refused(tune, message, tiny_dataset, tmp_pat
     plan_path.write_text(f"cells = [dict(name='s', configs={configs!r}, grid=['learning_rate=1e-4,3e-2']),\n"
                          f"         dict(name='t', configs={configs!r}, tune={tune})]\n")
     with pytest.raises(ValueError, match=re.escape(message)):
-        study.load_plan(str(plan_path))
+        lab.plan.load_plan(str(plan_path))
 
 
 def test_rules_judge_an_interval():
     # superiority: which side of 0; non-inferiority: above -margin on the better side; equivalence: within +-margin
-    assert study.claim_verdict(0.001, 0.02, "higher") == "confirmed"
-    assert study.claim_verdict(-0.004, 0.02, "higher", "non-inferiority", 0.005) == "confirmed"
-    assert study.claim_verdict(-0.006, 0.02, "higher", "non-inferiority", 0.005) == "inconclusive"
-    assert study.claim_verdict(-0.03, -0.006, "higher", "non-inferiority", 0.005) == "refuted"
-    assert study.claim_verdict(-0.02, 0.004, "lower", "non-inferiority", 0.005) == "confirmed"  # a loss: lower is better
-    assert study.claim_verdict(0.006, 0.03, "lower", "non-inferiority", 0.005) == "refuted"
-    assert study.claim_verdict(-0.004, 0.004, "higher", "equivalence", 0.005) == "confirmed"
-    assert study.claim_verdict(-0.004, 0.02, "higher", "equivalence", 0.005) == "inconclusive"
-    assert study.claim_verdict(0.006, 0.02, "higher", "equivalence", 0.005) == "refuted"
+    assert lab.stats.claim_verdict(0.001, 0.02, "higher") == "confirmed"
+    assert lab.stats.claim_verdict(-0.004, 0.02, "higher", "non-inferiority", 0.005) == "confirmed"
+    assert lab.stats.claim_verdict(-0.006, 0.02, "higher", "non-inferiority", 0.005) == "inconclusive"
+    assert lab.stats.claim_verdict(-0.03, -0.006, "higher", "non-inferiority", 0.005) == "refuted"
+    assert lab.stats.claim_verdict(-0.02, 0.004, "lower", "non-inferiority", 0.005) == "confirmed"  # a loss: lower is better
+    assert lab.stats.claim_verdict(0.006, 0.03, "lower", "non-inferiority", 0.005) == "refuted"
+    assert lab.stats.claim_verdict(-0.004, 0.004, "higher", "equivalence", 0.005) == "confirmed"
+    assert lab.stats.claim_verdict(-0.004, 0.02, "higher", "equivalence", 0.005) == "inconclusive"
+    assert lab.stats.claim_verdict(0.006, 0.02, "higher", "equivalence", 0.005) == "refuted"
     with pytest.raises(ValueError, match="rule='better'"):
-        study.claim_verdict(0, 1, "higher", "better", 0.1)
+        lab.stats.claim_verdict(0, 1, "higher", "better", 0.1)

@@ -6,6 +6,7 @@ layering that puts study.py on top.
 """
 
 import ast
+import glob
 import json
 import math
 import os
@@ -21,6 +22,9 @@ import pytest
 
 import configurator
 import data
+import lab.plan
+import lab.runs
+import lab.stats
 import study
 import train
 from conftest import REPO_ROOT
@@ -49,26 +53,26 @@ def t_quantile_by_integration(df):
 @pytest.mark.parametrize("df", [1, 2, 4, 9, 19, 30, 31, 40, 120])
 def test_t_quantile_matches_the_t_distribution(df):
     """The table (3 decimals, df <= 30) and the expansion beyond it, against the quantile of the density."""
-    assert study.t_quantile_975(df) == pytest.approx(t_quantile_by_integration(df), abs=1e-3)
+    assert lab.stats.t_quantile_975(df) == pytest.approx(t_quantile_by_integration(df), abs=1e-3)
 
 
 def test_mean_ci():
-    mean, half = study.mean_ci([1, 2, 3, 4, 5])
+    mean, half = lab.stats.mean_ci([1, 2, 3, 4, 5])
     assert mean == 3 and half == pytest.approx(t_quantile_by_integration(4) * math.sqrt(2.5) / math.sqrt(5), abs=1e-3)
     with pytest.raises(ValueError):
-        study.mean_ci([1.0])
+        lab.stats.mean_ci([1.0])
 
 
 def test_paired_bootstrap_known_cases():
     # a constant difference: every resample has mean c
-    assert study.paired_bootstrap([1, 2, 3], [1.5, 2.5, 3.5]) == pytest.approx((0.5, 0.5, 0.5))
+    assert lab.stats.paired_bootstrap([1, 2, 3], [1.5, 2.5, 3.5]) == pytest.approx((0.5, 0.5, 0.5))
     # differences (0, 1): resampled means are 0, 0.5, 1 with probabilities 1/4, 1/2, 1/4, so the
     # 2.5th and 97.5th percentiles are the extremes
-    d, lo, hi = study.paired_bootstrap([0, 0], [0, 1], n_boot=20000)
+    d, lo, hi = lab.stats.paired_bootstrap([0, 0], [0, 1], n_boot=20000)
     assert (d, lo, hi) == (0.5, 0.0, 1.0)
     # pairing matters: a large shared per-seed spread cancels out
     base = [10.0, 20.0, 30.0, 40.0, 50.0]
-    d, lo, hi = study.paired_bootstrap(base, [b + 1 + 0.01 * i for i, b in enumerate(base)])
+    d, lo, hi = lab.stats.paired_bootstrap(base, [b + 1 + 0.01 * i for i, b in enumerate(base)])
     assert 1.0 <= lo < d < hi <= 1.04
 
 
@@ -76,22 +80,22 @@ def test_paired_t_interval_and_why_the_verdict_uses_it():
     """Three seeds whose differences share a sign: the bootstrap interval excludes 0 (it cannot leave
     the range of the three), the paired t-interval (t_{0.975,2} = 4.303) does not."""
     base, variant = [0.80, 0.81, 0.82], [0.801, 0.83, 0.821]  # differences +0.001, +0.02, +0.001
-    d, lo, hi = study.paired_t(base, variant)
+    d, lo, hi = lab.stats.paired_t(base, variant)
     diffs = np.array(variant) - np.array(base)
     assert d == pytest.approx(diffs.mean())
     assert hi - d == pytest.approx(4.303 * diffs.std(ddof=1) / math.sqrt(3))
-    assert lo < 0 < hi and study.verdict(lo, hi, "higher") == "no significant difference"
-    _, b_lo, _ = study.paired_bootstrap(base, variant)
+    assert lo < 0 < hi and lab.stats.verdict(lo, hi, "higher") == "no significant difference"
+    _, b_lo, _ = lab.stats.paired_bootstrap(base, variant)
     assert b_lo > 0
 
 
 def test_verdict_follows_the_metric_direction():
-    assert study.verdict(1.0, 2.0, "lower") == "worse" and study.verdict(1.0, 2.0, "higher") == "better"
-    assert study.verdict(-2.0, -1.0, "lower") == "better" and study.verdict(-2.0, -1.0, "higher") == "worse"
-    assert study.verdict(-1.0, 2.0, "higher") == "no significant difference"
-    assert study.verdict(1.0, 2.0, "neither") == "higher" and study.verdict(-2.0, -1.0, "neither") == "lower"
+    assert lab.stats.verdict(1.0, 2.0, "lower") == "worse" and lab.stats.verdict(1.0, 2.0, "higher") == "better"
+    assert lab.stats.verdict(-2.0, -1.0, "lower") == "better" and lab.stats.verdict(-2.0, -1.0, "higher") == "worse"
+    assert lab.stats.verdict(-1.0, 2.0, "higher") == "no significant difference"
+    assert lab.stats.verdict(1.0, 2.0, "neither") == "higher" and lab.stats.verdict(-2.0, -1.0, "neither") == "lower"
     with pytest.raises(ValueError, match="better='up'"):
-        study.verdict(1.0, 2.0, "up")
+        lab.stats.verdict(1.0, 2.0, "up")
 
 
 # -----------------------------------------------------------------------------
@@ -101,7 +105,7 @@ def test_verdict_follows_the_metric_direction():
 def test_plan_names_grid_points_and_overrides(tmp_path):
     cfg_file = tmp_path / "tiny_enc.py"
     cfg_file.write_text("n_layer = 1\n")
-    runs = study.plan_runs([str(cfg_file)], [1, 2], str(tmp_path / "s"), sets=["max_iters=3"],
+    runs = lab.runs.plan_runs([str(cfg_file)], [1, 2], str(tmp_path / "s"), sets=["max_iters=3"],
                            grid=["n_loops=1,3", "pooling=cls,mean"])
     assert len(runs) == 8
     key = ("tiny_enc@n_loops=3,pooling=mean", 2)
@@ -110,24 +114,24 @@ def test_plan_names_grid_points_and_overrides(tmp_path):
     assert cfg["out_dir"] == os.path.join(str(tmp_path / "s"), "tiny_enc@n_loops=3,pooling=mean", "seed2")
     assert list(dict.fromkeys(n for n, _ in runs))[0] == "tiny_enc@n_loops=1,pooling=cls"  # the grid in order
     with pytest.raises(Exception, match="KEY=V1,V2"):
-        study.plan_runs([str(cfg_file)], [1, 2], "s", grid=["n_loops"])
+        lab.runs.plan_runs([str(cfg_file)], [1, 2], "s", grid=["n_loops"])
 
 
 def test_finished_means_same_config_and_not_interrupted(tmp_path):
     cfg = train.make_config([f"--out_dir={tmp_path}"])
-    assert study.finished_summary(cfg) is None
+    assert lab.runs.finished_summary(cfg) is None
     data.write_json(str(tmp_path / "summary.json"), {"stopped": "max_iters", "config": {**cfg, "init_from": "resume"}})
-    assert study.finished_summary(cfg)["stopped"] == "max_iters"  # init_from says how, not what
+    assert lab.runs.finished_summary(cfg)["stopped"] == "max_iters"  # init_from says how, not what
     data.write_json(str(tmp_path / "summary.json"), {"stopped": "max_iters", "config": {**cfg, "init_from": "a.bin"}})
-    assert study.finished_summary(cfg) is None  # starting from a checkpoint is another run
+    assert lab.runs.finished_summary(cfg) is None  # starting from a checkpoint is another run
     data.write_json(str(tmp_path / "summary.json"), {"stopped": "max_iters", "config": {**cfg, "seed": 2}})
-    assert study.finished_summary(cfg) is None
+    assert lab.runs.finished_summary(cfg) is None
     # a run made before the fused norms and AdamW were the defaults (another path to the same function) counts
     old = {k: v for k, v in cfg.items() if k not in ("norm_impl", "ffn_impl")}
     data.write_json(str(tmp_path / "summary.json"), {"stopped": "max_iters", "config": {**old, "adamw_impl": "torch"}})
-    assert study.finished_summary(cfg)["stopped"] == "max_iters"
+    assert lab.runs.finished_summary(cfg)["stopped"] == "max_iters"
     data.write_json(str(tmp_path / "summary.json"), {"stopped": "interrupted", "config": cfg})
-    assert study.finished_summary(cfg) is None
+    assert lab.runs.finished_summary(cfg) is None
 
 
 def fake_run(cfg, finished=True):
@@ -159,13 +163,13 @@ def test_a_record_written_meanwhile_by_another_study_is_kept(tmp_path, monkeypat
         rename(src, dst)
 
     monkeypatch.setattr(os, "rename", other_study_first)
-    assert study.save_record(cfg, record) is False
+    assert lab.runs.save_record(cfg, record) is False
     assert sorted(os.listdir(record)) == ["config.py", "log.jsonl", "summary.json", "theirs"]
     assert os.listdir(os.path.dirname(record)) == ["seed1"]  # no staging folder left behind
     monkeypatch.setattr(os, "rename", rename)
     os.makedirs(tmp_path / "records" / "seed2")  # a folder that holds no record is still refused
-    with pytest.raises(study.StudyError, match="holds no run record"):
-        study.save_record(cfg, str(tmp_path / "records" / "seed2"))
+    with pytest.raises(lab.plan.StudyError, match="holds no run record"):
+        lab.runs.save_record(cfg, str(tmp_path / "records" / "seed2"))
 
 
 def test_a_plan_edited_under_a_running_study_stops_it(tmp_path, monkeypatch):
@@ -176,7 +180,7 @@ def test_a_plan_edited_under_a_running_study_stops_it(tmp_path, monkeypatch):
     text = (f"out_root = 'out'\nseeds = [1]\ncells = [dict(name='a', configs={configs!r}, test_set='t', what='a'), "
             f"dict(name='b', configs={configs!r}, set=['max_iters=3'], test_set='t', what='b')]\n")
     (tmp_path / "plan.py").write_text(text)
-    plan = study.load_plan("plan.py")
+    plan = lab.plan.load_plan("plan.py")
     started = []
 
     def run_pending(runs, todo, jobs, check=None, recorded=None):  # cell a's runs: the plan is edited while they train
@@ -185,7 +189,7 @@ def test_a_plan_edited_under_a_running_study_stops_it(tmp_path, monkeypatch):
         (tmp_path / "plan.py").write_text(text.replace("max_iters=3", "max_iters=4"))
 
     monkeypatch.setattr(study, "run_pending", run_pending)
-    with pytest.raises(study.StudyError, match="plan.py changed since this study read it"):
+    with pytest.raises(lab.plan.StudyError, match="plan.py changed since this study read it"):
         study.run_plan(plan)
     assert started == [[("tiny_plain", 1), ("tiny_looped", 1)]]  # cell b's runs never started
 
@@ -196,7 +200,7 @@ def test_a_folder_holding_another_run_is_left_alone(tmp_path, capsys):
     a run of its config, else to the first that holds no run, and collection finds it there."""
     configs = write_tiny_configs(tmp_path, str(tmp_path / "data"))[:1]
     out_root = str(tmp_path / "s")
-    planned = {seed: cfg for (_, seed), (_, cfg, _) in study.plan_runs(configs, [1, 2, 3, 4], out_root).items()}
+    planned = {seed: cfg for (_, seed), (_, cfg, _) in lab.runs.plan_runs(configs, [1, 2, 3, 4], out_root).items()}
     before_the_edit = {seed: {**cfg, "max_iters": 5} for seed, cfg in planned.items()}
     fake_run(before_the_edit[1])
     fake_run(before_the_edit[2], finished=False)
@@ -208,7 +212,7 @@ def test_a_folder_holding_another_run_is_left_alone(tmp_path, capsys):
              for d, _, names in os.walk(out_root) for f in names}
     capsys.readouterr()
 
-    runs = study.plan_runs(configs, [1, 2, 3, 4], out_root)
+    runs = lab.runs.plan_runs(configs, [1, 2, 3, 4], out_root)
     folders = [runs[("tiny_plain", seed)][1]["out_dir"] for seed in (1, 2, 3, 4)]
     assert folders == [planned[1]["out_dir"] + "-2", planned[2]["out_dir"] + "-2", planned[3]["out_dir"] + "-3",
                        planned[4]["out_dir"] + "-2"]
@@ -221,8 +225,8 @@ def test_a_folder_holding_another_run_is_left_alone(tmp_path, capsys):
            f"it is; this run is in {folders[2]}\n" in out
     assert f"  tiny_plain seed 4: this run is in {folders[3]} ({planned[4]['out_dir']} holds no run)\n" in out
     assert len(out.splitlines()) == 4  # one line for each seed
-    assert study.finished_summary(runs[("tiny_plain", 3)][1]) is not None  # collected from seed3-3
-    with pytest.raises(study.StudyError, match=re.escape(f"2 runs are not finished (first: {folders[0]})")):
+    assert lab.runs.finished_summary(runs[("tiny_plain", 3)][1]) is not None  # collected from seed3-3
+    with pytest.raises(lab.plan.StudyError, match=re.escape(f"2 runs are not finished (first: {folders[0]})")):
         study.run_study(runs, collect_only=True)
     assert {p: open(p, "rb").read() for p in files} == files  # nothing of the old runs was touched
 
@@ -231,7 +235,7 @@ def test_a_failed_run_is_a_user_error_naming_its_train_out(tmp_path):
     """train.py refusing a run (here a schedule it does not know) stops the study with one line that says
     where to read why (a UserError: a plan goes on with its next cell)."""
     configs = write_tiny_configs(tmp_path, str(tmp_path / "data"))[:1]
-    runs = study.plan_runs(configs, [1, 2], str(tmp_path / "s"), sets=["scheduler='sometimes'"])
+    runs = lab.runs.plan_runs(configs, [1, 2], str(tmp_path / "s"), sets=["scheduler='sometimes'"])
     out_dir = runs[("tiny_plain", 1)][1]["out_dir"]
     failed = f"tiny_plain seed 1 failed (exit 1); see {out_dir}/train.out"
     with pytest.raises(configurator.UserError, match=re.escape(failed)):
@@ -260,9 +264,9 @@ def test_a_resumed_fine_tuning_run_is_the_run_it_continues(tiny_cfg, tmp_path, m
     train.train(tiny_cfg(out_dir=str(tmp_path / "pre"), max_epochs=1))
     planned = tiny_cfg(out_dir=str(tmp_path / "ft"), init_from=str(tmp_path / "pre" / "ckpt.pt"), max_epochs=2)
     train_until_interrupted(planned, monkeypatch)
-    assert study.can_resume(planned) and study.finished_summary(planned) is None
+    assert lab.runs.can_resume(planned) and lab.runs.finished_summary(planned) is None
     train.train({**planned, "init_from": "resume"})
-    assert study.finished_summary(planned)["config"]["init_from"] == planned["init_from"]
+    assert lab.runs.finished_summary(planned)["config"]["init_from"] == planned["init_from"]
     starts = [json.loads(line) for line in open(tmp_path / "ft" / "log.jsonl")]
     assert [r["config"]["init_from"] for r in starts if r["type"] == "start"] == [planned["init_from"]] * 2
 
@@ -288,7 +292,7 @@ def test_a_run_another_process_trains_is_skipped_not_started_again(tiny_dataset,
     """Two study.py on one plan: a run whose out_dir another process is training (its train.lock held) is
     left to it (its train.out not reopened, nothing started there), and the other runs go on."""
     configs = write_tiny_configs(tmp_path, tiny_dataset)
-    runs = study.plan_runs(configs[:1], [1, 2], str(tmp_path / "study"))
+    runs = lab.runs.plan_runs(configs[:1], [1, 2], str(tmp_path / "study"))
     theirs, ours = runs[("tiny_plain", 1)][1], runs[("tiny_plain", 2)][1]
     with train.out_dir_lock(theirs):
         with open(os.path.join(theirs["out_dir"], "train.out"), "w") as f:
@@ -317,7 +321,7 @@ def test_classification_study_runs_resumes_and_compares(tiny_dataset, tmp_path, 
     args = [*configs, "--seeds", "1", "2", "--out_root", out_root, "--jobs", "2"]
 
     # the interrupted run: the planned config, stopped by a Ctrl-C after its third step
-    planned = study.plan_runs(configs, [1, 2], out_root)[("tiny_plain", 1)][1]
+    planned = lab.runs.plan_runs(configs, [1, 2], out_root)[("tiny_plain", 1)][1]
     train_until_interrupted(planned, monkeypatch)
     capsys.readouterr()
 
@@ -433,21 +437,32 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys):
 # layering
 
 
-LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "data": 1, "evaluate": 2, "train": 3, "study": 4}
+# Every module of ours, by the layer it sits on: a module imports only modules of lower layers (on layer 0, any
+# other module of layer 0). The lesson's files at the bottom, the tooling (lab/) beside and above them, study.py on top.
+LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "lab.stats": 0, "data": 1, "evaluate": 2, "train": 3,
+          "lab.plan": 4, "lab.runs": 5, "lab.cells": 5, "lab.plots": 6, "lab.report": 7, "study": 8}
+
+
+def module_imports(path):
+    """The modules of ours a file imports, by dotted name ('lab.stats' for `from lab import stats` too)."""
+    names = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return names & set(LAYERS)
 
 
 def test_imports_run_one_way():
-    """configurator, model, kernels <- data <- evaluate <- train <- study: a module imports only
-    modules of a lower layer (evaluate.py never imports train.py; nothing imports study.py)."""
+    """configurator, model, kernels <- data <- evaluate <- train <- lab's plan, runs, cells, plots, report <- study:
+    a module imports only modules of a lower layer (evaluate.py never imports train.py; nothing imports study.py),
+    and every module of ours is in LAYERS."""
+    ours = {os.path.relpath(p, REPO_ROOT)[:-3].replace(os.sep, ".") for p in
+            glob.glob(os.path.join(REPO_ROOT, "*.py")) + glob.glob(os.path.join(REPO_ROOT, "lab", "*.py"))}
+    ours -= {"lab.__init__", "lab.plan_history_from_git"}  # a package's docstring; a script run once, by hand
+    assert ours == set(LAYERS), sorted(ours ^ set(LAYERS))
     for name, layer in LAYERS.items():
-        path = os.path.join(REPO_ROOT, f"{name}.py")
-        if not os.path.isfile(path):
-            continue  # kernels.py arrives with the Triton kernels
-        tree = ast.parse(open(path).read())
-        imported = {a.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
-        imported |= {node.module.split(".")[0] for node in ast.walk(tree)
-                     if isinstance(node, ast.ImportFrom) and node.module}
-        ours = imported & set(LAYERS)
-        assert all(LAYERS[m] < layer or (layer == 0 and m != name) for m in ours), (name, ours)
-    assert "train" in {n.names[0].name for n in ast.walk(ast.parse(open(os.path.join(REPO_ROOT, "study.py")).read()))
-                       if isinstance(n, ast.Import)}  # the check above does look at real imports
+        imported = module_imports(os.path.join(REPO_ROOT, *name.split(".")) + ".py")
+        assert all(LAYERS[m] < layer or (layer == 0 and m != name) for m in imported), (name, imported)
+    assert "train" in module_imports(os.path.join(REPO_ROOT, "study.py"))  # the check above sees real imports

@@ -13,6 +13,9 @@ import time
 
 import pytest
 
+import lab.plan
+import lab.plots
+import lab.report
 import study
 from conftest import REPO_ROOT
 from test_study import write_tiny_configs
@@ -129,7 +132,7 @@ def test_a_plan_mistake_stops_the_study_before_anything_runs(mistake, tmp_path, 
 
 def test_the_tiny_plan_itself_passes(tmp_path):
     """The plan the mistakes above are made in is valid: each of them is the one thing wrong."""
-    plan = study.load_plan(write_plan(tmp_path / "plan.py", tiny_plan(tmp_path)))
+    plan = lab.plan.load_plan(write_plan(tmp_path / "plan.py", tiny_plan(tmp_path)))
     assert [c["name"] for c in plan["cells"]] == ["a"] and plan["depth"] == ["a/tiny_looped"]
 
 
@@ -268,7 +271,7 @@ def test_a_report_with_more_finished_runs_is_kept(tmp_path, capsys):
         f"replace it anyway")
     assert report.read_text() == REPORT_TOP + "Finished runs: 3 of 4.\n"
     study.main(["--plan", plan, "--report", str(report), "--collect_only", "--allow_fewer"])
-    assert "\nFinished runs: 0 of 4.\n" in report.read_text() and study.reported_runs(str(report)) == 0
+    assert "\nFinished runs: 0 of 4.\n" in report.read_text() and lab.report.reported_runs(str(report)) == 0
     study.main(["--plan", plan, "--report", str(report), "--collect_only"])  # as many as before: written
     assert f"wrote {report}" in capsys.readouterr().out
 
@@ -297,7 +300,7 @@ def test_a_fresh_clone_writes_the_committed_results_again(tmp_path, monkeypatch)
     writes the committed RESULTS.md again byte for byte, and its plots pixel for pixel, from the committed
     run records in results/runs/, training and measuring nothing. Without the records it would hold no run,
     and the committed report, which holds more, is kept (refused in one line). The plots are drawn the same
-    on any CPU (study.tight_layout) but only by the Matplotlib that drew them: with another, their pixels
+    on any CPU (lab.plots.tight_layout) but only by the Matplotlib that drew them: with another, their pixels
     are not compared (the test says so, skipped)."""
     import matplotlib
 
@@ -309,7 +312,7 @@ def test_a_fresh_clone_writes_the_committed_results_again(tmp_path, monkeypatch)
     monkeypatch.setattr(study, "evaluate_script", lambda *a: pytest.fail("measured"))
     files = ["RESULTS.md", *(os.path.join(d, f) for d, _, fs in os.walk("results") for f in fs)]
     before = {p: open(p, "rb").read() for p in files}
-    committed = study.reported_runs("RESULTS.md")
+    committed = lab.report.reported_runs("RESULTS.md")
     assert committed > 0
     study.main(["--plan", "config/encoders_study.py", "--collect_only"])
     after = {os.path.join(d, f) for d, _, fs in os.walk("results") for f in fs}
@@ -335,7 +338,7 @@ def test_a_fresh_clone_writes_the_committed_results_again(tmp_path, monkeypatch)
 def test_the_plots_layout_does_not_depend_on_the_last_bit_of_log10(monkeypatch):
     """numpy's log10 rounds its last bit differently on different CPUs (its AVX-512 code and its AVX2 code),
     and tight_layout measures log axes through it: frontier_sst2_glue_compact.png came out with its right
-    panel one pixel column apart on another machine. study.tight_layout lays out two log panels like that
+    panel one pixel column apart on another machine. lab.plots.tight_layout lays out two log panels like that
     plot's (the same limits) the same when every log10 it takes is one bit off, either way at random."""
     import matplotlib
 
@@ -349,7 +352,7 @@ def test_the_plots_layout_does_not_depend_on_the_last_bit_of_log10(monkeypatch):
                                      (0.1722038826542939, 292368622.7277095)]):
             ax.set_xscale("log")
             ax.set_xlim(*limits)
-        study.tight_layout(fig, rect=(0, 0.04, 1, 1))
+        lab.plots.tight_layout(fig, rect=(0, 0.04, 1, 1))
         p = fig.subplotpars
         plt.close(fig)
         return [p.left, p.right, p.bottom, p.top, p.wspace, p.hspace]
@@ -369,7 +372,7 @@ def test_the_report_and_its_plots_are_written_together(tmp_path, monkeypatch):
     """The report and its plots are made in a temporary folder and moved into place only once all of them
     are there: a failure half-way leaves the old ones. The plots the old report showed and the new one does
     not are removed; nothing else in results/ is touched (results/runs/ holds committed run records)."""
-    plan = study.load_plan(write_plan(tmp_path / "plan.py", tiny_plan(tmp_path)))
+    plan = lab.plan.load_plan(write_plan(tmp_path / "plan.py", tiny_plan(tmp_path)))
     results = study.run_plan(plan, collect_only=True)
     report, plots = tmp_path / "RESULTS.md", tmp_path / "results"
     os.makedirs(plots / "runs")
@@ -380,21 +383,21 @@ def test_the_report_and_its_plots_are_written_together(tmp_path, monkeypatch):
     old_report = "old\n\n![a](results/old_cell.png)\n\n![b](results/curves.png)\n\n![c](results/runs/record.png)\n"
     report.write_text(old_report)
 
-    def draw_plots(plan, results, timing, depth, folder, label):  # one plot, made as study.draw_plots makes it
+    def draw_plots(plan, results, timing, depth, folder, label):  # one plot, made as lab.plots.draw_plots makes it
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, "curves.png"), "wb") as f:
             f.write(b"the new learning curves")
         return [("Learning curves", os.path.join(folder, "curves.png"))]
 
-    monkeypatch.setattr(study, "draw_plots", draw_plots)
+    monkeypatch.setattr(lab.report, "draw_plots", draw_plots)
     with monkeypatch.context() as m:  # a failure after the plots are drawn
-        m.setattr(study, "run_conditions", lambda results: 1 / 0)
+        m.setattr(lab.report, "run_conditions", lambda results: 1 / 0)
         with pytest.raises(ZeroDivisionError):
-            study.write_report(plan, results, {}, {}, str(report))
+            lab.report.write_report(plan, results, {}, {}, str(report))
     assert report.read_text() == old_report and {n: (plots / n).read_bytes() for n in old} == old
     assert sorted(os.listdir(tmp_path)) == ["RESULTS.md", "plan.py", "results", "tiny_looped.py", "tiny_plain.py"]
 
-    study.write_report(plan, results, {}, {}, str(report))
+    lab.report.write_report(plan, results, {}, {}, str(report))
     assert "![Learning curves](results/curves.png)" in report.read_text()
     assert (plots / "curves.png").read_bytes() == b"the new learning curves"
     assert not (plots / "old_cell.png").exists()

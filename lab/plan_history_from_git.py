@@ -3,10 +3,10 @@ How the first lines of plan_history.jsonl were written: from the repository's hi
 keep the file itself (before then, nothing recorded which rules and seed counts were in force when a cell's data
 began). Run from the repository's root on a full clone; it prints the lines, it writes nothing:
 
-    python results/runs/plan_history_from_git.py > results/runs/plan_history.jsonl
+    python lab/plan_history_from_git.py > results/runs/plan_history.jsonl
 
 - The plan as it stood: config/encoders_study.py at each commit that changed it, read as study.py reads a plan,
-  with study.plan_snapshot's fields (each cell's seeds; each verdict's terms, rule and margin). A line "plan changed"
+  with lab.runs.plan_snapshot's fields (each cell's seeds; each verdict's terms, rule and margin). A line "plan changed"
   for each commit whose snapshot differs from the one before, dated by the commit.
 - "first run" of a cell: the first commit that added a file under results/runs/<cell>/ (a record; records moved
   away since, as the first small-cell runs were to results/superseded/, count), with the plan of that commit.
@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.getcwd())
-import study  # noqa: E402
+from lab.runs import plan_snapshot  # noqa: E402
 
 PLAN = "config/encoders_study.py"
 NON_INFERIORITY_FROM = "3ac67f6"  # the commit whose study.py read a conclusion's margin as non-inferiority
@@ -40,7 +40,7 @@ def commits(*paths, added=False):
 
 
 def snapshot(commit):
-    """study.plan_snapshot of the plan at `commit`, its conclusions' margins as the verdicts they were read as."""
+    """plan_snapshot of the plan at `commit`, its conclusions' margins as the verdicts they were read as."""
     namespace = {"__file__": os.path.abspath(PLAN)}
     exec(compile(git("show", f"{commit}:{PLAN}"), PLAN, "exec"), namespace)
     plan = {"seeds": [1, 2, 3], **{k: v for k, v in namespace.items() if not k.startswith("_")}}
@@ -53,7 +53,7 @@ def snapshot(commit):
             verdicts.append(dict(claim=f"recurrent keeps the baseline's accuracy: {cell}", a=judged["a"],
                                  b=judged["b"], rule="equivalence" if older else "non-inferiority",
                                  margin=conclusion["margin"]))
-    return study.plan_snapshot({**plan, "verdicts": verdicts})
+    return plan_snapshot({**plan, "verdicts": verdicts})
 
 
 def main():
