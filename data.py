@@ -1068,7 +1068,8 @@ def unseen_words(texts, novel, block_size, n=UNSEEN_WORDS, seed=1337):
     in `novel` (the novel's words: neither as a word nor inside a hyphenated one, as bathing in bathing-place)
     and that fit the models' context as the novel's words do (word, [EOS], [SOS] and translation in
     block_size tokens); a seeded sample of n of them (all if fewer), sorted. A novel word may be a part of
-    one of them (action-packed). Returns (the sample, how many words qualified)."""
+    one of them (action-packed): hyphen_parts tells those compounds apart. Returns (the sample, how many
+    words qualified)."""
     in_novel = pieces(novel)
     candidates = [w for w in novel_words("\n".join(texts))
                   if w not in in_novel and len(w) + len(pig_latin(w)) + 2 <= block_size]
@@ -1090,6 +1091,25 @@ def split_novel(words, seed, n_val, n_test):
     val, test = [free[i] for i in order[:n_val]], [free[i] for i in order[n_val:n_val + n_test]]
     held_out = set(val) | set(test)
     return {"train": [w for w in words if w not in held_out], "val": sorted(val), "test": sorted(test)}
+
+
+def hyphen_parts(word, taught):
+    """For a hyphenated word, whether every part occurs in training ('known parts': `taught`, the pieces of
+    the training words, holds each) or not ('new parts'); None for a word without hyphens. A compound of
+    known parts tests the rule for hyphens alone; one with a new part tests the single-word rules too."""
+    if "-" not in word:
+        return None
+    return "known parts" if all(p in taught for p in word.split("-")) else "new parts"
+
+
+def hyphen_part_groups(split):
+    """hyphen_parts of each source word of a Pig Latin split that knows what was taught (its `taught`, the
+    pieces of its dataset's training words, which Dataset sets on the held-out splits); else None."""
+    taught = getattr(split, "taught", None)
+    if taught is None or getattr(split, "vocab", None) != PIG_LATIN_VOCAB:
+        return None
+    codec = CharCodec(PIG_LATIN_VOCAB)
+    return [hyphen_parts(codec.decode(split[i][0]), taught) for i in range(len(split))]
 
 
 class PairSplit:
@@ -1189,6 +1209,7 @@ def prepare_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS
     imdb = archive_file("imdb", mirror)
     reviews = [text for half in ("train", "test") for text, _, _ in read_imdb(imdb, half)]
     split["unseen"], n_candidates = unseen_words(reviews, words, block_size, n_unseen, seed)
+    taught = pieces(split["train"])
     codec = CharCodec(PIG_LATIN_VOCAB)
     os.makedirs(out_dir, exist_ok=True)
     counts = {}
@@ -1198,6 +1219,9 @@ def prepare_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS
         rules = [pig_latin_rule(w) for w, _ in pairs]
         counts[k] = {"n": len(pairs), "rules": {r: rules.count(r) for r in sorted(set(rules))},
                      "max_word": max(len(w) for w, _ in pairs), "max_translation": max(len(t) for _, t in pairs)}
+        if k != "train":  # the held-out compounds by whether their parts were taught (hyphen_parts)
+            groups = [g for g in (hyphen_parts(w, taught) for w in chosen) if g]
+            counts[k]["hyphenated_parts"] = {g: groups.count(g) for g in ("known parts", "new parts")}
     n_inside = len(set(words) & {p for w in words for p in word_pieces(w) if p != w})  # split_novel's `inside`
     meta = {"dataset": "piglatin", "task": "seq2seq", "tokenizer": "char", "vocab": PIG_LATIN_VOCAB,
             "vocab_size": len(PIG_LATIN_VOCAB), "block_size": block_size, "seed": seed,
@@ -1217,8 +1241,9 @@ def prepare_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS
               f"{n_candidates:,} words of {len(reviews):,} IMDB reviews that occur nowhere in the novel (not even "
               f"inside a word) and fit block_size")
         for k, c in counts.items():
+            parts = f"  hyphenated: {c['hyphenated_parts']}" if "hyphenated_parts" in c else ""
             print(f"  {k:6s} {c['n']:5,d} words  {c['rules']}  longest word {c['max_word']}, "
-                  f"translation {c['max_translation']}")
+                  f"translation {c['max_translation']}{parts}")
     return meta
 
 
@@ -1475,7 +1500,8 @@ def has_split(folder, split):
 
 class Dataset:
     """A prepared dataset folder, read back: `meta` (its meta.json), `task`, and `splits`
-    ({name: ClassificationSplit or TokenSplit}, memory-mapped)."""
+    ({name: ClassificationSplit, TokenSplit or PairSplit}, memory-mapped; Pig Latin's held-out splits also
+    hold `taught`, the pieces of the training words)."""
 
     def __init__(self, folder):
         self.folder = folder
@@ -1487,6 +1513,13 @@ class Dataset:
         reader, names = TASK_SPLITS[self.task]
         names += tuple(s for s in EXTRA_SPLITS.get(self.task, ()) if has_split(folder, s))
         self.splits = {s: reader(folder, s) for s in names}
+        if self.meta.get("vocab") == PIG_LATIN_VOCAB:  # each held-out split knows what was taught, to group its
+            # compounds by whether their parts occur in training (hyphen_part_groups)
+            train, codec = self.splits["train"], CharCodec(PIG_LATIN_VOCAB)
+            taught = pieces(codec.decode(train[i][0]) for i in range(len(train)))
+            for name, split in self.splits.items():
+                if name != "train":
+                    split.taught = taught
 
     def facts(self):
         """What the data fixes about a model: the vocabulary size, the number of classes (0 for a

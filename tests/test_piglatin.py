@@ -36,10 +36,11 @@ The brown conditioning is yellow; XV. Tête-à-tête. Every quiet queen quoted e
 
 
 # the fake IMDB reviews the unseen words come from: new words of each rule, words the novel has (brown,
-# quite), one too long for the context, a possessive and a word with a digit (neither is a word here)
+# quite), one too long for the context, a possessive and a word with a digit (neither is a word here), and a
+# compound of a word that is a part of the novel's compounds (good-good: good always trains)
 REVIEWS = ["A well-made film, brown and quite gripping; its over-the-top ending rocks.<br />Strange but fun.",
            "Xkcd fans: the antidisestablishmentarianism-supercalifragilistic gag is old. Director's cut.",
-           "Utterly awful, yet rhythm and yellow-green scenes: eight out of ten. Sci-fi r2d2 bits."]
+           "Utterly awful, yet rhythm and yellow-green scenes: eight out of ten. Sci-fi r2d2 bits. A good-good cast."]
 
 
 def imdb_tgz(reviews=REVIEWS):
@@ -721,6 +722,47 @@ def test_seq2seq_figures_of_a_model_that_gets_some_words_right():
     assert got["n_chars"] == sum(len(data.pig_latin(w)) + 1 for w in words)
     assert got["char_accuracy"] == pytest.approx(char_accuracy) and 0 < char_accuracy < 1
     assert got["loss"] == pytest.approx(loss, rel=1e-5)
+
+
+class ShortFirstPartModel(RuleModel):
+    """RuleModel, except that it translates a hyphenated word right when its first part has at most 2 letters."""
+
+    @staticmethod
+    def answer(word):
+        return data.pig_latin(word) if len(word.split("-")[0]) <= 2 else RuleModel.answer(word)
+
+
+def test_hyphenated_words_grouped_by_whether_their_parts_were_taught():
+    """A held-out split's compounds apart by whether every part occurs in training (a training word, or a part
+    of a hyphenated one: bred from ill-bred), each group's word accuracy counted by hand."""
+    taught = data.pieces(["brown", "is", "mr", "self", "ill-bred"])
+    words = ["is-mr", "self-bred", "ex-boss", "xylo-phone", "up-to-brown", "brown", "mr"]
+    assert [data.hyphen_parts(w, taught) for w in words] == [
+        "known parts", "known parts", "new parts", "new parts", "new parts", None, None]
+    codec = RuleModel.codec
+    split = data.PairList([(codec.encode(w), codec.encode(data.pig_latin(w))) for w in words], data.PIG_LATIN_VOCAB)
+    groups = lambda got: {k: v for k, v in got.items() if k.startswith("word_accuracy_hyphenated_")}  # noqa: E731
+    assert groups(evaluate.evaluate_seq2seq(ShortFirstPartModel(), split, "cpu", nullcontext())) == {}  # untold
+    split.taught = taught
+    got = evaluate.evaluate_seq2seq(ShortFirstPartModel(), split, "cpu", nullcontext(), batch_size=3)
+    # right: is-mr (known), ex-boss and up-to-brown (new), brown and mr; wrong: self-bred, xylo-phone
+    assert groups(got) == {"word_accuracy_hyphenated_known_parts": 1 / 2, "word_accuracy_hyphenated_new_parts": 2 / 3}
+    assert got["word_accuracy_hyphenated"] == 3 / 5 and got["word_accuracy"] == 4 / 7
+
+
+def test_prepared_held_out_splits_know_what_was_taught(pig_data):
+    """Dataset gives each held-out split the pieces of the training words; meta.json counts each held-out
+    split's compounds of known and of new parts as the evaluator groups them."""
+    ds = data.Dataset(pig_data)
+    codec = data.CharCodec(data.PIG_LATIN_VOCAB)
+    train_words = [codec.decode(ds.splits["train"][i][0]) for i in range(len(ds.splits["train"]))]
+    assert not hasattr(ds.splits["train"], "taught")
+    for name in ("val", "test", "unseen"):
+        assert ds.splits[name].taught == data.pieces(train_words)
+        groups = data.hyphen_part_groups(ds.splits[name])
+        assert ds.meta["counts"][name]["hyphenated_parts"] == {g: groups.count(g) for g in ("known parts", "new parts")}
+    unseen = ds.meta["counts"]["unseen"]["hyphenated_parts"]
+    assert unseen == {"known parts": 1, "new parts": 4}  # good-good; well-made, over-the-top, yellow-green, sci-fi
 
 
 def test_seq2seq_report_of_a_model_that_gets_some_words_right(pig_data, tmp_path, monkeypatch, capsys):
