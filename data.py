@@ -1055,7 +1055,7 @@ def word_pieces(word):
     return {"-".join(parts[i:j]) for i in range(len(parts)) for j in range(i + 1, len(parts) + 1)}
 
 
-def pieces(words):
+def pieces_of(words):
     """Every piece (word_pieces) of every word: all that occurs in these words."""
     return set().union(*map(word_pieces, words))
 
@@ -1070,7 +1070,7 @@ def unseen_words(texts, novel, block_size, n=UNSEEN_WORDS, seed=1337):
     block_size tokens); a seeded sample of n of them (all if fewer), sorted. A novel word may be a part of
     one of them (action-packed): hyphen_parts tells those compounds apart. Returns (the sample, how many
     words qualified)."""
-    in_novel = pieces(novel)
+    in_novel = pieces_of(novel)
     candidates = [w for w in novel_words("\n".join(texts))
                   if w not in in_novel and len(w) + len(pig_latin(w)) + 2 <= block_size]
     rng = np.random.default_rng([seed, 23])  # a stream of its own: the novel's split does not depend on it
@@ -1209,7 +1209,7 @@ def prepare_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS
     imdb = archive_file("imdb", mirror)
     reviews = [text for half in ("train", "test") for text, _, _ in read_imdb(imdb, half)]
     split["unseen"], n_candidates = unseen_words(reviews, words, block_size, n_unseen, seed)
-    taught = pieces(split["train"])
+    taught = pieces_of(split["train"])
     codec = CharCodec(PIG_LATIN_VOCAB)
     os.makedirs(out_dir, exist_ok=True)
     counts = {}
@@ -1516,7 +1516,7 @@ class Dataset:
         if self.meta.get("vocab") == PIG_LATIN_VOCAB:  # each held-out split knows what was taught, to group its
             # compounds by whether their parts occur in training (hyphen_part_groups)
             train, codec = self.splits["train"], CharCodec(PIG_LATIN_VOCAB)
-            taught = pieces(codec.decode(train[i][0]) for i in range(len(train)))
+            taught = pieces_of(codec.decode(train[i][0]) for i in range(len(train)))
             for name, split in self.splits.items():
                 if name != "train":
                     split.taught = taught
