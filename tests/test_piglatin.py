@@ -679,6 +679,35 @@ def test_hyphen_compounds_are_made_of_training_words_and_teach_no_held_out_word(
         data.hyphen_compounds(train_split, 2.0, seed=3, block_size=12)
 
 
+def test_the_run_keeps_held_out_words_out_of_its_compounds():
+    """train.py's seq2seq stream hands every held-out split's words (val, test, unseen) to hyphen_compounds as
+    words it may not make. Here the six training words can form many held-out words as compounds (every
+    pair in alphabetical order is held out, in one split or another); left to itself, the generator makes
+    some of each split's, so a run that forgot a split would teach them."""
+    plain = ["brown", "is", "mr", "quite", "self", "yellow"]
+    pairs = [f"{a}-{b}" for a in plain for b in plain if a < b]  # 15 compounds of training words
+    held_out = {"val": pairs[0::3], "test": pairs[1::3], "unseen": pairs[2::3]}
+    codec = data.CharCodec(data.PIG_LATIN_VOCAB)
+    split = lambda words: data.PairList([(codec.encode(w), codec.encode(data.pig_latin(w))) for w in words],  # noqa
+                                        data.PIG_LATIN_VOCAB)
+    dataset = SimpleNamespace(splits={"train": split(plain), **{k: split(v) for k, v in held_out.items()}})
+    cfg = {**train.make_config(["--model=encdec"]), "dataset": "fake", "hyphen_compounds": 3.0, "seed": 1,
+           "batch_size": 4}
+    model_cfg = M.EncDecConfig(vocab_size=30, block_size=43)
+
+    def taught(stream_split):
+        words = [codec.decode(stream_split[i][0]) for i in range(len(stream_split))]
+        return words, data.pieces_of(words)
+
+    # the fixture can catch a leak: without the exclusions, the same compounds teach words of every held-out split
+    unguarded = taught(data.hyphen_compounds(dataset.splits["train"], 3.0, cfg["seed"], model_cfg.block_size))[1]
+    assert all(set(words) & unguarded for words in held_out.values())
+    words, inside = taught(train.TASKS["seq2seq"].stream(dataset, model_cfg, cfg).split)
+    assert len(words) == len(plain) + 18 and words[:len(plain)] == plain
+    for name, held in held_out.items():
+        assert not set(held) & inside, f"{name} words taught: {sorted(set(held) & inside)}"
+
+
 def test_training_with_compounds(pig_data, tmp_path, capsys):
     """hyphen_compounds in a run: the stream holds the training words and the compounds, no held-out word
     among them or inside them; the key is refused for a task that does not read it, and out of range."""
