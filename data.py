@@ -1081,10 +1081,10 @@ def unseen_words(texts, novel, block_size, n=UNSEEN_WORDS, seed=1337):
 def split_novel(words, seed, n_val, n_test):
     """The novel's words split into train, val and test (sorted lists) so that no validation or test word
     occurs in another word of the novel, whole or inside it, and so in no word of another split: a word that
-    is part of another word (re in re-read, century in eighteenth-century, bathing-place in
-    sea-bathing-place) always trains, and the validation and test words are drawn at random (seeded) from
-    the rest. Training words may still be parts of a held-out
-    compound (good-humoured in test, good in training): that tests the rule for hyphens on known words."""
+    is part of another word (century in eighteenth-century, self in self-conceit; in-law would be, beside
+    son-in-law) always trains, and the validation and test words are drawn at random (seeded) from the
+    rest. Training words may still be parts of a held-out compound (good-humoured in test, good in
+    training): that tests the rule for hyphens on known words."""
     inside = {p for w in words for p in word_pieces(w) if p != w}  # the pieces of other words
     free = [w for w in words if w not in inside]
     order = np.random.default_rng(seed).permutation(len(free))

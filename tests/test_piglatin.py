@@ -3,7 +3,8 @@ The Pig Latin study: the rules and the dataset (data.py), the encoder-decoder an
 the seq2seq task (train.py) and its evaluation, error analysis and pictures (evaluate.py).
 
 Models are tiny (width 16-32) and the dataset is built from a short fake novel, so every test runs in
-seconds on a CPU; one test reads the real mirror's novel and checks the counts the README gives.
+seconds on a CPU; one test reads the real mirror's novel and checks the counts the README gives and its
+split, and one checks the prepared data/piglatin's four splits against each other (skipped if not prepared).
 """
 
 import io
