@@ -1047,19 +1047,69 @@ def pig_latin_rules(split):
     return [pig_latin_rule(codec.decode(split[i][0])) for i in range(len(split))]
 
 
+def word_pieces(word):
+    """The runs of a word's hyphenated parts, the word itself included: good-humoured -> {good-humoured, good,
+    humoured}; sea-bathing-place -> also sea-bathing and bathing-place. A word occurs in another (whole or
+    inside it) when it is one of the other's pieces."""
+    parts = word.split("-")
+    return {"-".join(parts[i:j]) for i in range(len(parts)) for j in range(i + 1, len(parts) + 1)}
+
+
+def pieces_of(words):
+    """Every piece (word_pieces) of every word: all that occurs in these words."""
+    return set().union(*map(word_pieces, words))
+
+
 UNSEEN_WORDS = 3000  # the unseen split's size: a seeded sample of the review words the novel lacks
 
 
-def unseen_words(texts, known, block_size, n=UNSEEN_WORDS, seed=1337):
-    """The unseen-word test set: distinct words of `texts`, cleaned by novel_words' rule, that are not in
-    `known` (the novel's words) and that fit the models' context as the novel's words do (word, [EOS],
-    [SOS] and translation in block_size tokens); a seeded sample of n of them (all if fewer), sorted.
-    Returns (the sample, how many words qualified)."""
+def unseen_words(texts, novel, block_size, n=UNSEEN_WORDS, seed=1337):
+    """The unseen-word test set: distinct words of `texts`, cleaned by novel_words' rule, that occur nowhere
+    in `novel` (the novel's words: neither as a word nor inside a hyphenated one, as bathing in bathing-place)
+    and that fit the models' context as the novel's words do (word, [EOS], [SOS] and translation in
+    block_size tokens); a seeded sample of n of them (all if fewer), sorted. A novel word may be a part of
+    one of them (action-packed): hyphen_parts tells those compounds apart. Returns (the sample, how many
+    words qualified)."""
+    in_novel = pieces_of(novel)
     candidates = [w for w in novel_words("\n".join(texts))
-                  if w not in known and len(w) + len(pig_latin(w)) + 2 <= block_size]
-    rng = np.random.default_rng([seed, 23])  # a stream of its own: the novel's split stays as it was
+                  if w not in in_novel and len(w) + len(pig_latin(w)) + 2 <= block_size]
+    rng = np.random.default_rng([seed, 23])  # a stream of its own: the novel's split does not depend on it
     pick = rng.choice(len(candidates), size=min(n, len(candidates)), replace=False)
     return sorted(candidates[i] for i in pick), len(candidates)
+
+
+def split_novel(words, seed, n_val, n_test):
+    """The novel's words split into train, val and test (sorted lists) so that no validation or test word
+    occurs in another word of the novel, whole or inside it, and so in no word of another split: a word that
+    is part of another word (century in eighteenth-century, self in self-conceit; in-law would be, beside
+    son-in-law) always trains, and the validation and test words are drawn at random (seeded) from the
+    rest. Training words may still be parts of a held-out compound (good-humoured in test, good in
+    training): that tests the rule for hyphens on known words."""
+    inside = {p for w in words for p in word_pieces(w) if p != w}  # the pieces of other words
+    free = [w for w in words if w not in inside]
+    order = np.random.default_rng(seed).permutation(len(free))
+    val, test = [free[i] for i in order[:n_val]], [free[i] for i in order[n_val:n_val + n_test]]
+    held_out = set(val) | set(test)
+    return {"train": [w for w in words if w not in held_out], "val": sorted(val), "test": sorted(test)}
+
+
+def hyphen_parts(word, taught):
+    """For a hyphenated word, whether every part occurs in training ('known parts': `taught`, the pieces of
+    the training words, holds each) or not ('new parts'); None for a word without hyphens. A compound of
+    known parts tests the rule for hyphens alone; one with a new part tests the single-word rules too."""
+    if "-" not in word:
+        return None
+    return "known parts" if all(p in taught for p in word.split("-")) else "new parts"
+
+
+def hyphen_part_groups(split):
+    """hyphen_parts of each source word of a Pig Latin split that knows what was taught (its `taught`, the
+    pieces of its dataset's training words, which Dataset sets on the held-out splits); else None."""
+    taught = getattr(split, "taught", None)
+    if taught is None or getattr(split, "vocab", None) != PIG_LATIN_VOCAB:
+        return None
+    codec = CharCodec(PIG_LATIN_VOCAB)
+    return [hyphen_parts(codec.decode(split[i][0]), taught) for i in range(len(split))]
 
 
 class PairSplit:
@@ -1107,22 +1157,24 @@ def hyphen_compounds(train, share, seed, block_size, exclude=()):
     of them, each 2 (three times in four) or 3 plain training words joined by hyphens, source to source
     and translation to translation. Nothing here knows the rules: that a compound's translation is its
     parts' translations joined is what the model is to learn from these pairs (the hyphenated words of
-    the novel alone are too few: 148 in training). Seeded; a compound must fit block_size (as the data's
-    words do) and be none of the words in `exclude` (val, test, unseen: no held-out word is taught) or
-    of the training words. Returns a PairList: train's pairs, then the compounds."""
+    the novel alone are too few: 138 in training). Seeded; a compound must fit block_size (as the data's
+    words do), be no training word, and hold none of the words in `exclude` (val, test, unseen: no held-out
+    word is taught), whole or inside it (brand-new-house would teach a held-out brand-new). Returns a
+    PairList: train's pairs, then the compounds."""
     codec = CharCodec(train.vocab)
     pairs = [(codec.decode(s), codec.decode(t)) for s, t in (train[i] for i in range(len(train)))]
     plain = [p for p in pairs if "-" not in p[0]]
-    taken = set(exclude) | {w for w, _ in pairs}
+    taken, excluded = {w for w, _ in pairs}, set(exclude)
     rng = np.random.default_rng([seed, 1342])
     want, made, tries = round(share * len(pairs)), [], 0
     while len(made) < want:
         tries += 1
         if tries > 100 * want + 1000:
-            raise DataError(f"hyphen_compounds: only {len(made)} of {want} compounds fit block_size {block_size}")
+            raise DataError(f"hyphen_compounds: only {len(made)} of {want} compounds fit block_size {block_size} "
+                            f"and hold no excluded word")
         parts = [plain[i] for i in rng.choice(len(plain), size=2 if rng.random() < 0.75 else 3)]
         word, translation = "-".join(w for w, _ in parts), "-".join(t for _, t in parts)
-        if word in taken or len(word) + len(translation) + 2 > block_size:
+        if word in taken or word_pieces(word) & excluded or len(word) + len(translation) + 2 > block_size:
             continue
         taken.add(word)
         made.append((word, translation))
@@ -1141,46 +1193,57 @@ def write_pairs(folder, split, pairs, codec):
 
 def prepare_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS, verbose=True, **_ignored):
     """Build data/piglatin from the distinct words of Pride and Prejudice: each word with its Pig Latin,
-    split 80/10/10 at random by word (seeded), so no word is in two splits. Beside them, `unseen`:
-    n_unseen words of the IMDB reviews (both halves) that the novel never holds (unseen_words), to
-    tell a model that learnt the rules from one that learnt the novel's words. Characters are the tokens:
-    [PAD], [SOS], [EOS], '-', a-z (30 ids). block_size in meta.json is the longest sequence a model
-    reads: word [EOS] [SOS] translation, the decoder-only layout. Returns the meta dict."""
+    split 80/10/10 by word (split_novel: seeded, and a word that is part of another word always trains),
+    so no word is in two splits and no validation or test word occurs inside another word of the novel.
+    Beside them, `unseen`: n_unseen words of the IMDB reviews (both halves) that occur nowhere in the novel,
+    not even inside a word (unseen_words), to tell a model that learnt the rules from one that
+    learnt the novel's words. Characters are the tokens: [PAD], [SOS], [EOS], '-', a-z (30 ids).
+    block_size in meta.json is the longest sequence a model reads: word [EOS] [SOS] translation, the
+    decoder-only layout. Returns the meta dict."""
     out_dir = out_dir or dataset_dir("piglatin")
     (raw,) = fetch("pride_and_prejudice", mirror).values()
     words = novel_words(raw.decode("utf-8"))
     block_size = max(len(w) + len(pig_latin(w)) + 2 for w in words)
+    n_val = n_test = len(words) // 10
+    split = split_novel(words, seed, n_val, n_test)
     imdb = archive_file("imdb", mirror)
     reviews = [text for half in ("train", "test") for text, _, _ in read_imdb(imdb, half)]
-    unseen, n_candidates = unseen_words(reviews, set(words), block_size, n_unseen, seed)
-    order = np.random.default_rng(seed).permutation(len(words))
-    n_val = n_test = len(words) // 10
-    parts = {"train": order[n_val + n_test:], "val": order[:n_val], "test": order[n_val:n_val + n_test]}
+    split["unseen"], n_candidates = unseen_words(reviews, words, block_size, n_unseen, seed)
+    taught = pieces_of(split["train"])
     codec = CharCodec(PIG_LATIN_VOCAB)
     os.makedirs(out_dir, exist_ok=True)
     counts = {}
-    for k, chosen in [*((k, [words[i] for i in sorted(idx)]) for k, idx in parts.items()), ("unseen", unseen)]:
+    for k, chosen in split.items():
         pairs = [(w, pig_latin(w)) for w in chosen]
         write_pairs(out_dir, k, pairs, codec)
         rules = [pig_latin_rule(w) for w, _ in pairs]
         counts[k] = {"n": len(pairs), "rules": {r: rules.count(r) for r in sorted(set(rules))},
                      "max_word": max(len(w) for w, _ in pairs), "max_translation": max(len(t) for _, t in pairs)}
+        if k != "train":  # the held-out compounds by whether their parts were taught (hyphen_parts)
+            groups = [g for g in (hyphen_parts(w, taught) for w in chosen) if g]
+            counts[k]["hyphenated_parts"] = {g: groups.count(g) for g in ("known parts", "new parts")}
+    n_inside = len(set(words) & {p for w in words for p in word_pieces(w) if p != w})  # split_novel's `inside`
     meta = {"dataset": "piglatin", "task": "seq2seq", "tokenizer": "char", "vocab": PIG_LATIN_VOCAB,
             "vocab_size": len(PIG_LATIN_VOCAB), "block_size": block_size, "seed": seed,
             "specials": {"pad": PAD, "sos": SOS, "eos": EOS}, "words": len(words), "counts": counts,
+            "split": {"rule": "a word that is part of another word of the novel always trains; val and test are "
+                              "drawn at random from the rest; unseen words occur nowhere in the novel, not even "
+                              "inside a hyphenated word", "parts_always_train": n_inside},
             "unseen": {"from": f"the IMDB reviews, both halves ({len(reviews):,})", "qualified": n_candidates,
-                       "sample": len(unseen)},
+                       "sample": len(split["unseen"])},
             "rules": "vowel-initial +way; else the consonants before the first vowel (y a vowel after the first "
                      "letter; qu together) to the end +ay; no vowel +ay; hyphenated words part by part",
             "sources": {"pride_and_prejudice": SOURCES["pride_and_prejudice"], "imdb": SOURCES["imdb"]}}
     write_meta(out_dir, meta)
     if verbose:
-        print(f"piglatin: {len(words):,} distinct words -> {out_dir} (30 tokens, block_size {block_size}); unseen: "
-              f"{len(unseen):,} of the {n_candidates:,} words of {len(reviews):,} IMDB reviews that the novel lacks "
-              f"and that fit block_size")
+        print(f"piglatin: {len(words):,} distinct words -> {out_dir} (30 tokens, block_size {block_size}); "
+              f"{n_inside} are parts of other words and always train; unseen: {len(split['unseen']):,} of the "
+              f"{n_candidates:,} words of {len(reviews):,} IMDB reviews that occur nowhere in the novel (not even "
+              f"inside a word) and fit block_size")
         for k, c in counts.items():
+            parts = f"  hyphenated: {c['hyphenated_parts']}" if "hyphenated_parts" in c else ""
             print(f"  {k:6s} {c['n']:5,d} words  {c['rules']}  longest word {c['max_word']}, "
-                  f"translation {c['max_translation']}")
+                  f"translation {c['max_translation']}{parts}")
     return meta
 
 
@@ -1437,7 +1500,8 @@ def has_split(folder, split):
 
 class Dataset:
     """A prepared dataset folder, read back: `meta` (its meta.json), `task`, and `splits`
-    ({name: ClassificationSplit or TokenSplit}, memory-mapped)."""
+    ({name: ClassificationSplit, TokenSplit or PairSplit}, memory-mapped; Pig Latin's held-out splits also
+    hold `taught`, the pieces of the training words)."""
 
     def __init__(self, folder):
         self.folder = folder
@@ -1449,6 +1513,13 @@ class Dataset:
         reader, names = TASK_SPLITS[self.task]
         names += tuple(s for s in EXTRA_SPLITS.get(self.task, ()) if has_split(folder, s))
         self.splits = {s: reader(folder, s) for s in names}
+        if self.meta.get("vocab") == PIG_LATIN_VOCAB:  # each held-out split knows what was taught, to group its
+            # compounds by whether their parts occur in training (hyphen_part_groups)
+            train, codec = self.splits["train"], CharCodec(PIG_LATIN_VOCAB)
+            taught = pieces_of(codec.decode(train[i][0]) for i in range(len(train)))
+            for name, split in self.splits.items():
+                if name != "train":
+                    split.taught = taught
 
     def facts(self):
         """What the data fixes about a model: the vocabulary size, the number of classes (0 for a

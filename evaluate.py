@@ -193,6 +193,9 @@ SEQ2SEQ_METRICS = {
     # Pig Latin: word accuracy by the rule a word falls under (data.pig_latin_rule), where the split has such words
     **{f"word_accuracy_{r.replace(' ', '_')}": Metric(f"word accuracy, {r} words", "higher")
        for r in ("consonant", "vowel", "no vowel", "hyphenated")},
+    # and its hyphenated words by whether every part occurs in training (data.hyphen_parts), on a held-out split
+    **{f"word_accuracy_hyphenated_{g.replace(' ', '_')}": Metric(f"word accuracy, hyphenated words of {g}", "higher")
+       for g in ("known parts", "new parts")},
 }
 MLM_METRICS = {
     "loss": Metric("masked-token loss", "lower", "loss"), "accuracy": Metric("masked-token accuracy", "higher", "acc"),
@@ -363,9 +366,12 @@ def evaluate_seq2seq(model, split, device, ctx, batch_size=256):
     predictions = translate_split(model, split, device, ctx, batch_size)
     right = [pred == split[j][1].tolist() for j, pred in enumerate(predictions)]
     by_rule = accuracy_by(data.pig_latin_rules(split) or [], right)  # Pig Latin words: each rule's words apart
+    parts = data.hyphen_part_groups(split) or []  # its compounds of known parts and of new ones apart
+    by_parts = accuracy_by([g for g in parts if g], [ok for g, ok in zip(parts, right) if g])
     return {"loss": loss_sum / n_chars, "word_accuracy": sum(right) / len(split), "char_accuracy": correct / n_chars,
-            **{f"word_accuracy_{k.replace(' ', '_')}": v["accuracy"] for k, v in by_rule.items()}, "n": len(split),
-            "n_chars": n_chars, "predictions": predictions}
+            **{f"word_accuracy_{k.replace(' ', '_')}": v["accuracy"] for k, v in by_rule.items()},
+            **{f"word_accuracy_hyphenated_{k.replace(' ', '_')}": v["accuracy"] for k, v in by_parts.items()},
+            "n": len(split), "n_chars": n_chars, "predictions": predictions}
 
 
 @torch.no_grad()

@@ -1,7 +1,7 @@
 # Pig Latin with the encoder-decoder transformer: the write-up's best small setting ("Beast Small":
 # 2 encoder + 2 decoder layers, width 64, 8 heads, trainable sinusoidal positions, cosine schedule,
 # weight decay 0.01, batch 128, lr 3e-3, 100 epochs). 139,328 parameters (the write-up: 143 K).
-# python train.py config/piglatin_transformer.py        (7 to 12 min on one CPU core; test word accuracy 0.98)
+# python train.py config/piglatin_transformer.py        (6.5 to 12 min on one CPU core; test word accuracy 0.977)
 dataset = "piglatin"  # prepared into data/piglatin on first use (words of Pride and Prejudice)
 model = "encdec"
 out_dir = "out/piglatin_transformer"

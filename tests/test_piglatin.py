@@ -3,7 +3,8 @@ The Pig Latin study: the rules and the dataset (data.py), the encoder-decoder an
 the seq2seq task (train.py) and its evaluation, error analysis and pictures (evaluate.py).
 
 Models are tiny (width 16-32) and the dataset is built from a short fake novel, so every test runs in
-seconds on a CPU; one test reads the real mirror's novel and checks the counts the README gives.
+seconds on a CPU; one test reads the real mirror's novel and checks the counts the README gives and its
+split, and one checks the prepared data/piglatin's four splits against each other (skipped if not prepared).
 """
 
 import io
@@ -36,10 +37,12 @@ The brown conditioning is yellow; XV. Tête-à-tête. Every quiet queen quoted e
 
 
 # the fake IMDB reviews the unseen words come from: new words of each rule, words the novel has (brown,
-# quite), one too long for the context, a possessive and a word with a digit (neither is a word here)
+# quite), one too long for the context, a possessive and a word with a digit (neither is a word here), and a
+# compound of a word that is a part of the novel's compounds (good-good: good always trains), and a word the
+# novel has only inside a compound (grounds, of pleasure-grounds: not unseen)
 REVIEWS = ["A well-made film, brown and quite gripping; its over-the-top ending rocks.<br />Strange but fun.",
-           "Xkcd fans: the antidisestablishmentarianism-supercalifragilistic gag is old. Director's cut.",
-           "Utterly awful, yet rhythm and yellow-green scenes: eight out of ten. Sci-fi r2d2 bits."]
+           "Xkcd fans: the antidisestablishmentarianism-supercalifragilistic gag is old. Director's cut. Grounds!",
+           "Utterly awful, yet rhythm and yellow-green scenes: eight out of ten. Sci-fi r2d2 bits. A good-good cast."]
 
 
 def imdb_tgz(reviews=REVIEWS):
@@ -114,12 +117,92 @@ def test_novel_words_keeps_plain_and_hyphenated_words_only():
 
 
 # -----------------------------------------------------------------------------
+# which words may be in which split
+
+
+def split_words(ds):
+    codec = data.CharCodec(data.PIG_LATIN_VOCAB)
+    return {k: [codec.decode(s[i][0]) for i in range(len(s))] for k, s in ds.splits.items()}
+
+
+def check_no_held_out_word_occurs_elsewhere(splits):
+    """The split's rule, for every pair of splits: no word is in two splits, and no held-out word (val, test,
+    unseen) occurs in a word of another split, whole or inside it (data.word_pieces). A training word may be
+    a part of a held-out compound (a compound of known words), and an unseen compound may hold any novel
+    word (the novel's val and test words are as new to the model as the review's own). Returns the words
+    found inside another split's words, by (outer split, inner split)."""
+    inside = {}
+    for outer in splits:
+        outer_pieces = data.pieces_of(splits[outer])
+        for inner in splits:
+            if inner == outer:
+                continue
+            assert not set(splits[outer]) & set(splits[inner]), f"words in {outer} and in {inner}"
+            inside[outer, inner] = set(splits[inner]) & outer_pieces
+            if inner != "train" and outer != "unseen":
+                assert not inside[outer, inner], f"{inner} words inside {outer} words: {sorted(inside[outer, inner])}"
+    return inside
+
+
+def test_word_pieces():
+    assert data.word_pieces("brown") == {"brown"}
+    assert data.word_pieces("re-read") == {"re-read", "re", "read"}
+    assert data.word_pieces("sea-bathing-place") == {"sea-bathing-place", "sea-bathing", "bathing-place", "sea",
+                                                     "bathing", "place"}  # not sea-place: it is not in the word
+    assert data.pieces_of(["re-read", "read", "a-b"]) == {"re-read", "re", "read", "a-b", "a", "b"}
+
+
+NOVEL_WORDS = sorted(["re", "read", "re-read", "bathing", "place", "bathing-place", "sea-bathing", "sea-bathing-place",
+                      "century", "eighteenth-century", "good", "good-humoured", "ill-bred", "self", "conceit",
+                      "self-conceit", "brown", "is", "quite", "yellow", "mr", "rhythm", "equal", "square", "strong",
+                      "thoughtful", "house", "garden", "letter", "sister", "walk", "ball"])
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_split_novel_trains_every_word_that_is_part_of_another(seed):
+    """A word that is part of another word (re, read, bathing, sea-bathing, century, good, self, conceit, ...)
+    is always a training word; val and test are drawn from the rest, at their sizes; a training word may be
+    part of a held-out compound."""
+    split = data.split_novel(NOVEL_WORDS, seed, 4, 5)
+    assert [len(split[k]) for k in ("val", "test")] == [4, 5] and sorted(sum(split.values(), [])) == NOVEL_WORDS
+    parts = {"re", "read", "bathing", "place", "sea-bathing", "century", "good", "self", "conceit"}
+    assert parts <= set(split["train"])
+    check_no_held_out_word_occurs_elsewhere(split)
+    assert all(split[k] == sorted(split[k]) for k in split)
+    assert split == data.split_novel(NOVEL_WORDS, seed, 4, 5)
+    assert {k: v for k, v in split.items() if k != "train"} != \
+        {k: v for k, v in data.split_novel(NOVEL_WORDS, seed + 10, 4, 5).items() if k != "train"}
+
+
+def test_unseen_words_occur_nowhere_in_the_novel():
+    """A review word that is a novel word, or a part of one (bathing, re, sea-bathing), is not unseen; one that
+    holds a novel word (bathing-suit, brown-ish) is, and so is one that only spells like it (rereading)."""
+    texts = ["Bathing, re and read; sea-bathing at the bathing-suit place-holder.", "Brown-ish brown; rereading."]
+    novel = ["bathing-place", "re-read", "sea-bathing-place", "brown"]
+    got, qualified = data.unseen_words(texts, novel, 43)
+    assert got == ["and", "at", "bathing-suit", "brown-ish", "place-holder", "rereading", "the"] and qualified == 7
+    sample, _ = data.unseen_words(texts, novel, 43, n=3)
+    assert len(sample) == 3 and set(sample) < set(got) and sample == data.unseen_words(texts, novel, 43, n=3)[0]
+
+
+def test_the_pair_check_catches_the_old_leaks():
+    """check_no_held_out_word_occurs_elsewhere fails on each leak the first split had."""
+    for leaky in ({"train": ["eighteenth-century"], "test": ["century"]},  # a test word inside a training compound
+                  {"train": ["bathing-place"], "unseen": ["bathing"]},  # an unseen one
+                  {"train": ["self"], "val": ["self"]}):  # a word in two splits
+        with pytest.raises(AssertionError):
+            check_no_held_out_word_occurs_elsewhere(leaky)
+    allowed = {"train": ["good", "humoured"], "test": ["good-humoured"], "unseen": ["good-humoured-ish"]}
+    assert check_no_held_out_word_occurs_elsewhere(allowed)["test", "train"] == {"good", "humoured"}
+
+
+# -----------------------------------------------------------------------------
 # the prepared dataset
 
 
 def test_unseen_split_holds_review_words_the_novel_lacks(pig_data):
-    """The unseen split: every word of the fake reviews that the novel lacks and that fits the context,
-    with its translation, never a word of the novel; its composition by rule in meta.json."""
+    """The unseen split: every word of the fake reviews that occurs nowhere in the novel (not even inside a
+    compound) and that fits the context, with its translation; its composition by rule in meta.json."""
     ds = data.Dataset(pig_data)
     assert list(ds.splits) == ["train", "val", "test", "unseen"]
     codec, split = data.CharCodec(data.PIG_LATIN_VOCAB), ds.splits["unseen"]
@@ -129,8 +212,8 @@ def test_unseen_split_holds_review_words_the_novel_lacks(pig_data):
     novel, block = set(data.novel_words(TEXT)), ds.meta["block_size"]
     everything = data.novel_words(" ".join(REVIEWS).replace("<br />", "\n"))
     fits = [w for w in everything if len(w) + len(data.pig_latin(w)) + 2 <= block]
-    assert words == sorted(w for w in fits if w not in novel)  # fewer than UNSEEN_WORDS: all of them
-    assert not novel & set(words) and {"brown", "quite"} <= set(everything) - set(words)
+    assert words == sorted(w for w in fits if w not in data.pieces_of(novel))  # fewer than UNSEEN_WORDS: all
+    assert not novel & set(words) and {"brown", "quite", "grounds"} <= set(everything) - set(words)
     assert {"well-made", "over-the-top", "xkcd", "utterly", "yellow-green", "sci-fi"} <= set(words)
     assert "antidisestablishmentarianism-supercalifragilistic" in set(everything) - set(fits)
     assert not {"director", "directors", "br", "r2d2"} & set(words)  # a possessive is left out; <br /> is no word
@@ -155,8 +238,8 @@ def test_unseen_sample_is_seeded_and_leaves_the_novel_split_alone(novel_mirror, 
     assert set(a["unseen"]) < set(every["unseen"])
     assert all(a[k] == every[k] for k in ("train", "val", "test"))  # the sample's size leaves the novel's split
     n_val = len(data.novel_words(TEXT)) // 10
-    order = np.random.default_rng(1).permutation(len(data.novel_words(TEXT)))
-    assert a["val"] == sorted(data.novel_words(TEXT)[i] for i in order[:n_val])  # as before the unseen split
+    novel = data.split_novel(data.novel_words(TEXT), 1, n_val, n_val)
+    assert all(a[k] == novel[k] for k in ("train", "val", "test"))  # the novel's split alone, unseen words aside
 
 
 def test_a_folder_without_the_unseen_split_still_reads(pig_data):
@@ -186,6 +269,7 @@ def test_prepare_splits_are_disjoint_and_decode(pig_data):
     n = len(seen)
     assert (len(ds.splits["val"]), len(ds.splits["test"])) == (n // 10, n // 10)
     assert ds.meta["block_size"] == max(len(w) + len(data.pig_latin(w)) + 2 for w in seen)
+    check_no_held_out_word_occurs_elsewhere(split_words(ds))
 
 
 def test_prepare_is_deterministic_and_seeded(novel_mirror, tmp_path):
@@ -198,14 +282,42 @@ def test_prepare_is_deterministic_and_seeded(novel_mirror, tmp_path):
     assert a == b and a != words(str(tmp_path / "c"), 2)
 
 
-def test_real_novel_counts():
-    """The mirror's Pride and Prejudice: the counts the README states."""
+def real_novel_words():
     mirror = os.environ["DATA_MIRROR"]
     if not os.path.isfile(os.path.join(mirror, REL)):
         pytest.skip(f"no {REL} in {mirror}")
     raw = data.fetch(NOVEL, mirror)[REL]  # sha256 checked
-    words = data.novel_words(raw.decode("utf-8"))
+    return data.novel_words(raw.decode("utf-8"))
+
+
+def test_real_novel_counts():
+    """The mirror's Pride and Prejudice: the counts the README states, and its split by the rule."""
+    words = real_novel_words()
     assert len(words) == 6829 and sum("-" in w for w in words) == 188
+    split = data.split_novel(words, 1337, 682, 682)
+    assert [len(split[k]) for k in ("train", "val", "test")] == [5465, 682, 682]
+    inside = {p for w in words for p in data.word_pieces(w) if p != w} & set(words)
+    assert len(inside) == 191 and inside <= set(split["train"])
+    assert {"century", "eighteenth", "self"} <= inside  # the reviewer's cases (test and val words before) train now
+    assert {"bathing", "re"} <= data.pieces_of(words) - set(words)  # (unseen before): parts of novel compounds
+    check_no_held_out_word_occurs_elsewhere(split)
+
+
+def test_real_prepared_split_teaches_no_held_out_word():
+    """The prepared data/piglatin (python data.py piglatin, from the mirror), every pair of its four splits:
+    the rule holds, and the only words inside another split's words are the ones it allows, of which the real
+    data has each kind. A folder prepared by the old rule fails here: rebuild it."""
+    folder = data.dataset_dir("piglatin")
+    if not os.path.isfile(os.path.join(folder, "meta.json")):
+        pytest.skip(f"{folder} is not prepared (python data.py piglatin)")
+    splits = split_words(data.Dataset(folder))
+    words = real_novel_words()
+    assert {k: v for k, v in splits.items() if k != "unseen"} == data.split_novel(words, 1337, 682, 682), \
+        f"{folder} was prepared by another split rule: python data.py piglatin rebuilds it"
+    assert len(splits["unseen"]) == 3000 and not set(splits["unseen"]) & data.pieces_of(words)
+    inside = check_no_held_out_word_occurs_elsewhere(splits)
+    assert {pair for pair, found in inside.items() if found} == {
+        ("val", "train"), ("test", "train"), ("unseen", "train"), ("unseen", "val"), ("unseen", "test")}
 
 
 def test_download_path_and_corrupt_file(novel_mirror, monkeypatch, tmp_path):
@@ -558,7 +670,7 @@ def test_hyphen_compounds_are_made_of_training_words_and_teach_no_held_out_word(
         parts = word.split("-")
         assert 2 <= len(parts) <= 3 and all(p in plain for p in parts)  # plain training words only
         assert translation == "-".join(plain[p] for p in parts) == data.pig_latin(word)
-        assert word not in ("self-conceit", "is-mr") and len(word) + len(translation) + 2 <= 30
+        assert not data.word_pieces(word) & {"self-conceit", "is-mr"} and len(word) + len(translation) + 2 <= 30
     assert list(made.lengths) == [len(w) for w, _ in pairs]
     again = data.hyphen_compounds(train_split, 2.0, seed=3, block_size=30, exclude=["self-conceit", "is-mr"])
     assert [again[i][0].tolist() for i in range(len(again))] == [made[i][0].tolist() for i in range(len(made))]
@@ -568,9 +680,38 @@ def test_hyphen_compounds_are_made_of_training_words_and_teach_no_held_out_word(
         data.hyphen_compounds(train_split, 2.0, seed=3, block_size=12)
 
 
+def test_the_run_keeps_held_out_words_out_of_its_compounds():
+    """train.py's seq2seq stream hands every held-out split's words (val, test, unseen) to hyphen_compounds as
+    words it may not make. Here the six training words can form many held-out words as compounds (every
+    pair in alphabetical order is held out, in one split or another); left to itself, the generator makes
+    some of each split's, so a run that forgot a split would teach them."""
+    plain = ["brown", "is", "mr", "quite", "self", "yellow"]
+    pairs = [f"{a}-{b}" for a in plain for b in plain if a < b]  # 15 compounds of training words
+    held_out = {"val": pairs[0::3], "test": pairs[1::3], "unseen": pairs[2::3]}
+    codec = data.CharCodec(data.PIG_LATIN_VOCAB)
+    split = lambda words: data.PairList([(codec.encode(w), codec.encode(data.pig_latin(w))) for w in words],  # noqa
+                                        data.PIG_LATIN_VOCAB)
+    dataset = SimpleNamespace(splits={"train": split(plain), **{k: split(v) for k, v in held_out.items()}})
+    cfg = {**train.make_config(["--model=encdec"]), "dataset": "fake", "hyphen_compounds": 3.0, "seed": 1,
+           "batch_size": 4}
+    model_cfg = M.EncDecConfig(vocab_size=30, block_size=43)
+
+    def taught(stream_split):
+        words = [codec.decode(stream_split[i][0]) for i in range(len(stream_split))]
+        return words, data.pieces_of(words)
+
+    # the fixture can catch a leak: without the exclusions, the same compounds teach words of every held-out split
+    unguarded = taught(data.hyphen_compounds(dataset.splits["train"], 3.0, cfg["seed"], model_cfg.block_size))[1]
+    assert all(set(words) & unguarded for words in held_out.values())
+    words, inside = taught(train.TASKS["seq2seq"].stream(dataset, model_cfg, cfg).split)
+    assert len(words) == len(plain) + 18 and words[:len(plain)] == plain
+    for name, held in held_out.items():
+        assert not set(held) & inside, f"{name} words taught: {sorted(set(held) & inside)}"
+
+
 def test_training_with_compounds(pig_data, tmp_path, capsys):
-    """hyphen_compounds in a run: the stream holds the training words and the compounds, none of them a
-    held-out word; the key is refused for a task that does not read it, and out of range."""
+    """hyphen_compounds in a run: the stream holds the training words and the compounds, no held-out word
+    among them or inside them; the key is refused for a task that does not read it, and out of range."""
     cfg = pig_cfg(pig_data, tmp_path, "encdec", hyphen_compounds=0.5, max_epochs=1)
     ds = data.Dataset(pig_data)
     stream = train.TASKS["seq2seq"].stream(ds, M.EncDecConfig(vocab_size=30, block_size=43), cfg)
@@ -579,7 +720,7 @@ def test_training_with_compounds(pig_data, tmp_path, capsys):
     codec = data.CharCodec(data.PIG_LATIN_VOCAB)
     held_out = {codec.decode(s[i][0]) for k, s in ds.splits.items() if k != "train" for i in range(len(s))}
     taught = {codec.decode(stream.split[i][0]) for i in range(len(stream.split))}
-    assert not taught & held_out and sum("-" in w for w in taught) >= round(0.5 * n_train)
+    assert not data.pieces_of(taught) & held_out and sum("-" in w for w in taught) >= round(0.5 * n_train)
     summary = train.train(cfg)
     assert "hyphen_compounds: " in capsys.readouterr().out
     assert summary["unseen_n"] == len(ds.splits["unseen"]) and "unseen_word_accuracy_hyphenated" in summary
@@ -721,6 +862,47 @@ def test_seq2seq_figures_of_a_model_that_gets_some_words_right():
     assert got["n_chars"] == sum(len(data.pig_latin(w)) + 1 for w in words)
     assert got["char_accuracy"] == pytest.approx(char_accuracy) and 0 < char_accuracy < 1
     assert got["loss"] == pytest.approx(loss, rel=1e-5)
+
+
+class ShortFirstPartModel(RuleModel):
+    """RuleModel, except that it translates a hyphenated word right when its first part has at most 2 letters."""
+
+    @staticmethod
+    def answer(word):
+        return data.pig_latin(word) if len(word.split("-")[0]) <= 2 else RuleModel.answer(word)
+
+
+def test_hyphenated_words_grouped_by_whether_their_parts_were_taught():
+    """A held-out split's compounds apart by whether every part occurs in training (a training word, or a part
+    of a hyphenated one: bred from ill-bred), each group's word accuracy counted by hand."""
+    taught = data.pieces_of(["brown", "is", "mr", "self", "ill-bred"])
+    words = ["is-mr", "self-bred", "ex-boss", "xylo-phone", "up-to-brown", "brown", "mr"]
+    assert [data.hyphen_parts(w, taught) for w in words] == [
+        "known parts", "known parts", "new parts", "new parts", "new parts", None, None]
+    codec = RuleModel.codec
+    split = data.PairList([(codec.encode(w), codec.encode(data.pig_latin(w))) for w in words], data.PIG_LATIN_VOCAB)
+    groups = lambda got: {k: v for k, v in got.items() if k.startswith("word_accuracy_hyphenated_")}  # noqa: E731
+    assert groups(evaluate.evaluate_seq2seq(ShortFirstPartModel(), split, "cpu", nullcontext())) == {}  # untold
+    split.taught = taught
+    got = evaluate.evaluate_seq2seq(ShortFirstPartModel(), split, "cpu", nullcontext(), batch_size=3)
+    # right: is-mr (known), ex-boss and up-to-brown (new), brown and mr; wrong: self-bred, xylo-phone
+    assert groups(got) == {"word_accuracy_hyphenated_known_parts": 1 / 2, "word_accuracy_hyphenated_new_parts": 2 / 3}
+    assert got["word_accuracy_hyphenated"] == 3 / 5 and got["word_accuracy"] == 4 / 7
+
+
+def test_prepared_held_out_splits_know_what_was_taught(pig_data):
+    """Dataset gives each held-out split the pieces of the training words; meta.json counts each held-out
+    split's compounds of known and of new parts as the evaluator groups them."""
+    ds = data.Dataset(pig_data)
+    codec = data.CharCodec(data.PIG_LATIN_VOCAB)
+    train_words = [codec.decode(ds.splits["train"][i][0]) for i in range(len(ds.splits["train"]))]
+    assert not hasattr(ds.splits["train"], "taught")
+    for name in ("val", "test", "unseen"):
+        assert ds.splits[name].taught == data.pieces_of(train_words)
+        groups = data.hyphen_part_groups(ds.splits[name])
+        assert ds.meta["counts"][name]["hyphenated_parts"] == {g: groups.count(g) for g in ("known parts", "new parts")}
+    unseen = ds.meta["counts"]["unseen"]["hyphenated_parts"]
+    assert unseen == {"known parts": 1, "new parts": 4}  # good-good; well-made, over-the-top, yellow-green, sci-fi
 
 
 def test_seq2seq_report_of_a_model_that_gets_some_words_right(pig_data, tmp_path, monkeypatch, capsys):
