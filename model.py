@@ -295,8 +295,10 @@ class KVCache:
         shape at every position: the caller's key mask hides what is not written yet."""
         if torch.is_tensor(start):
             pos = start + torch.arange(k.size(2), device=k.device)
-            self.k.index_copy_(2, pos, k)
-            self.v.index_copy_(2, pos, v)
+            # in the cache's dtype, as the slice assignment below stores them: under autocast the keys come in
+            # bf16 and the cache holds the parameters' float32, and index_copy_ takes only equal dtypes
+            self.k.index_copy_(2, pos, k.to(self.k.dtype))
+            self.v.index_copy_(2, pos, v.to(self.v.dtype))
             return self.k, self.v
         end = start + k.size(2)
         if end > self.k.size(2):

@@ -188,6 +188,20 @@ def test_the_compiled_step_decodes_as_the_eager_one(traced_compile, static, kw):
         m.generate([[1]], 3, mode="fast")
 
 
+def test_the_static_step_decodes_under_bf16_autocast(traced_compile):
+    """The CUDA-graph step (forced on the CPU) under bf16 autocast, as `evaluate.py --dtype bfloat16` runs
+    generate: the keys arrive in bf16 and the cache holds float32, and the step stores them as the eager step
+    does (index_copy_ refused the mix). Greedy tokens equal the eager step's under the same autocast."""
+    traced_compile(True)
+    m = tiny_llama()
+    prompts = [[1, 5, 9, 2, 7], [1, 3]]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert m.layers[0].attn.wk(torch.ones(1, 32)).dtype == torch.bfloat16  # what reaches the cache
+        eager = m.generate(prompts, 12, temperature=0)
+        compiled = m.generate(prompts, 12, temperature=0, mode="compiled")
+    assert compiled == eager and len(set(eager[0])) > 2
+
+
 def test_epsilon_sampling_never_draws_a_filtered_token():
     probs = torch.tensor([0.5, 0.3, 0.15, 0.04, 0.01])
     logits = probs.log().expand(20000, 5)
