@@ -867,7 +867,9 @@ def compile_step(step, static):
            and, from batch size 2 on, every batch size.
       static (CUDA): every token replays one CUDA graph (mode 'reduce-overhead'), which needs the same
            shapes every time: the position is a (1,) tensor and the whole cache is attended to, its
-           unwritten keys masked out (`real`: True on the cache positions that are not padding)."""
+           unwritten keys masked out (`real`: True on the cache positions that are not padding). A graph
+           replays on the addresses it was recorded with, so the cache is the model's, kept from call to
+           call (`static_cache`)."""
     if not static:
         options = {"cpp_wrapper": True} if COMPILE_BACKEND == "inductor" else None
         return torch.compile(step, backend=COMPILE_BACKEND, fullgraph=True, dynamic=True, options=options)
@@ -877,6 +879,28 @@ def compile_step(step, static):
         return step(idx, pos, key_mask, cache)
     mode = "reduce-overhead" if COMPILE_BACKEND == "inductor" else None
     return torch.compile(static_step, backend=COMPILE_BACKEND, mode=mode, fullgraph=True, dynamic=False)
+
+
+def static_cache(model, batch_size):
+    """The KV cache of the static (CUDA-graph) decode step: one per batch size (and device, dtype), kept on the
+    model and zeroed for each call, as a new one would start. A CUDA graph replays on the addresses it was
+    recorded with; a new cache per call made the graph record again at every generate (and at every window a
+    char GPT restarts), and past torch's limit of re-recordings it runs without graphs. The whole context
+    long, so that its shape never changes. Held while the model lives: stories260K's is 0.66 MB per row of
+    the batch; `model.__dict__.pop('_static_caches')` lets them go."""
+    caches = model.__dict__.setdefault("_static_caches", {})  # not a submodule: never saved or moved
+    p = model.tok_emb.weight
+    key = (batch_size, p.device, p.dtype)
+    if key not in caches:
+        caches[key] = model.new_cache(batch_size, model.cfg.block_size)
+        for c in caches[key]:  # written in place, never copied
+            torch._dynamo.mark_static_address(c.k)
+            torch._dynamo.mark_static_address(c.v)
+    else:
+        for c in caches[key]:
+            c.k.zero_()
+            c.v.zero_()
+    return caches[key]
 
 
 def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager"):
@@ -892,11 +916,9 @@ def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager")
     B, total = idx.shape
     dev = idx.device
     static = mode == "compiled" and dev.type in STATIC_DECODE
-    cache = None
+    cache = compiled = None
     if use_cache:
-        # a static step needs one cache length for every call, so that its graph never changes: the context
-        cache = model.new_cache(B, model.cfg.block_size if static else total)
-    compiled = None
+        cache = static_cache(model, B) if static else model.new_cache(B, total)
     if use_cache and mode == "compiled":
         steps = model.__dict__.setdefault("_compiled_steps", {})  # not a submodule: never saved or moved
         key = (dev.type, static, COMPILE_BACKEND)
@@ -904,9 +926,6 @@ def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager")
             steps[key] = compile_step(model.step, static)
         compiled = steps[key]
         if static:
-            for c in cache:  # CUDA graphs replay on fixed addresses: the cache is written in place, never copied
-                torch._dynamo.mark_static_address(c.k)
-                torch._dynamo.mark_static_address(c.v)
             real = torch.ones(B, cache[0].k.size(2), dtype=torch.bool, device=dev)
             if mask is not None:
                 real[:, :total] = mask

@@ -202,6 +202,31 @@ def test_the_static_step_decodes_under_bf16_autocast(traced_compile):
     assert compiled == eager and len(set(eager[0])) > 2
 
 
+def test_the_static_step_keeps_one_cache_and_one_graph(traced_compile, monkeypatch):
+    """10 generate calls of one batch size on the CUDA-graph path (forced on the CPU) allocate the KV cache once
+    and write it in place at one address, and compile once: a CUDA graph replays on the addresses it recorded,
+    so a cache per call would record the graph again at every call. The same tokens come back each time."""
+    traced_compile(True)
+    made = []
+    real_init = model.KVCache.__init__
+
+    def counting_init(self, *args, **kwargs):
+        made.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(model.KVCache, "__init__", counting_init)
+    m = tiny_llama()
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    outs, addresses = [], set()
+    for _ in range(10):
+        outs.append(m.generate([[1, 5, 9], [1, 3]], 8, temperature=0, mode="compiled"))
+        addresses.add(tuple(c.k.data_ptr() for c in made))
+    assert len(made) == m.cfg.n_layer and len(addresses) == 1  # one cache per layer, once
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert all(out == outs[0] for out in outs) and outs[0] == m.generate([[1, 5, 9], [1, 3]], 8, temperature=0)
+
+
 def test_epsilon_sampling_never_draws_a_filtered_token():
     probs = torch.tensor([0.5, 0.3, 0.15, 0.04, 0.01])
     logits = probs.log().expand(20000, 5)
