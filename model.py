@@ -857,28 +857,51 @@ COMPILE_BACKEND = "inductor"  # tests use dynamo's 'eager' backend: the same gra
 
 
 def compile_step(step, static):
-    """torch.compile of a causal model's one-token decode step, `step(idx, start, key_mask, cache)`.
+    """torch.compile of a causal model's one-token decode step, `step(idx, start, key_mask, cache)`, as
+    `decode` calls it: compiled(idx (B, 1), position, mask, cache).
 
     A small model's token costs calls, not arithmetic: stories260K's step is ~330 PyTorch operations of a
     few microseconds each. Compiled, the step is a handful of fused kernels called in one go.
       dynamic (CPU): inductor's C++ kernels, called from its C++ wrapper (no Python between them). The
-           position is an int and attention reads only the keys written so far; one graph serves every
-           position from 2 on (torch.compile specializes the sizes 0 and 1: `decode` runs those eagerly)
-           and, from batch size 2 on, every batch size.
+           position is an int, the mask the whole (B, L) one (cut to the keys so far inside the graph), and
+           attention reads only the keys written so far; one graph serves every position from 2 on
+           (torch.compile specializes the sizes 0 and 1: `decode` runs those eagerly) and, from batch size 2
+           on, every batch size (`mark_decode_sizes` says which sizes vary).
       static (CUDA): every token replays one CUDA graph (mode 'reduce-overhead'), which needs the same
            shapes every time: the position is a (1,) tensor and the whole cache is attended to, its
            unwritten keys masked out (`real`: True on the cache positions that are not padding). A graph
            replays on the addresses it was recorded with, so the cache is the model's, kept from call to
            call (`static_cache`)."""
     if not static:
+        def dynamic_step(idx, pos, mask, cache):
+            return step(idx, pos, None if mask is None else mask[:, :pos + 1], cache)  # (B, pos + 1): keys so far
         options = {"cpp_wrapper": True} if COMPILE_BACKEND == "inductor" else None
-        return torch.compile(step, backend=COMPILE_BACKEND, fullgraph=True, dynamic=True, options=options)
+        return torch.compile(dynamic_step, backend=COMPILE_BACKEND, fullgraph=True, dynamic=True, options=options)
 
     def static_step(idx, pos, real, cache):
         key_mask = real & (torch.arange(real.size(1), device=real.device) <= pos)  # (B, L): written, not padding
         return step(idx, pos, key_mask, cache)
     mode = "reduce-overhead" if COMPILE_BACKEND == "inductor" else None
     return torch.compile(static_step, backend=COMPILE_BACKEND, mode=mode, fullgraph=True, dynamic=False)
+
+
+def mark_decode_sizes(tok, mask, cache):
+    """The sizes a dynamic decode step sees vary or stay, said to torch.compile: the batch, the cache's length
+    and the mask's width vary, each a symbol of its own; the key/value heads and the head size are the model's.
+    Left to dynamic=True alone, sizes that happen to be equal at the first call share one symbol (dynamo's
+    "duck sizing"), and the model's constants then pin them: a first batch of 2 beside 2 key/value heads, of 8
+    beside a head size of 8, or equal to the token's offset in its row, made a graph for that batch alone, and
+    the next batch size compiled again. (maybe_mark_dynamic: a batch of 1 is specialized, as it must be.)"""
+    torch._dynamo.maybe_mark_dynamic(tok, 0)  # (B, 1), its own storage: no offset in a longer row
+    if mask is not None:
+        for d in (0, 1):  # (B, L)
+            torch._dynamo.maybe_mark_dynamic(mask, d)
+    for c in cache:
+        for buf in (c.k, c.v):  # (B, nkv, L, hs)
+            for d in (0, 2):
+                torch._dynamo.maybe_mark_dynamic(buf, d)
+            for d in (1, 3):
+                torch._dynamo.mark_static(buf, d)
 
 
 def static_cache(model, batch_size):
@@ -929,6 +952,9 @@ def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager")
             real = torch.ones(B, cache[0].k.size(2), dtype=torch.bool, device=dev)
             if mask is not None:
                 real[:, :total] = mask
+        else:
+            tok = idx.new_empty(B, 1)  # each step's input token, copied here
+            mark_decode_sizes(tok, mask, cache)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     end = P
     for t in range(P, total):
@@ -942,7 +968,7 @@ def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager")
         elif static:
             logits = compiled(idx[:, t - 1:t], torch.tensor([t - 1], device=dev), real, cache)
         else:
-            logits = compiled(idx[:, t - 1:t], t - 1, key_mask, cache)
+            logits = compiled(tok.copy_(idx[:, t - 1:t]), t - 1, mask, cache)
         idx[:, t] = pick(logits)
         end = t + 1
         if eos_id is not None:

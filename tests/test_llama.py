@@ -202,6 +202,21 @@ def test_the_static_step_decodes_under_bf16_autocast(traced_compile):
     assert compiled == eager and len(set(eager[0])) > 2
 
 
+def test_one_dynamic_graph_whatever_the_first_batch_equals(traced_compile):
+    """The dynamic step compiles once for every batch size from 2 on, also when its first batch happens to equal
+    one of the model's sizes or the prompt's length: 2 key/value heads, a head size of 8, a prompt of 3 tokens.
+    (dynamo gave equal sizes one symbol, so such a first batch made a graph for itself, and the next compiled.)"""
+    traced_compile(False)
+    m = tiny_llama(n_layer=1)  # n_kv_head 2, head size 32 / 4 = 8
+    for first in (2, 8, 3):
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        for batch in (first, 5):
+            m.generate([[1, 5, 9]] * batch, 3, temperature=0, mode="compiled")
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        assert graphs == 1, f"first batch {first}: {graphs} graphs"
+
+
 def test_the_static_step_keeps_one_cache_and_one_graph(traced_compile, monkeypatch):
     """10 generate calls of one batch size on the CUDA-graph path (forced on the CPU) allocate the KV cache once
     and write it in place at one address, and compile once: a CUDA graph replays on the addresses it recorded,
