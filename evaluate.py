@@ -690,42 +690,50 @@ def generate_compiled(run, mode, auto):
 
 def sample_text(model, ckpt, prompt, args, device):
     """A sample from a language model: the prompt, continued by max_new_tokens generated tokens (a Llama:
-    with its tokenizer, its KV cache and all its sampling options; a character GPT: characters)."""
+    with its tokenizer and all its sampling options, stopping at EOS; a character GPT: characters), with the
+    decode step --decode picks, and unless --no_timing its speed: tokens/s at batch 1 with the KV cache and,
+    with --no_cache, without it. Returns (text, figures)."""
     if isinstance(model.cfg, LlamaConfig):
         _, tok = llama_tokenizer_for(model, ckpt["data"]["dir"], ckpt["data"]["vocab"])
         ids = tok.encode(prompt or "", bos=True)
-        gen = torch.Generator(device=device).manual_seed(args.seed)
-        out = model.generate([ids], args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.epsilon,
-                             eos_id=tok.eos_id, generator=gen)[0]
-        return tok.decode(ids + out), {}
-    codec = data.CharCodec(ckpt["data"]["vocab"])
-    try:
-        ids = codec.encode("\n" if prompt is None else prompt)
-    except ValueError as e:  # a character the model never saw
-        raise configurator.ConfigError(f"--prompt {prompt!r}: {e}") from None
-    if len(ids) == 0:
-        raise configurator.ConfigError("--prompt '' is empty: a character model continues at least one character "
-                                       "(without --prompt it starts from a newline)")
-    idx = torch.from_numpy(ids)[None].to(device)
 
-    def run(mode, use_cache=True):  # the same sample every time: the generator starts from the seed
-        gen = torch.Generator(device=device).manual_seed(args.seed)
-        return model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                              generator=gen, use_cache=use_cache, mode=mode)
+        def run(mode, use_cache=True):  # the same sample every time: the generator starts from the seed
+            gen = torch.Generator(device=device).manual_seed(args.seed)
+            return ids + model.generate([ids], args.max_new_tokens, args.temperature, args.top_k, args.top_p,
+                                        args.epsilon, eos_id=tok.eos_id, generator=gen, use_cache=use_cache,
+                                        mode=mode)[0]
+        text, n_prompt = tok.decode, len(ids)
+    else:
+        codec = data.CharCodec(ckpt["data"]["vocab"])
+        try:
+            ids = codec.encode("\n" if prompt is None else prompt)
+        except ValueError as e:  # a character the model never saw
+            raise configurator.ConfigError(f"--prompt {prompt!r}: {e}") from None
+        if len(ids) == 0:
+            raise configurator.ConfigError("--prompt '' is empty: a character model continues at least one character "
+                                           "(without --prompt it starts from a newline)")
+        idx = torch.from_numpy(ids)[None].to(device)
+
+        def run(mode, use_cache=True):  # the same sample every time: the generator starts from the seed
+            gen = torch.Generator(device=device).manual_seed(args.seed)
+            return model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                                  generator=gen, use_cache=use_cache, mode=mode)[0].tolist()
+        text, n_prompt = codec.decode, len(ids)
 
     timing = not args.no_timing
     mode = decode_mode(args, args.max_new_tokens * (1 + args.repeats * timing))
     out, mode, first = generate_compiled(run, mode, args.decode == "auto")
     figures = {"decode": mode}
-    if timing:  # the sample's own speed: batch 1, the KV cache, characters/s
+    if timing:  # the sample's own speed: batch 1, the KV cache (a Llama's sample may stop early, at EOS)
+        new = len(out) - n_prompt
         secs = statistics.median(timed(lambda: run(mode), device) for _ in range(args.repeats))
-        figures["tokens_per_s"] = args.max_new_tokens / secs
+        figures["tokens_per_s"] = new / secs
         if mode == "compiled":
             figures["compile_s"] = max(0.0, first - secs)
-        if args.no_cache:  # the reference: every character runs the last block_size characters again
+        if args.no_cache:  # the reference: every token runs the context again
             secs = statistics.median(timed(lambda: run("eager", False), device) for _ in range(args.repeats))
-            figures["tokens_per_s_no_cache"] = args.max_new_tokens / secs
-    return codec.decode(out[0].tolist()), figures
+            figures["tokens_per_s_no_cache"] = new / secs
+    return text(out), figures
 
 
 def lm_report(model, ckpt, path, args, device, ctx):

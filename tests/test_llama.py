@@ -565,6 +565,27 @@ def test_evaluate_generates_from_a_llama2c_file(tmp_path, capsys, traced_compile
         evaluate.main(["--ckpt", str(tmp_path / "junk.bin"), "--device", "cpu"])
 
 
+def test_a_llama_trained_here_samples_with_the_decode_step_asked_for(traced_compile, monkeypatch):
+    """evaluate.py's sample from a Llama language model trained here (lm_report's sample_text) takes --decode
+    and --no_cache as the char GPT's does: the step asked for generates it, it is timed with the cache and
+    without, and the text is the eager step's. (It called generate without them, so both were ignored.)"""
+    import evaluate
+    if not os.path.isfile(os.path.join(os.path.dirname(STORIES260K), "tok512.bin")):
+        pytest.skip("no tok512 in the mirror")
+    m = tiny_llama(vocab_size=512, block_size=32)
+    ckpt = {"data": {"dir": "run", "vocab": "tok512"}}  # what a checkpoint of imdb_lm records
+    modes = []
+    real_decode = model.decode
+    monkeypatch.setattr(model, "decode", lambda *a: modes.append((a[7], a[6])) or real_decode(*a))  # Llama.generate's call
+    args = evaluate.parse_args(["--ckpt", "run/ckpt.pt", "--prompt", "Once", "--max_new_tokens", "6", "--temperature",
+                                "0", "--repeats", "1", "--decode", "compiled", "--no_cache"])
+    text, figures = evaluate.sample_text(m, ckpt, args.prompt, args, "cpu")
+    assert figures["decode"] == "compiled" and figures["tokens_per_s"] > 0 and figures["tokens_per_s_no_cache"] > 0
+    assert ("compiled", True) in modes and ("eager", False) in modes  # (mode, use_cache) of each generate
+    args.decode, args.no_timing = "eager", True
+    assert evaluate.sample_text(m, ckpt, args.prompt, args, "cpu") == (text, {"decode": "eager"})
+
+
 def test_generation_bench_checks_every_contestant_against_ours(monkeypatch, traced_compile, capsys):
     """evaluate.py --bench --cases generate on stories260K (8 new tokens here, the compiled step captured by
     dynamo's eager backend): a table per batch size, positive tokens/s, each contestant's tokens checked
