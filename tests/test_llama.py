@@ -490,13 +490,7 @@ def test_label_log_likelihoods_by_hand():
 # the golden test: llama2.c's documented output of stories260K
 
 
-# what llama2.c's test_all.py expects of `run stories260K.bin -z tok512.bin -t 0.0 -n 200`: 200 tokens after BOS
-# (run.c samples one token at each of positions 0..199)
-GOLDEN_260K = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she "
-               "saw a big, red ball. She wanted to play with it, but it was too high.\nLily's mom said, \"Lily, let's go "
-               "to the park.\" Lily was sad and didn't know what to do. She said, \"I want to play with your ball, but I "
-               "can't find it.\"\nLily was sad and didn't know what to do. She said, \"I'm sorry, Lily. I didn't know "
-               "what to do.\"\nLily didn't want to help her mom, so she")
+from evaluate import STORIES260K_GREEDY as GOLDEN_260K  # noqa: E402  (llama2.c's expected text; gpu_check.py's too)
 
 
 def test_stories260k_greedy_golden():
