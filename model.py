@@ -892,7 +892,7 @@ def mark_decode_sizes(tok, mask, cache):
     "duck sizing"), and the model's constants then pin them: a first batch of 2 beside 2 key/value heads, of 8
     beside a head size of 8, or equal to the token's offset in its row, made a graph for that batch alone, and
     the next batch size compiled again. (maybe_mark_dynamic: a batch of 1 is specialized, as it must be.)"""
-    torch._dynamo.maybe_mark_dynamic(tok, 0)  # (B, 1), its own storage: no offset in a longer row
+    torch._dynamo.maybe_mark_dynamic(tok, 0)  # (B, 1)
     if mask is not None:
         for d in (0, 1):  # (B, L)
             torch._dynamo.maybe_mark_dynamic(mask, d)
@@ -948,12 +948,15 @@ def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager")
         if key not in steps:
             steps[key] = compile_step(model.step, static)
         compiled = steps[key]
+        # each step's input token is copied into a (B, 1) of its own: a column of idx would carry idx's length in
+        # its stride and its position in its offset, and a static graph would be built again for every length
+        tok = idx.new_empty(B, 1)
         if static:
+            pos = torch.zeros(1, dtype=torch.long, device=dev)  # the position, set in place: no copy from the host
             real = torch.ones(B, cache[0].k.size(2), dtype=torch.bool, device=dev)
             if mask is not None:
                 real[:, :total] = mask
         else:
-            tok = idx.new_empty(B, 1)  # each step's input token, copied here
             mark_decode_sizes(tok, mask, cache)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     end = P
@@ -966,7 +969,7 @@ def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager")
         elif compiled is None or t - 1 < 2:
             logits = model.step(idx[:, t - 1:t], t - 1, key_mask, cache)
         elif static:
-            logits = compiled(idx[:, t - 1:t], torch.tensor([t - 1], device=dev), real, cache)
+            logits = compiled(tok.copy_(idx[:, t - 1:t]), pos.fill_(t - 1), real, cache)
         else:
             logits = compiled(tok.copy_(idx[:, t - 1:t]), t - 1, mask, cache)
         idx[:, t] = pick(logits)

@@ -218,9 +218,10 @@ def test_one_dynamic_graph_whatever_the_first_batch_equals(traced_compile):
 
 
 def test_the_static_step_keeps_one_cache_and_one_graph(traced_compile, monkeypatch):
-    """10 generate calls of one batch size on the CUDA-graph path (forced on the CPU) allocate the KV cache once
-    and write it in place at one address, and compile once: a CUDA graph replays on the addresses it recorded,
-    so a cache per call would record the graph again at every call. The same tokens come back each time."""
+    """10 generate calls of one batch size on the CUDA-graph path (forced on the CPU), of prompts and lengths that
+    vary, allocate the KV cache once and write it in place at one address, and compile once: a CUDA graph replays
+    on the addresses it recorded, so a cache per call would record the graph again at every call, and a graph per
+    length would compile again. Each call's tokens are the eager step's."""
     traced_compile(True)
     made = []
     real_init = model.KVCache.__init__
@@ -233,13 +234,14 @@ def test_the_static_step_keeps_one_cache_and_one_graph(traced_compile, monkeypat
     m = tiny_llama()
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    outs, addresses = [], set()
-    for _ in range(10):
-        outs.append(m.generate([[1, 5, 9], [1, 3]], 8, temperature=0, mode="compiled"))
-        addresses.add(tuple(c.k.data_ptr() for c in made))
-    assert len(made) == m.cfg.n_layer and len(addresses) == 1  # one cache per layer, once
+    calls = [([[1, 5, 9], [1, 3]], 8), ([[1, 5], [1, 3, 4, 6]], 6), ([[1, 2, 3], [1, 7]], 11)]
+    for i in range(10):
+        prompts, n = calls[i % 3]
+        want = m.generate(prompts, n, temperature=0)  # the eager step: caches as long as the sequence
+        assert m.generate(prompts, n, temperature=0, mode="compiled") == want
+    static = [c for c in made if c.k.size(2) == m.cfg.block_size]  # the compiled step's: the whole context
+    assert len(static) == m.cfg.n_layer  # one cache per layer, made once, written in place
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
-    assert all(out == outs[0] for out in outs) and outs[0] == m.generate([[1, 5, 9], [1, 3]], 8, temperature=0)
 
 
 def test_epsilon_sampling_never_draws_a_filtered_token():
