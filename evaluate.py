@@ -649,9 +649,10 @@ def llama_tokenizer_for(model, path, name=None):
     return name, tok
 
 
-# A compiled decode step costs about 30 s to build on a CPU the first time (a few seconds once inductor's cache
-# holds it) and saves about 2 ms a token at batch 1 (stories260K: about 400 -> 1,600 tokens/s on one core), so
-# it repays itself past some 15,000 generated tokens: `--decode auto` compiles from this many on.
+# A compiled decode step took 71 s to build on this project's 2-core CPU VM from an empty inductor cache (21 s from
+# a warm one) and saved 2 to 4 ms a token at batch 1 (stories260K, one thread, float32: 202-323 -> about 1,130
+# tokens/s), so it repays itself past about 17,600 generated tokens from a cold cache (9,400 warm): `--decode auto`
+# compiles from this many on. (Measured with torch 2.13.0+cpu on a machine shared with other jobs; see the README.)
 COMPILE_REPAYS = 20_000
 
 
