@@ -78,10 +78,13 @@ SIZES = {
 # dtype of the inputs: those of tests/test_triton_kernels.py, where the interpreter measured at most 6e-7 in
 # float32 (room left for a GPU's approximate exp2 and rsqrt) and 8e-3 in bfloat16 (8 bits of mantissa).
 KERNEL_TOLERANCE = {"float32": 1e-4, "bfloat16": 3e-2}
-# The final validation loss of a bf16 run (Triton kernels, compile on or off) against the float32 run's, in nats:
-# bf16 rounds every matmul's inputs to 8 bits, and over a few hundred steps the two runs' weights part, so their
-# losses differ by about what two seeds' do; a wrong kernel is off by far more (an SST-2 model at chance: 0.69).
-TRAIN_LOSS_TOLERANCE = 0.05
+# A bf16 run (Triton kernels, compile on or off) against the float32 run, from the same weights on the same batches:
+# their training losses over the first eighth of the steps (logged every 5 steps on a GPU), relative. Measured on
+# the CPU (config/sst2_recurrent.py, dropout 0, 200 steps with 50 of warm-up, bf16 autocast against float32): within
+# 0.3 % up to step 25 and 1.1 % at step 45; from step 50 on 1 to 37 % apart, and final validation losses of 0.40 and
+# 0.45, as far apart as two float32 seeds' (0.42 and 0.51, another calibration). After the first steps the runs part
+# as chaotic training does, so only those are compared; a wrong kernel is off from the first step.
+TRAIN_LOSS_TOLERANCE = 0.02
 # The losses torchrun logs against one plain process's, relative: the same model and batches, the gradient
 # summed in another order across N > 1 processes (float32 with TF32 matmuls, as train.py runs on CUDA).
 DDP_LOSS_TOLERANCE = 2e-3
@@ -110,6 +113,15 @@ class Run:
 
     def time_left(self):
         return self.deadline - time.time()
+
+    def fits(self, what, seconds):
+        """Whether `seconds` are left for the next step; if not, the step is a failed check, 'not run': a check
+        that did not finish has not passed."""
+        if self.time_left() >= seconds:
+            return True
+        self.check(what, False, f"not run: {max(0.0, self.time_left()):.0f} s of the section's budget left, it needs "
+                                f"about {seconds} s")
+        return False
 
     def check(self, what, passed, detail=""):
         """A check: something that must hold on this device. Printed, and kept in the record."""
@@ -279,16 +291,16 @@ def section_scan(run):
              "parallel": lambda *a: kernels.selective_scan_reference(*a, scan="parallel"),
              "chunked": lambda *a: kernels.selective_scan_chunked(*a, chunk=64, scan="sequential"),
              "triton": lambda *a: kernels.selective_scan_triton(*a, chunk=64)}
-    run.figure("shape", {"B": B, "D": D, "N": N, "dtype": "float32", "discretization": "zoh_approx",
-                         "repeats": run.sizes["repeats"], "what": "forward + backward, median ms"})
+    run.figure("shape", {"B": B, "D": D, "N": N, "dtype": "float32", "discretization": "zoh_approx", "chunk": 64,
+                         "repeats": run.sizes["repeats"], "what": "forward + backward, median ms of up to `repeats` "
+                         "runs after a warm-up, fewer once they take 4 s"})
     table = {}
     for T in run.sizes["scan_lengths"]:
         inputs = [t.requires_grad_() for t in selective_inputs(B, T, D, N, run.device)]
         grad = torch.randn(B, T, D, generator=torch.Generator().manual_seed(1)).to(run.device)
         outputs = {}
         for name, fn in scans.items():
-            if run.time_left() < 5:
-                run.note(f"T={T} {name}: not run, the section's budget is spent")
+            if not run.fits(f"T={T} {name}", 5):
                 continue
             with item(run, f"T={T} {name}"):
                 def step(fn=fn):
@@ -298,7 +310,7 @@ def section_scan(run):
                     y.backward(grad)
                     return y.detach()
                 outputs[name], mb = peak_mb(step, run.device)
-                ms, runs = kernels._median_ms(step, run.device, run.sizes["repeats"], budget_s=10.0)
+                ms, runs = kernels._median_ms(step, run.device, run.sizes["repeats"], budget_s=4.0)
                 table.setdefault(T, {})[name] = {"ms": ms, "runs": runs, "peak_mb": mb}
                 run.figure("results", table)
         if "sequential" in outputs:
@@ -393,8 +405,7 @@ def section_decode(run):
     args = SimpleNamespace(rounds=run.sizes["gen_rounds"], runc=None)
     speed = {}
     for dtype_name in ("float32", "bfloat16"):
-        if run.time_left() < 20:
-            run.note(f"speed in {dtype_name}: not run, the section's budget is spent")
+        if not run.fits(f"speed, {dtype_name}", 20):
             continue
         with item(run, f"speed, {dtype_name}"):
             with evaluate.autocast_context(run.device, dtype_name):
@@ -472,8 +483,8 @@ def train_run(run, case, variant, settings, overrides=None):
     out_dir = os.path.join(run.work, f"{case}-{variant.replace(', ', '-').replace(' ', '_')}")
     if overrides is None:
         steps = run.sizes["train_steps"]
-        overrides = dict(max_iters=steps, eval_interval=steps, log_interval=max(1, steps // 8),
-                         warmup_iters=max(1, steps // 10), dropout=0.0, early_stop_patience=0, **settings)
+        overrides = dict(max_iters=steps, eval_interval=steps, log_interval=max(1, steps // 40),
+                         warmup_iters=max(1, steps // 4), dropout=0.0, early_stop_patience=0, **settings)
     overrides = dict(overrides, out_dir=out_dir, data_dir=data_folder(run, folder), overwrite=True,
                      device=run.device, **run.sizes["tiny_model"])
     if case == "char_gpt":
@@ -482,11 +493,14 @@ def train_run(run, case, variant, settings, overrides=None):
     t0 = time.time()
     summary = train.train(cfg)
     seconds = time.time() - t0
-    records = [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
-    steady = [r for r in records if r["type"] == "train"][1:] or [r for r in records if r["type"] == "train"]
+    logged = [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
+    logged = [r for r in logged if r["type"] == "train"]
+    steady = logged[1:] or logged
     best = os.path.join(out_dir, "ckpt.pt")
+    early = max(1, summary["iters"] // 8)
     figures = {"config": config, "settings": {k: v for k, v in overrides.items() if k not in ("out_dir", "overwrite")},
                "steps": summary["iters"], "seconds": seconds,
+               "early_losses": {r["iter"]: r["loss"] for r in logged if r["iter"] <= early},
                "final_val_loss": summary.get("final_val_loss"), "best_val_loss": summary["best_val_loss"],
                "tok_per_s": statistics.median(r["tok_per_s"] for r in steady) if steady else None,
                "mfu": statistics.median(r["mfu"] for r in steady) if steady and "mfu" in steady[0] else None,
@@ -503,13 +517,17 @@ def section_train(run):
         run.note("CPU: compile=True captures graphs with dynamo's 'eager' backend (no code generated); the bf16 runs "
                  "keep SDPA attention (the interpreter cannot multiply bf16 tiles), and the compiled ones PyTorch's "
                  "norms and SwiGLU too (dynamo cannot trace the interpreter): compile with the kernels runs on a GPU")
+    else:
+        run.note("the float32 runs use TF32 tensor cores for their matmuls, as train.py does on CUDA")
     runs = {}
     order = [(case, variant) for variant in ("float32", "bf16, Triton kernels") for case in TRAIN_CASES]
     order += [("sst2_recurrent", "as configured")] + [(case, "bf16, Triton kernels, compiled") for case in TRAIN_CASES]
     for case, variant in order:
         name = f"{case}, {variant}"
-        if run.time_left() < 15:
-            run.note(f"{name}: not run, the section's budget is spent")
+        # the seconds a run needs at least, guessed for a GPU: a compiled one waits for inductor to build its
+        # forward and backward (half a minute?), the config as it stands trains 2 epochs (2,000 steps)
+        needs = 5 if run.cpu else 45 if variant.endswith("compiled") else 30 if variant == "as configured" else 10
+        if not run.fits(name, needs):
             continue
         with item(run, name):
             if variant == "as configured":  # the README's goal: this config's best checkpoint in under a minute
@@ -524,11 +542,15 @@ def section_train(run):
                 figures = train_run(run, case, variant, settings)
                 reference = runs.get(f"{case}, float32")
                 if reference is not None and variant != "float32":
-                    delta = figures["final_val_loss"] - reference["final_val_loss"]
-                    figures["delta_vs_float32"] = delta
-                    run.check(f"{name}: the float32 loss", abs(delta) <= TRAIN_LOSS_TOLERANCE,
-                              f"val loss {figures['final_val_loss']:.4f} vs {reference['final_val_loss']:.4f} "
-                              f"(tolerance {TRAIN_LOSS_TOLERANCE})")
+                    ours, theirs = figures["early_losses"], reference["early_losses"]
+                    same_steps = ours.keys() == theirs.keys() and ours
+                    worst = max(abs(ours[i] - theirs[i]) / theirs[i] for i in theirs) if same_steps else float("inf")
+                    figures["early_rel_diff"] = worst
+                    figures["delta_vs_float32"] = figures["final_val_loss"] - reference["final_val_loss"]
+                    run.check(f"{name}: the float32 run's losses", worst <= TRAIN_LOSS_TOLERANCE,
+                              f"the {len(ours)} losses logged by step {max(ours, default=0)}: {worst:.2%} apart at "
+                              f"most (tolerance {TRAIN_LOSS_TOLERANCE:.0%}); final validation loss "
+                              f"{figures['final_val_loss']:.4f} against {reference['final_val_loss']:.4f}")
                 else:
                     run.check(f"{name}: trains", figures["final_val_loss"] is not None,
                               f"val loss {figures['final_val_loss']}")
@@ -555,7 +577,7 @@ def section_ddp(run):
     settings = dict(max_iters=steps, eval_interval=steps, log_interval=max(1, steps // 4), warmup_iters=1,
                     dropout=0.0, dtype="float32", grad_accum=n, early_stop_patience=0, overwrite=True,
                     device=run.device, data_dir=data_folder(run, "sst2_glue_compact"), **run.sizes["tiny_model"])
-    argv = ["config/sst2_recurrent.py"] + [f"--{k}={v}" for k, v in settings.items()]
+    argv = [os.path.join(HERE, "config/sst2_recurrent.py")] + [f"--{k}={v}" for k, v in settings.items()]
     backend = "gloo" if run.cpu else "nccl"
     run.figure("setup", {"processes": n, "backend": backend, "steps": steps, "dtype": "float32", "grad_accum": n,
                          "what": "config/sst2_recurrent.py, dropout 0"})
@@ -563,7 +585,6 @@ def section_ddp(run):
         run.note("one process: train.py joins the process group (NCCL on a GPU) and trains the plain model, so no "
                  "gradient is all-reduced; with N GPUs, DDP sums them over N processes")
     one = os.path.join(run.work, "one_process")
-    os.chdir(HERE)  # the config paths are the repository's
     train.train(train.make_config(argv + [f"--out_dir={one}"]))
     many = os.path.join(run.work, "torchrun")
     t0 = time.time()
@@ -707,18 +728,16 @@ def last_line(path):
 @contextmanager
 def restored():
     """What the sections change in their process put back afterwards, for the next one in this process
-    (--in_process): the decode step's shapes and backend and train's compile backend (a CPU rehearsal's), the
-    float32 matmul precision (the kernels'), the working directory (torchrun's)."""
+    (--in_process): the decode step's shapes and backend and train's compile backend (a CPU rehearsal's), and
+    the float32 matmul precision (the kernels', and train.py's on CUDA)."""
     import model
     import train
-    saved = (model.STATIC_DECODE, model.COMPILE_BACKEND, train.COMPILE_BACKEND, torch.get_float32_matmul_precision(),
-             os.getcwd())
+    saved = model.STATIC_DECODE, model.COMPILE_BACKEND, train.COMPILE_BACKEND, torch.get_float32_matmul_precision()
     try:
         yield
     finally:
-        model.STATIC_DECODE, model.COMPILE_BACKEND, train.COMPILE_BACKEND, precision, cwd = saved
+        model.STATIC_DECODE, model.COMPILE_BACKEND, train.COMPILE_BACKEND, precision = saved
         torch.set_float32_matmul_precision(precision)
-        os.chdir(cwd)
 
 
 def run_section(name, cpu, data_dir, work, partial, deadline):
@@ -841,15 +860,18 @@ def table_decode(f):
 
 
 def table_train(f):
-    lines = [f"A bf16 run's final validation loss within {f.get('tolerance')} of the float32 run's; tokens/s and MFU "
-             f"are medians over the logged intervals after the first (which holds any compilation).", "",
-             "| run | steps | tokens/s | MFU | final val loss | vs float32 | seconds | best checkpoint at s |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [f"A bf16 run's training losses over the first eighth of its steps within {f.get('tolerance', 0):.0%} "
+             f"of the float32 run's, relative (later the runs part as two seeds do: the final validation losses are "
+             f"shown, not compared); tokens/s and MFU are medians over the logged intervals after the first (which "
+             f"holds any compilation).", "",
+             "| run | steps | tokens/s | MFU | early losses vs float32 | final val loss | vs float32 | seconds | "
+             "best checkpoint at s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in f.get("runs", {}).items():
         mfu = f"{100 * r['mfu']:.1f} %" if r.get("mfu") is not None else "–"
-        lines.append(f"| {name} | {r['steps']} | {fmt(r['tok_per_s'])} | {mfu} | {fmt(r['final_val_loss'], '.4f')} | "
-                     f"{fmt(r.get('delta_vs_float32'), '+.4f')} | {r['seconds']:.0f} | "
-                     f"{fmt(r.get('best_checkpoint_s'), '.0f')} |")
+        early = f"{100 * r['early_rel_diff']:.2f} %" if r.get("early_rel_diff") is not None else "–"
+        lines.append(f"| {name} | {r['steps']} | {fmt(r['tok_per_s'])} | {mfu} | {early} | "
+                     f"{fmt(r['final_val_loss'], '.4f')} | {fmt(r.get('delta_vs_float32'), '+.4f')} | "
+                     f"{r['seconds']:.0f} | {fmt(r.get('best_checkpoint_s'), '.0f')} |")
     return lines + [""]
 
 
