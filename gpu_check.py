@@ -16,10 +16,10 @@ Sections (SECTIONS below; each its own process, its own time budget and its own 
              recordings and cache allocations across 10 more generate calls (0 expected); tokens/s at batch 1
              and 32, eager, compiled and Hugging Face's LlamaForCausalLM, in float32 and under bf16 autocast
              (evaluate.generation_bench)
-    train    the SST-2 recurrent and baseline encoders and the char GPT, a few hundred steps each: float32 as
-             the reference, then bf16 with the Triton kernels, compile off and on (tokens/s, MFU, the final
-             validation loss against float32's); config/sst2_recurrent.py as it is, timed to its best checkpoint
     ddp      torchrun, one process per GPU (NCCL), against one plain process: the same logged losses
+    train    the SST-2 recurrent and baseline encoders and the char GPT, a few hundred steps each: float32 as
+             the reference, then bf16 with the Triton kernels, compile off and on (tokens/s, MFU, the losses of
+             the first steps against float32's); config/sst2_recurrent.py as it is, timed to its best checkpoint
 
 Data comes from --data (default data/, git-ignored), a folder holding the prepared sst2_glue_compact/ and
 shakespeare_char/ (python data.py sst2; python data.py shakespeare_char) and tinyllamas/stories260K/ (the
