@@ -572,7 +572,8 @@ def test_a_llama_trained_here_samples_with_the_decode_step_asked_for(traced_comp
     ckpt = {"data": {"dir": "run", "vocab": "tok512"}}  # what a checkpoint of imdb_lm records
     modes = []
     real_decode = model.decode
-    monkeypatch.setattr(model, "decode", lambda *a: modes.append((a[7], a[6])) or real_decode(*a))  # Llama.generate's call
+    # Llama.generate calls decode(model, idx, mask, P, pick, eos_id, use_cache, mode)
+    monkeypatch.setattr(model, "decode", lambda *a: modes.append((a[7], a[6])) or real_decode(*a))
     args = evaluate.parse_args(["--ckpt", "run/ckpt.pt", "--prompt", "Once", "--max_new_tokens", "6", "--temperature",
                                 "0", "--repeats", "1", "--decode", "compiled", "--no_cache"])
     text, figures = evaluate.sample_text(m, ckpt, args.prompt, args, "cpu")
