@@ -69,19 +69,25 @@ def test_the_rehearsal_runs_every_section_and_writes_its_tables(check_data, tmp_
         assert line in md, line
 
 
-def test_a_failing_section_costs_only_itself(tmp_path, capsys):
-    """A section whose data is missing fails in its own process, with its error in one line in the results, and
-    the exit status says so; without CUDA and without --cpu, the check says in one line what it needs."""
+def test_a_failing_section_costs_only_itself(tmp_path, capsys, monkeypatch):
+    """Each section in its own process: one that overruns its budget is stopped (here the scan, given 1 s: it
+    is still importing torch), one whose data is missing fails; each records its error in one line, the check
+    goes on from one to the next, and the exit status says it failed. Without CUDA and without --cpu, the
+    check says in one line what it needs."""
+    monkeypatch.setitem(gpu_check.SECTIONS, "scan", gpu_check.Section(gpu_check.section_scan, {"cpu": 1}, "the scan"))
+    monkeypatch.setattr(gpu_check, "GRACE_S", 0)
     empty = tmp_path / "empty"
     empty.mkdir()
     out = str(tmp_path / "check")
-    code = gpu_check.main(["--cpu", "--sections", "ddp", "--data", str(empty), "--out", out,
+    code = gpu_check.main(["--cpu", "--sections", "scan", "ddp", "--data", str(empty), "--out", out,
                            "--work", str(tmp_path / "w")])
     results = json.load(open(out + ".json"))
-    ddp = results["sections"]["ddp"]
-    assert code == 1 and not results["passed"] and not ddp["passed"]
+    scan, ddp = results["sections"]["scan"], results["sections"]["ddp"]
+    assert code == 1 and not results["passed"] and not scan["passed"] and not ddp["passed"]
+    assert scan["error"] == "stopped at its budget of 1 s" and scan["elapsed_s"] < 10
     assert ddp["error"].startswith("DataError: no prepared dataset in") and "\n" not in ddp["error"]
-    assert "## ddp: FAILED" in open(out + ".md").read() and "Error: `DataError" in open(out + ".md").read()
+    md = open(out + ".md").read()
+    assert "## scan: FAILED" in md and "## ddp: FAILED" in md and "Error: `DataError" in md
     printed = capsys.readouterr().out
     assert "ddp: FAILED: DataError" in printed and "lacks sst2_glue_compact/meta.json" in printed
     if not torch.cuda.is_available():
