@@ -365,6 +365,8 @@ def counting_caches():
 
 
 def section_decode(run):
+    import torch._dynamo  # (its counters)
+
     import data
     import evaluate
     import model
@@ -392,11 +394,14 @@ def section_decode(run):
                       f"{n} tokens from BOS" + ("" if ok else f"; differs from character {first}"))
     with item(run, "re-recordings across generate calls"):
         calls = run.sizes["rerecord_calls"]
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         with counting_graph_captures() if not run.cpu else nullcontext([]) as captures, counting_caches() as caches:
             outs = [m.generate([[tok.bos_id]], 16 + i, temperature=0, mode="compiled")[0] for i in range(calls)]
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
         run.figure("rerecord", {"generate_calls": calls, "graph_captures": None if run.cpu else len(captures),
-                                "caches_allocated": len(caches)})
+                                "caches_allocated": len(caches), "graphs_compiled": graphs})
         run.check(f"{calls} more generate calls reuse the step's cache", not caches, f"{len(caches)} caches allocated")
+        run.check(f"{calls} more generate calls compile nothing", not graphs, f"{graphs} graphs compiled")
         if not run.cpu:
             run.check(f"{calls} more generate calls record no CUDA graph", not captures,
                       f"{len(captures)} captures")
@@ -844,9 +849,9 @@ def table_decode(f):
     lines = []
     if "rerecord" in f:
         r = f["rerecord"]
-        lines += [f"Across {r['generate_calls']} more generate calls (batch 1, the CUDA-graph step): "
-                  f"{fmt(r['graph_captures'], 'd')} CUDA graph captures, {r['caches_allocated']} KV caches allocated.",
-                  ""]
+        lines += [f"Across {r['generate_calls']} more generate calls (batch 1, the CUDA-graph step, lengths that "
+                  f"vary): {fmt(r['graph_captures'], 'd')} CUDA graph captures, {r['caches_allocated']} KV caches "
+                  f"allocated, {r['graphs_compiled']} graphs compiled.", ""]
     s = f.get("speed")
     if s:
         lines += [f"Greedy, {s['tokens']} new tokens after {s['prompt']!r}, tokens/s in aggregate, median of "

@@ -55,7 +55,8 @@ def test_the_rehearsal_runs_every_section_and_writes_its_tables(check_data, tmp_
     assert len(errors) == 11 + 6  # float32: every case; bfloat16: all but the 5 of attention (the interpreter)
     assert all(e["y"] <= gpu_check.KERNEL_TOLERANCE[what.rsplit(", ", 1)[1]] for what, e in errors.items())
     assert set(s["scan"]["figures"]["results"]["8"]) == {"sequential", "parallel", "chunked", "triton"}
-    assert s["decode"]["figures"]["rerecord"] == {"generate_calls": 3, "graph_captures": None, "caches_allocated": 0}
+    assert s["decode"]["figures"]["rerecord"] == {"generate_calls": 3, "graph_captures": None, "caches_allocated": 0,
+                                                  "graphs_compiled": 0}
     assert set(s["decode"]["figures"]["speed"]["tables"]) == {"float32", "bfloat16"}
     runs = s["train"]["figures"]["runs"]
     assert list(runs) == ["sst2_recurrent, float32", "sst2_recurrent, bf16, Triton kernels",
@@ -108,7 +109,7 @@ def test_a_gpu_results_file_names_the_device_and_each_figure(tmp_path):
                                        "checks": [{"what": "golden text, compiled step", "passed": False,
                                                    "detail": "differs from character 7"}],
                                        "figures": {"rerecord": {"generate_calls": 10, "graph_captures": 0,
-                                                                "caches_allocated": 0},
+                                                                "caches_allocated": 0, "graphs_compiled": 0},
                                                    "speed": {"tokens": 256, "rounds": 2, "prompt": "Once",
                                                              "tables": {"bfloat16": {"32": {"ours, compiled": {
                                                                  "tokens_per_s": 51234.5, "same_tokens": True,
