@@ -684,6 +684,8 @@ def run_sections(args, names):
         partial = os.path.join(os.path.abspath(args.work), f"{name}.json")
         log = os.path.join(args.work, f"{name}.log")
         print(f"{name}: {section.what} (budget {budget} s; log {log})", flush=True)
+        if os.path.exists(partial):
+            os.remove(partial)  # an earlier run's record, which a section stopped before its first save would leave
         t0 = time.time()
         code, stopped = 0, None
         if args.in_process:  # no log of its own, no budget enforced: for a debugger, and the tests
@@ -705,8 +707,8 @@ def run_sections(args, names):
         if os.path.exists(partial):
             with open(partial) as f:
                 record = json.load(f)
-        if record["error"] is None and (stopped or code not in (0, 1)):
-            record["error"] = stopped or f"its process ended with status {code}: {last_line(log)}"
+        if record["error"] is None and (stopped or code not in (0, 1) or not record["checks"]):
+            record["error"] = stopped or f"its process ended with status {code} and no check: {last_line(log)}"
         record.update(budget_s=budget, elapsed_s=round(time.time() - t0, 1), passed=passed(record))
         spare = max(0.0, budget - record["elapsed_s"])
         results["sections"][name] = record
@@ -727,6 +729,9 @@ def passed(record):
 
 
 def last_line(path):
+    """The last line a section's process printed (its log), cut to 300 characters."""
+    if not os.path.exists(path):  # (--in_process: no log of its own)
+        return "(no log)"
     with open(path) as f:
         lines = [line.strip() for line in f if line.strip()]
     return lines[-1][:300] if lines else "(no output)"
