@@ -662,7 +662,7 @@ def conditions(cpu):
 def data_environment(args):
     """The environment a section runs in: --data as the data mirror (stories260K, tok512; nothing downloaded), its
     tiktoken cache if it has one, and on the CPU Triton's interpreter (read once, at triton's first import)."""
-    env = {"DATA_MIRROR": os.path.abspath(args.data), "PYTHONUNBUFFERED": "1"}
+    env = {"DATA_MIRROR": os.path.abspath(args.data)}
     if os.path.isdir(os.path.join(args.data, "tiktoken_cache")):
         env["TIKTOKEN_CACHE_DIR"] = os.path.abspath(os.path.join(args.data, "tiktoken_cache"))
     if args.cpu:
@@ -695,8 +695,9 @@ def run_sections(args, names):
             cmd = [sys.executable, os.path.abspath(__file__), "--section", name, "--partial", partial, "--deadline",
                    str(t0 + budget), "--data", os.path.abspath(args.data), "--work", os.path.abspath(args.work)]
             with open(log, "w") as f:
-                child = subprocess.Popen(cmd + (["--cpu"] if args.cpu else []), cwd=HERE, env=dict(os.environ, **env),
-                                         stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+                child = subprocess.Popen(cmd + (["--cpu"] if args.cpu else []), cwd=HERE, stdout=f,
+                                         env=dict(os.environ, **env, PYTHONUNBUFFERED="1"),  # the log as it happens
+                                         stderr=subprocess.STDOUT, start_new_session=True)
                 try:
                     code = child.wait(timeout=budget + GRACE_S)
                 except subprocess.TimeoutExpired:
