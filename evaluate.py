@@ -655,9 +655,10 @@ def llama_tokenizer_for(model, path, name=None):
     return name, tok
 
 
-# A compiled decode step costs about 30 s to build on a CPU the first time (a few seconds once inductor's cache
-# holds it) and saves about 2 ms a token at batch 1 (stories260K: about 400 -> 1,600 tokens/s on one core), so
-# it repays itself past some 15,000 generated tokens: `--decode auto` compiles from this many on.
+# A compiled decode step took 71 s to build on this project's 2-core CPU VM from an empty inductor cache (21 s from
+# a warm one) and saved 2 to 4 ms a token at batch 1 (stories260K, one thread, float32: 202-323 -> about 1,130
+# tokens/s), so it repays itself past about 17,600 generated tokens from a cold cache (9,400 warm): `--decode auto`
+# compiles from this many on. (Measured with torch 2.13.0+cpu on a machine shared with other jobs; see the README.)
 COMPILE_REPAYS = 20_000
 
 
@@ -696,42 +697,50 @@ def generate_compiled(run, mode, auto):
 
 def sample_text(model, ckpt, prompt, args, device):
     """A sample from a language model: the prompt, continued by max_new_tokens generated tokens (a Llama:
-    with its tokenizer, its KV cache and all its sampling options; a character GPT: characters)."""
+    with its tokenizer and all its sampling options, stopping at EOS; a character GPT: characters), with the
+    decode step --decode picks, and unless --no_timing its speed: tokens/s at batch 1 with the KV cache and,
+    with --no_cache, without it. Returns (text, figures)."""
     if isinstance(model.cfg, LlamaConfig):
         _, tok = llama_tokenizer_for(model, ckpt["data"]["dir"], ckpt["data"]["vocab"])
         ids = tok.encode(prompt or "", bos=True)
-        gen = torch.Generator(device=device).manual_seed(args.seed)
-        out = model.generate([ids], args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.epsilon,
-                             eos_id=tok.eos_id, generator=gen)[0]
-        return tok.decode(ids + out), {}
-    codec = data.CharCodec(ckpt["data"]["vocab"])
-    try:
-        ids = codec.encode("\n" if prompt is None else prompt)
-    except ValueError as e:  # a character the model never saw
-        raise configurator.ConfigError(f"--prompt {prompt!r}: {e}") from None
-    if len(ids) == 0:
-        raise configurator.ConfigError("--prompt '' is empty: a character model continues at least one character "
-                                       "(without --prompt it starts from a newline)")
-    idx = torch.from_numpy(ids)[None].to(device)
 
-    def run(mode, use_cache=True):  # the same sample every time: the generator starts from the seed
-        gen = torch.Generator(device=device).manual_seed(args.seed)
-        return model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                              generator=gen, use_cache=use_cache, mode=mode)
+        def run(mode, use_cache=True):  # the same sample every time: the generator starts from the seed
+            gen = torch.Generator(device=device).manual_seed(args.seed)
+            return ids + model.generate([ids], args.max_new_tokens, args.temperature, args.top_k, args.top_p,
+                                        args.epsilon, eos_id=tok.eos_id, generator=gen, use_cache=use_cache,
+                                        mode=mode)[0]
+        text, n_prompt = tok.decode, len(ids)
+    else:
+        codec = data.CharCodec(ckpt["data"]["vocab"])
+        try:
+            ids = codec.encode("\n" if prompt is None else prompt)
+        except ValueError as e:  # a character the model never saw
+            raise configurator.ConfigError(f"--prompt {prompt!r}: {e}") from None
+        if len(ids) == 0:
+            raise configurator.ConfigError("--prompt '' is empty: a character model continues at least one character "
+                                           "(without --prompt it starts from a newline)")
+        idx = torch.from_numpy(ids)[None].to(device)
+
+        def run(mode, use_cache=True):  # the same sample every time: the generator starts from the seed
+            gen = torch.Generator(device=device).manual_seed(args.seed)
+            return model.generate(idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                                  generator=gen, use_cache=use_cache, mode=mode)[0].tolist()
+        text, n_prompt = codec.decode, len(ids)
 
     timing = not args.no_timing
     mode = decode_mode(args, args.max_new_tokens * (1 + args.repeats * timing))
     out, mode, first = generate_compiled(run, mode, args.decode == "auto")
     figures = {"decode": mode}
-    if timing:  # the sample's own speed: batch 1, the KV cache, characters/s
+    if timing:  # the sample's own speed: batch 1, the KV cache (a Llama's sample may stop early, at EOS)
+        new = len(out) - n_prompt
         secs = statistics.median(timed(lambda: run(mode), device) for _ in range(args.repeats))
-        figures["tokens_per_s"] = args.max_new_tokens / secs
+        figures["tokens_per_s"] = new / secs
         if mode == "compiled":
             figures["compile_s"] = max(0.0, first - secs)
-        if args.no_cache:  # the reference: every character runs the last block_size characters again
+        if args.no_cache:  # the reference: every token runs the context again
             secs = statistics.median(timed(lambda: run("eager", False), device) for _ in range(args.repeats))
-            figures["tokens_per_s_no_cache"] = args.max_new_tokens / secs
-    return codec.decode(out[0].tolist()), figures
+            figures["tokens_per_s_no_cache"] = new / secs
+    return text(out), figures
 
 
 def lm_report(model, ckpt, path, args, device, ctx):
@@ -1382,6 +1391,16 @@ def time_contestants(rows, batch, device, ctx, rounds, steps):
 GEN_PROMPT, GEN_TOKENS = "Once upon a time", 256  # the issue's case: 256 new tokens after the prompt
 GEN_BATCHES = (1, 32)
 
+# The golden text: what llama2.c's test_all.py expects of `run stories260K.bin -z tok512.bin -t 0.0 -n 200`, 200
+# tokens after BOS (run.c samples one token at each of positions 0..199). tests/test_llama.py and gpu_check.py hold
+# greedy decoding to it.
+STORIES260K_GREEDY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+                      "One day, she saw a big, red ball. She wanted to play with it, but it was too high.\nLily's mom "
+                      "said, \"Lily, let's go to the park.\" Lily was sad and didn't know what to do. She said, \"I "
+                      "want to play with your ball, but I can't find it.\"\nLily was sad and didn't know what to do. "
+                      "She said, \"I'm sorry, Lily. I didn't know what to do.\"\nLily didn't want to help her mom, so "
+                      "she")
+
 
 def hf_llama(model):
     """Hugging Face's LlamaForCausalLM holding our Llama's weights, or None without transformers. Our RoPE
@@ -1435,40 +1454,42 @@ def build_run_c(path, folder):
     return exe
 
 
-def generation_bench(args, device):
-    """Greedy generation of GEN_TOKENS tokens from stories260K after GEN_PROMPT, batch 1 and batch 32: ours
-    eager, ours compiled (its compile time apart), Hugging Face's LlamaForCausalLM on the same weights and
-    llama2.c's run.c (with --runc, batch 1). Contestants take turns, round after round (--rounds), after a
-    warm-up each; tokens/s are medians; every contestant's tokens are checked against ours."""
+def generation_bench(args, device, tokens=None, batches=None):
+    """Greedy generation of `tokens` tokens (GEN_TOKENS) from stories260K after GEN_PROMPT, at each batch size of
+    `batches` (GEN_BATCHES: 1 and 32): ours eager, ours compiled (its compile time apart), Hugging Face's
+    LlamaForCausalLM on the same weights and llama2.c's run.c (with --runc, batch 1). Contestants take turns,
+    round after round (--rounds), after a warm-up each; tokens/s are medians; every contestant's tokens are
+    checked against ours. Runs under whatever autocast the caller holds (gpu_check.py times bf16 so)."""
+    tokens, batches = tokens or GEN_TOKENS, batches or GEN_BATCHES
     import tempfile
     path = data.pretrained_file("stories260K")
     model = read_llama2c(path).to(device)
     _, tok = llama_tokenizer_for(model, path, None)
     ids = tok.encode(GEN_PROMPT, bos=True)
     hf = hf_llama(model)
-    results = {"prompt": GEN_PROMPT, "new_tokens": GEN_TOKENS, "tables": {}}
+    results = {"prompt": GEN_PROMPT, "new_tokens": tokens, "tables": {}}
     with tempfile.TemporaryDirectory() as folder:
         run_c = None
         if args.runc:
             run_c = build_run_c(args.runc, folder)
             write_llama2c(model, os.path.join(folder, "model.bin"), 0)
             tok_file = os.path.join(os.path.dirname(path), "tok512.bin")
-        for batch in GEN_BATCHES:
+        for batch in batches:
             prompts = [ids] * batch
 
             def ours(mode):
-                return lambda: model.generate(prompts, GEN_TOKENS, temperature=0, mode=mode)
+                return lambda: model.generate(prompts, tokens, temperature=0, mode=mode)
 
             def hugging_face():
                 x = torch.tensor(prompts, device=device)
                 with torch.no_grad():
-                    out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=GEN_TOKENS,
-                                      min_new_tokens=GEN_TOKENS, do_sample=False, use_cache=True, pad_token_id=0)
+                    out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=tokens,
+                                      min_new_tokens=tokens, do_sample=False, use_cache=True, pad_token_id=0)
                 return out[:, len(ids):].tolist()
 
             def llama2c():  # its own clock: tokens/s over every position after the first
                 done = subprocess.run([run_c, os.path.join(folder, "model.bin"), "-z", tok_file, "-t", "0", "-n",
-                                       str(len(ids) + GEN_TOKENS - 1), "-i", GEN_PROMPT], capture_output=True, text=True)
+                                       str(len(ids) + tokens - 1), "-i", GEN_PROMPT], capture_output=True, text=True)
                 rate = float(done.stderr.split("achieved tok/s:")[1].split()[0])
                 return done.stdout, rate
             contestants = {"ours, eager": ours("eager"), "ours, compiled": ours("compiled")}
@@ -1492,14 +1513,14 @@ def generation_bench(args, device):
                     start = time.perf_counter()
                     out = fn()
                     secs = time.perf_counter() - start
-                    rate = out[1] if name.startswith("llama2.c") else batch * GEN_TOKENS / secs
+                    rate = out[1] if name.startswith("llama2.c") else batch * tokens / secs
                     figures[name]["rates"].append(rate)
             for name, f in figures.items():
                 f["tokens_per_s"] = statistics.median(f["rates"])
                 if name == "ours, compiled":
-                    f["compile_s"] = max(0.0, first[name] - batch * GEN_TOKENS / f["tokens_per_s"])
+                    f["compile_s"] = max(0.0, first[name] - batch * tokens / f["tokens_per_s"])
             ours_rate = figures["ours, compiled"]["tokens_per_s"]
-            print(f"\ngeneration, stories260K, greedy, {GEN_TOKENS} new tokens after {GEN_PROMPT!r}, batch {batch} "
+            print(f"\ngeneration, stories260K, greedy, {tokens} new tokens after {GEN_PROMPT!r}, batch {batch} "
                   f"(tokens/s in aggregate; ratio = ours compiled / the row: > 1, ours is faster)")
             print(f"{'contestant':<34} {'tokens/s':>10} {'ratio':>7}  same tokens as ours")
             for name, f in figures.items():

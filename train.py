@@ -542,6 +542,10 @@ def unused_parameters(model, micro_batch, ctx):
     return names
 
 
+COMPILE_BACKEND = "inductor"  # compile=True's; tests and `gpu_check.py --cpu` take dynamo's 'eager': the same graph
+# capture and guards, no code generated (inductor takes minutes on a CPU)
+
+
 def compiled(model, cfg, task):
     """torch.compile(model) when compile=True, else the model. Most tasks' batches are padded to their
     bucket's longest sequence, so their length changes from batch to batch (and so does the batch size, at
@@ -551,7 +555,7 @@ def compiled(model, cfg, task):
     language model's windows of block_size) keeps the default, a graph specialized to that shape."""
     if not cfg["compile"]:
         return model
-    return torch.compile(model, dynamic=None if task.fixed_shape else True)
+    return torch.compile(model, dynamic=None if task.fixed_shape else True, backend=COMPILE_BACKEND)
 
 
 def device_peak(cfg, dev, dtype_name):

@@ -188,6 +188,62 @@ def test_the_compiled_step_decodes_as_the_eager_one(traced_compile, static, kw):
         m.generate([[1]], 3, mode="fast")
 
 
+def test_the_static_step_decodes_under_bf16_autocast(traced_compile):
+    """The CUDA-graph step (forced on the CPU) under bf16 autocast, as `evaluate.py --dtype bfloat16` runs
+    generate: the keys arrive in bf16 and the cache holds float32, and the step stores them as the eager step
+    does (index_copy_ refused the mix). Greedy tokens equal the eager step's under the same autocast."""
+    traced_compile(True)
+    m = tiny_llama()
+    prompts = [[1, 5, 9, 2, 7], [1, 3]]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert m.layers[0].attn.wk(torch.ones(1, 32)).dtype == torch.bfloat16  # what reaches the cache
+        eager = m.generate(prompts, 12, temperature=0)
+        compiled = m.generate(prompts, 12, temperature=0, mode="compiled")
+    assert compiled == eager and len(set(eager[0])) > 2
+
+
+def test_one_dynamic_graph_whatever_the_first_batch_equals(traced_compile):
+    """The dynamic step compiles once for every batch size from 2 on, also when its first batch happens to equal
+    one of the model's sizes or the prompt's length: 2 key/value heads, a head size of 8, a prompt of 3 tokens.
+    (dynamo gave equal sizes one symbol, so such a first batch made a graph for itself, and the next compiled.)"""
+    traced_compile(False)
+    m = tiny_llama(n_layer=1)  # n_kv_head 2, head size 32 / 4 = 8
+    for first in (2, 8, 3):
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        for batch in (first, 5):
+            m.generate([[1, 5, 9]] * batch, 3, temperature=0, mode="compiled")
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        assert graphs == 1, f"first batch {first}: {graphs} graphs"
+
+
+def test_the_static_step_keeps_one_cache_and_one_graph(traced_compile, monkeypatch):
+    """10 generate calls of one batch size on the CUDA-graph path (forced on the CPU), of prompts and lengths that
+    vary, allocate the KV cache once and write it in place at one address, and compile once: a CUDA graph replays
+    on the addresses it recorded, so a cache per call would record the graph again at every call, and a graph per
+    length would compile again. Each call's tokens are the eager step's."""
+    traced_compile(True)
+    made = []
+    real_init = model.KVCache.__init__
+
+    def counting_init(self, *args, **kwargs):
+        made.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(model.KVCache, "__init__", counting_init)
+    m = tiny_llama()
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    calls = [([[1, 5, 9], [1, 3]], 8), ([[1, 5], [1, 3, 4, 6]], 6), ([[1, 2, 3], [1, 7]], 11)]
+    for i in range(10):
+        prompts, n = calls[i % 3]
+        want = m.generate(prompts, n, temperature=0)  # the eager step: caches as long as the sequence
+        assert m.generate(prompts, n, temperature=0, mode="compiled") == want
+    static = [c for c in made if c.k.size(2) == m.cfg.block_size]  # the compiled step's: the whole context
+    assert len(static) == m.cfg.n_layer  # one cache per layer, made once, written in place
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+
+
 def test_epsilon_sampling_never_draws_a_filtered_token():
     probs = torch.tensor([0.5, 0.3, 0.15, 0.04, 0.01])
     logits = probs.log().expand(20000, 5)
@@ -436,13 +492,7 @@ def test_label_log_likelihoods_by_hand():
 # the golden test: llama2.c's documented output of stories260K
 
 
-# what llama2.c's test_all.py expects of `run stories260K.bin -z tok512.bin -t 0.0 -n 200`: 200 tokens after BOS
-# (run.c samples one token at each of positions 0..199)
-GOLDEN_260K = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she "
-               "saw a big, red ball. She wanted to play with it, but it was too high.\nLily's mom said, \"Lily, let's go "
-               "to the park.\" Lily was sad and didn't know what to do. She said, \"I want to play with your ball, but I "
-               "can't find it.\"\nLily was sad and didn't know what to do. She said, \"I'm sorry, Lily. I didn't know "
-               "what to do.\"\nLily didn't want to help her mom, so she")
+from evaluate import STORIES260K_GREEDY as GOLDEN_260K  # noqa: E402  (llama2.c's expected text; gpu_check.py's too)
 
 
 def test_stories260k_greedy_golden():
@@ -509,6 +559,28 @@ def test_evaluate_generates_from_a_llama2c_file(tmp_path, capsys, traced_compile
     (tmp_path / "junk.bin").write_bytes(b"\0" * 64)
     with pytest.raises(SystemExit, match="llama2.c header"):
         evaluate.main(["--ckpt", str(tmp_path / "junk.bin"), "--device", "cpu"])
+
+
+def test_a_llama_trained_here_samples_with_the_decode_step_asked_for(traced_compile, monkeypatch):
+    """evaluate.py's sample from a Llama language model trained here (lm_report's sample_text) takes --decode
+    and --no_cache as the char GPT's does: the step asked for generates it, it is timed with the cache and
+    without, and the text is the eager step's. (It called generate without them, so both were ignored.)"""
+    import evaluate
+    if not os.path.isfile(os.path.join(os.path.dirname(STORIES260K), "tok512.bin")):
+        pytest.skip("no tok512 in the mirror")
+    m = tiny_llama(vocab_size=512, block_size=32)
+    ckpt = {"data": {"dir": "run", "vocab": "tok512"}}  # what a checkpoint of imdb_lm records
+    modes = []
+    real_decode = model.decode
+    # Llama.generate calls decode(model, idx, mask, P, pick, eos_id, use_cache, mode)
+    monkeypatch.setattr(model, "decode", lambda *a: modes.append((a[7], a[6])) or real_decode(*a))
+    args = evaluate.parse_args(["--ckpt", "run/ckpt.pt", "--prompt", "Once", "--max_new_tokens", "6", "--temperature",
+                                "0", "--repeats", "1", "--decode", "compiled", "--no_cache"])
+    text, figures = evaluate.sample_text(m, ckpt, args.prompt, args, "cpu")
+    assert figures["decode"] == "compiled" and figures["tokens_per_s"] > 0 and figures["tokens_per_s_no_cache"] > 0
+    assert ("compiled", True) in modes and ("eager", False) in modes  # (mode, use_cache) of each generate
+    args.decode, args.no_timing = "eager", True
+    assert evaluate.sample_text(m, ckpt, args.prompt, args, "cpu") == (text, {"decode": "eager"})
 
 
 def test_generation_bench_checks_every_contestant_against_ours(monkeypatch, traced_compile, capsys):

@@ -723,8 +723,7 @@ def test_compiled_run_saves_plain_weights_and_traces_bucketed_lengths_once(tiny_
     hold the plain module's names (no '_orig_mod.'), and bucketed batches of many lengths cost one graph
     for training and one for evaluation (dynamic=True), not one per length."""
     from torch._dynamo.utils import counters
-    real_compile = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda m, **kw: real_compile(m, backend="eager", **kw))
+    monkeypatch.setattr(train, "COMPILE_BACKEND", "eager")
     torch._dynamo.reset()
     counters.clear()
     plain, compiled = (tiny_cfg(out_dir=str(tmp_path / name), max_iters=6, eval_interval=3, compile=flag)

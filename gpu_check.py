@@ -1,0 +1,949 @@
+"""
+The GPU check: every GPU feature of the lab run once on the device, in minutes, with what it measured written
+down. Run it first whenever a GPU is at hand:
+
+    python gpu_check.py                          # CUDA: every section, under 8 minutes on one H100 or H200
+    python gpu_check.py --cpu                    # the rehearsal: the same sections at tiny sizes on the CPU
+    python gpu_check.py --sections kernels scan  # some sections only
+
+Sections (SECTIONS below; each its own process, its own time budget and its own failure):
+    kernels  every Triton kernel compiled and run, forward and backward, against its reference in float64, on
+             inputs in float32 and in bfloat16 (the interpreter tests of tests/test_triton_kernels.py, on the
+             device); then each against its PyTorch op, timed (kernels.time_triton)
+    scan     Mamba's selective scan: the Triton kernel against the sequential, parallel and chunked PyTorch scans
+             at T = 1,024 and 4,096, forward and backward: time, peak memory, agreement
+    decode   stories260K greedy: llama2.c's golden text from the eager and the CUDA-graph step; CUDA-graph
+             recordings and cache allocations across 10 more generate calls (0 expected); tokens/s at batch 1
+             and 32, eager, compiled and Hugging Face's LlamaForCausalLM, in float32 and under bf16 autocast
+             (evaluate.generation_bench)
+    ddp      torchrun, one process per GPU (NCCL), against one plain process: the same logged losses
+    train    the SST-2 recurrent and baseline encoders and the char GPT, a few hundred steps each: float32 as
+             the reference, then bf16 with the Triton kernels, compile off and on (tokens/s, MFU, the losses of
+             the first steps against float32's); config/sst2_recurrent.py as it is, timed to its best checkpoint
+
+Data comes from --data (default data/, git-ignored), a folder holding the prepared sst2_glue_compact/ and
+shakespeare_char/ (python data.py sst2; python data.py shakespeare_char) and tinyllamas/stories260K/ (the
+checkpoint and tok512.bin), read as the data mirror: nothing is downloaded. The README's GPU section gives the
+commands. Figures go to results/gpu_check.json (each with its conditions: device, driver, versions, dtype,
+repetitions) and results/gpu_check.md (the tables the README's GPU section is written from); a --cpu
+rehearsal writes out/gpu_check_cpu.{json,md} instead, and every run's logs and scratch files go to
+out/gpu_check/.
+
+Each section runs in a process of its own under a time budget: an exception, a crash, a CUDA error that
+poisons its process, or a hang costs that section alone, which records its error in one line, and the check
+goes on. A section writes its figures as it goes, so one stopped at its budget keeps what it measured. Exit
+status: 0 when every check passed, 1 when one failed, 2 when this machine cannot run the check.
+
+This file is tooling, not the lesson: what it runs lives in kernels.py (the Triton kernels, their references,
+their timing), evaluate.py (the generation benchmark and the device helpers) and train.py (training).
+"""
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Sizes per mode: the GPU's are the check; the CPU's make the same code paths run in seconds.
+SIZES = {
+    "gpu": dict(kernel_shape=(4, 1000, 384, 6, 1536),  # (batch, T, n_embd, n_head, ffn): T not a multiple of a tile
+                kv_heads=2, scan_shape=(2, 333, 96, 16), scan_chunk=64,  # (B, T, D, N): a ragged last chunk
+                scan_lengths=(1024, 4096), scan_dims=(8, 128, 16), repeats=5,  # the scan's timing: B, D, N
+                golden_tokens=200, gen_tokens=256, gen_batches=(1, 32), gen_rounds=2, rerecord_calls=10,
+                train_steps=200, ddp_steps=40, tiny_model={}, tiny_lm={}),
+    "cpu": dict(kernel_shape=(1, 13, 32, 2, 48), kv_heads=1, scan_shape=(1, 13, 5, 4), scan_chunk=4,
+                scan_lengths=(16, 32), scan_dims=(1, 4, 4), repeats=1,
+                golden_tokens=200, gen_tokens=8, gen_batches=(1, 2), gen_rounds=1, rerecord_calls=10,
+                train_steps=4, ddp_steps=4,
+                tiny_model=dict(n_layer=1, n_embd=32, n_head=2, ffn_hidden=64, batch_size=4),
+                tiny_lm=dict(block_size=16, eval_windows=4)),
+}
+
+# Normwise tolerances of a kernel against its float64 reference, max |x - ref| <= tol * max(max |ref|, 1), per
+# dtype of the inputs: those of tests/test_triton_kernels.py, where the interpreter measured at most 6e-7 in
+# float32 (room left for a GPU's approximate exp2 and rsqrt) and 8e-3 in bfloat16 (8 bits of mantissa).
+KERNEL_TOLERANCE = {"float32": 1e-4, "bfloat16": 3e-2}
+# A bf16 run (Triton kernels, compile on or off) against the float32 run, from the same weights on the same batches:
+# their training losses over the first eighth of the steps (logged every 5 steps on a GPU), relative. Measured on
+# the CPU (config/sst2_recurrent.py, dropout 0, 200 steps with 50 of warm-up, bf16 autocast against float32): within
+# 0.3 % up to step 25 and 1.1 % at step 45; from step 50 on 1 to 37 % apart, and final validation losses of 0.40 and
+# 0.45, as far apart as two float32 seeds' (0.42 and 0.51, another calibration). After the first steps the runs part
+# as chaotic training does, so only those are compared; a wrong kernel is off from the first step.
+TRAIN_LOSS_TOLERANCE = 0.02
+# The losses torchrun logs against one plain process's, relative: the same model and batches, the gradient
+# summed in another order across N > 1 processes (float32 with TF32 matmuls, as train.py runs on CUDA).
+DDP_LOSS_TOLERANCE = 2e-3
+
+
+# -----------------------------------------------------------------------------
+# what a section gets, and what it leaves
+
+
+@dataclass
+class Run:
+    """A section's run: where and how it runs, and its record, written to `partial` after each step so that a
+    section stopped at its budget keeps what it measured."""
+    name: str
+    cpu: bool
+    data: str  # the data folder
+    work: str  # this section's scratch folder
+    partial: str  # the record's file
+    deadline: float  # time.time() by which the section must be done
+    sizes: dict
+    record: dict = field(default_factory=lambda: {"figures": {}, "checks": [], "notes": [], "error": None})
+
+    @property
+    def device(self):
+        return "cpu" if self.cpu else "cuda"
+
+    def time_left(self):
+        return self.deadline - time.time()
+
+    def fits(self, what, seconds):
+        """Whether `seconds` are left for the next step; if not, the step is a failed check, 'not run': a check
+        that did not finish has not passed."""
+        if self.time_left() >= seconds:
+            return True
+        self.check(what, False, f"not run: {max(0.0, self.time_left()):.0f} s of the section's budget left, it needs "
+                                f"about {seconds} s")
+        return False
+
+    def check(self, what, passed, detail=""):
+        """A check: something that must hold on this device. Printed, and kept in the record."""
+        self.record["checks"].append({"what": what, "passed": bool(passed), "detail": detail})
+        print(f"[{self.name}] {'ok  ' if passed else 'FAIL'} {what}{': ' + detail if detail else ''}", flush=True)
+        self.save()
+
+    def note(self, text):
+        self.record["notes"].append(text)
+        print(f"[{self.name}] note: {text}", flush=True)
+        self.save()
+
+    def figure(self, key, value):
+        self.record["figures"][key] = value
+        self.save()
+
+    def save(self):
+        with open(self.partial + ".tmp", "w") as f:
+            json.dump(self.record, f, indent=1, default=str)
+        os.replace(self.partial + ".tmp", self.partial)
+
+
+def one_line(e):
+    """An exception in one line: its type and the first line of its message, cut to 300 characters."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}{': ' + text[0] if text else ''}"[:300]
+
+
+@contextmanager
+def item(run, what):
+    """One step of a section that may fail on its own: its error is a failed check, and the section goes on."""
+    try:
+        yield
+    except Exception as e:  # a bug in one kernel must not hide the others
+        traceback.print_exc()
+        run.check(what, False, one_line(e))
+
+
+def normwise_error(x, ref):
+    """max |x - ref| / max(max |ref|, 1): how tests/test_triton_kernels.py measures a kernel."""
+    return ((x.detach().double() - ref.detach().double()).abs().max() / max(ref.abs().max().item(), 1.0)).item()
+
+
+def peak_mb(fn, device):
+    """(fn's result, the peak memory it allocated above what was resident before, in MB; None on a CPU)."""
+    if device != "cuda":
+        return fn(), None
+    torch.cuda.synchronize()
+    resident = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = fn()
+    torch.cuda.synchronize()
+    return out, (torch.cuda.max_memory_allocated() - resident) / 2**20
+
+
+# -----------------------------------------------------------------------------
+# kernels: each Triton kernel against its reference in float64, float32 and bfloat16 inputs
+
+
+def selective_inputs(B, T, D, N, device, dtype=torch.float32, seed=0):
+    """x, delta, A, Bm, Cm as Mamba has them: delta = softplus(N(-1, 1)) > 0, A = -exp(N(0, 1)) < 0, so Delta A
+    spreads over both branches of the kernel's zero-order hold. Drawn in float64 from a seed; A stays float32,
+    as a parameter does under autocast."""
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *shape: torch.randn(shape, generator=g, dtype=torch.float64)  # noqa: E731
+    x, delta, A = r(B, T, D), torch.nn.functional.softplus(r(B, T, D) - 1), -torch.exp(r(D, N))
+    Bm, Cm = r(B, T, N), r(B, T, N)
+    return [t.to(device=device, dtype=torch.float32 if t is A else dtype) for t in (x, delta, A, Bm, Cm)]
+
+
+def kernel_cases(sizes, device, dtype):
+    """[(name, triton_fn, reference_fn, inputs, input names)]: the cases of `python kernels.py triton` (norms,
+    SwiGLU, attention plain, with a key mask and causal: each beside its PyTorch op, which serves as the
+    reference), grouped-query attention, one decoding query against a padded cache, and the selective scan in
+    each discretization."""
+    import kernels
+    batch, T, C, nh, ffn = sizes["kernel_shape"]
+    names = {"rms_norm": "x w", "layer_norm": "x w b", "swiglu": "gate value"}
+    cases = [(name, fast, ref, inputs, names.get(name, "q k v").split())
+             for name, _, ref, fast, inputs in kernels.triton_bench_cases(batch, T, C, nh, ffn, device, dtype)]
+    g = torch.Generator().manual_seed(1)
+    hs, nkv = C // nh, sizes["kv_heads"]
+    r = lambda *shape: torch.randn(shape, generator=g).to(device=device, dtype=dtype)  # noqa: E731
+    padded = torch.ones(batch, T, dtype=torch.bool, device=device)
+    padded[-1, T - T // 3:] = False  # the last row's final third is padding
+    cases += [
+        (f"attention, {nh // nkv} query heads per kv head, causal",
+         lambda q, k, v: kernels.flash_attention_triton(q, k, v, causal=True),
+         lambda q, k, v: kernels.attention_reference(q, k, v, causal=True), [r(batch, nh, T, hs), r(batch, nkv, T, hs),
+                                                                            r(batch, nkv, T, hs)], ["q", "k", "v"]),
+        ("attention, one query against a padded cache",
+         lambda q, k, v: kernels.flash_attention_triton(q, k, v, padded, causal=True),
+         lambda q, k, v: kernels.attention_reference(q, k, v, padded, causal=True),
+         [r(batch, nh, 1, hs), r(batch, nkv, T, hs), r(batch, nkv, T, hs)], ["q", "k", "v"])]
+    for disc in kernels.DISCRETIZATIONS:
+        cases.append((f"selective scan, {disc}",
+                      lambda *a, d=disc: kernels.selective_scan_triton(*a, discretization=d, chunk=sizes["scan_chunk"]),
+                      lambda *a, d=disc: kernels.selective_scan_reference(*a, discretization=d),
+                      selective_inputs(*sizes["scan_shape"], device, dtype), ["x", "delta", "A", "B", "C"]))
+    return cases
+
+
+def kernel_errors(fast, reference, inputs, seed=0):
+    """{'y': error, 'd<input>': error, ...}: the kernel's output and gradients (from one random output gradient)
+    against the reference's run in float64 on the same numbers."""
+    leaves = [x.detach().requires_grad_(x.is_floating_point()) for x in inputs]
+    out = fast(*leaves)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    out.backward(grad.to(device=out.device, dtype=out.dtype))
+    leaves64 = [x.detach().double().requires_grad_(x.is_floating_point()) for x in inputs]
+    ref = reference(*leaves64)
+    ref.backward(grad.to(ref.device))
+    errors = {"y": normwise_error(out, ref)}
+    for x, x64 in zip(leaves, leaves64):
+        if x.requires_grad:
+            errors[len(errors)] = normwise_error(x.grad, x64.grad)
+    return errors
+
+
+def section_kernels(run):
+    import kernels
+    if not kernels.triton_available():
+        raise RuntimeError("Triton cannot run here (on a CPU: TRITON_INTERPRET=1 before triton's first import)")
+    run.figure("triton", importlib.metadata.version("triton"))
+    run.figure("tolerance", KERNEL_TOLERANCE)
+    torch.set_float32_matmul_precision("highest")  # float32 tl.dot follows it: TF32 would need a looser tolerance
+    run.figure("float32_matmul_precision", "highest (the comparisons); TF32 off")
+    errors = {}
+    for dtype_name in ("float32", "bfloat16"):
+        dtype = getattr(torch, dtype_name)
+        for name, fast, reference, inputs, input_names in kernel_cases(run.sizes, run.device, dtype):
+            what = f"{name}, {dtype_name}"
+            if run.cpu and dtype == torch.bfloat16 and name.startswith("attention"):
+                run.note(f"{what}: not on the CPU (Triton's interpreter multiplies bfloat16 tiles in tl.dot as raw "
+                         f"16-bit integers); on a GPU it runs")
+                continue
+            with item(run, what):
+                t0 = time.perf_counter()
+                got = kernel_errors(fast, reference, inputs)
+                named = {("y" if k == "y" else "d" + input_names[k - 1]): v for k, v in got.items()}
+                errors[what] = {**named, "seconds": time.perf_counter() - t0}
+                worst = max(named, key=named.get)
+                tol = KERNEL_TOLERANCE[dtype_name]
+                run.check(what, named[worst] <= tol, f"worst {worst} {named[worst]:.1e} (tolerance {tol:g})")
+                run.figure("errors", errors)
+    # speed against the PyTorch ops (bf16, the training dtype; float32 in the CPU's interpreter, which cannot do
+    # bf16 attention, and whose times mean nothing)
+    batch, T, C, nh, ffn = run.sizes["kernel_shape"]
+    dtype = torch.float32 if run.cpu else torch.bfloat16
+    with item(run, "timing against the PyTorch ops"):
+        times = kernels.time_triton([T], batch, C, nh, ffn, run.device, dtype, repeats=run.sizes["repeats"],
+                                    budget_s=2.0)
+        run.figure("timing", {"interpreter": run.cpu, "dtype": str(dtype).replace("torch.", ""), "T": T,
+                              "batch": batch, "n_embd": C,
+                              "n_head": nh, "ffn": ffn, "repeats": run.sizes["repeats"],
+                              "results": {k: v[T] for k, v in times.items()}})
+
+
+# -----------------------------------------------------------------------------
+# scan: Mamba's selective scan, the Triton kernel against the PyTorch scans
+
+
+def section_scan(run):
+    import kernels
+    B, D, N = run.sizes["scan_dims"]
+    scans = {"sequential": lambda *a: kernels.selective_scan_reference(*a, scan="sequential"),
+             "parallel": lambda *a: kernels.selective_scan_reference(*a, scan="parallel"),
+             "chunked": lambda *a: kernels.selective_scan_chunked(*a, chunk=64, scan="sequential"),
+             "triton": lambda *a: kernels.selective_scan_triton(*a, chunk=64)}
+    run.figure("shape", {"B": B, "D": D, "N": N, "dtype": "float32", "discretization": "zoh_approx", "chunk": 64,
+                         "repeats": run.sizes["repeats"], "what": "forward + backward, median ms of up to `repeats` "
+                         "runs after a warm-up, fewer once they take 4 s"})
+    table = {}
+    for T in run.sizes["scan_lengths"]:
+        inputs = [t.requires_grad_() for t in selective_inputs(B, T, D, N, run.device)]
+        grad = torch.randn(B, T, D, generator=torch.Generator().manual_seed(1)).to(run.device)
+        outputs = {}
+        for name, fn in scans.items():
+            if not run.fits(f"T={T} {name}", 5):
+                continue
+            with item(run, f"T={T} {name}"):
+                def step(fn=fn):
+                    for t in inputs:
+                        t.grad = None
+                    y = fn(*inputs)
+                    y.backward(grad)
+                    return y.detach()
+                outputs[name], mb = peak_mb(step, run.device)
+                ms, runs = kernels._median_ms(step, run.device, run.sizes["repeats"], budget_s=4.0)
+                table.setdefault(T, {})[name] = {"ms": ms, "runs": runs, "peak_mb": mb}
+                run.figure("results", table)
+        if "sequential" in outputs:
+            for name, y in outputs.items():
+                err = normwise_error(y, outputs["sequential"])
+                table[T][name]["error_vs_sequential"] = err
+                run.check(f"T={T} {name} equals the sequential scan", err <= 1e-4, f"{err:.1e} (tolerance 1e-4)")
+                if "ms" in table[T]["sequential"] and name != "sequential":
+                    table[T][name]["speedup"] = table[T]["sequential"]["ms"] / table[T][name]["ms"]
+        run.figure("results", table)
+    run.figure("goal", f"triton >= {kernels.GOAL_SPEEDUP:g}x the sequential loop at T={kernels.GOAL_LENGTH}")
+
+
+# -----------------------------------------------------------------------------
+# decode: stories260K, the eager and CUDA-graph steps
+
+
+@contextmanager
+def counting_graph_captures():
+    """A list that grows by one at every CUDA graph capture (torch.cuda.CUDAGraph.capture_begin: inductor's
+    CUDA-graph trees record through it), while the context lasts."""
+    captures = []
+    cls = torch.cuda.CUDAGraph
+    real = cls.capture_begin
+
+    def capture_begin(self, *args, **kwargs):
+        captures.append(1)
+        return real(self, *args, **kwargs)
+
+    cls.capture_begin = capture_begin
+    try:
+        yield captures
+    finally:
+        cls.capture_begin = real
+
+
+@contextmanager
+def counting_caches():
+    """A list of every KVCache made while the context lasts."""
+    import model
+    made, real = [], model.KVCache.__init__
+
+    def init(self, *args, **kwargs):
+        made.append(self)
+        real(self, *args, **kwargs)
+
+    model.KVCache.__init__ = init
+    try:
+        yield made
+    finally:
+        model.KVCache.__init__ = real
+
+
+def section_decode(run):
+    import torch._dynamo  # (its counters)
+
+    import data
+    import evaluate
+    import model
+    if run.cpu:  # the same static (CUDA-graph) step, captured by dynamo without code: inductor takes minutes here
+        model.STATIC_DECODE, model.COMPILE_BACKEND = ("cpu", "cuda"), "eager"
+        run.note("CPU: the static (CUDA-graph) step, captured by dynamo's 'eager' backend; no CUDA graphs")
+    path = data.pretrained_file("stories260K")
+    tok = data.load_llama_tokenizer("tok512")
+    m = model.read_llama2c(path).to(run.device)
+    n = run.sizes["golden_tokens"]
+    golden = evaluate.STORIES260K_GREEDY
+    for mode in ("eager", "compiled"):
+        with item(run, f"golden text, {mode} step"):
+            t0 = time.perf_counter()
+            with counting_graph_captures() if not run.cpu else nullcontext([]) as captures:
+                out = m.generate([[tok.bos_id]], n, temperature=0, mode=mode)[0]
+            text = tok.decode([tok.bos_id] + out)
+            run.figure(f"golden_{mode}_s", time.perf_counter() - t0)
+            if mode == "compiled" and not run.cpu:  # else the re-recording count below would hold by default
+                run.figure("golden_graph_captures", len(captures))
+                run.check("the compiled step runs as a CUDA graph", len(captures) >= 1, f"{len(captures)} captures")
+            ok = text == golden if n == 200 else golden.startswith(text)  # (200: all of llama2.c's text)
+            first = next((i for i, (a, b) in enumerate(zip(text, golden)) if a != b), min(len(text), len(golden)))
+            run.check(f"golden text, {mode} step", ok,
+                      f"{n} tokens from BOS" + ("" if ok else f"; differs from character {first}"))
+    with item(run, "re-recordings across generate calls"):
+        calls = run.sizes["rerecord_calls"]
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        with counting_graph_captures() if not run.cpu else nullcontext([]) as captures, counting_caches() as caches:
+            outs = [m.generate([[tok.bos_id]], 16 + i, temperature=0, mode="compiled")[0] for i in range(calls)]
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
+        run.figure("rerecord", {"generate_calls": calls, "graph_captures": None if run.cpu else len(captures),
+                                "caches_allocated": len(caches), "graphs_compiled": graphs})
+        run.check(f"{calls} more generate calls reuse the step's cache", not caches, f"{len(caches)} caches allocated")
+        run.check(f"{calls} more generate calls compile nothing", not graphs, f"{graphs} graphs compiled")
+        if not run.cpu:
+            run.check(f"{calls} more generate calls record no CUDA graph", not captures,
+                      f"{len(captures)} captures")
+        run.check(f"{calls} more generate calls, of 16 to {15 + calls} tokens, give the golden text's start",
+                  all(golden.startswith(tok.decode([tok.bos_id] + out)) for out in outs))
+    args = SimpleNamespace(rounds=run.sizes["gen_rounds"], runc=None)
+    speed = {}
+    for dtype_name in ("float32", "bfloat16"):
+        if not run.fits(f"speed, {dtype_name}", 20):
+            continue
+        with item(run, f"speed, {dtype_name}"):
+            with evaluate.autocast_context(run.device, dtype_name):
+                tables = evaluate.generation_bench(args, run.device, run.sizes["gen_tokens"], run.sizes["gen_batches"])
+            speed[dtype_name] = {batch: {name: {k: f[k] for k in ("tokens_per_s", "same_tokens", "compile_s") if k in f}
+                                         for name, f in table.items()} for batch, table in tables["tables"].items()}
+            run.figure("speed", {"tokens": run.sizes["gen_tokens"], "rounds": run.sizes["gen_rounds"],
+                                 "prompt": evaluate.GEN_PROMPT, "tables": speed})
+            hf = all("Hugging Face LlamaForCausalLM" in t for t in tables["tables"].values())
+            if dtype_name == "float32":  # under bf16 the rounding may part the greedy paths: reported, not checked
+                same = all(f["same_tokens"] for t in tables["tables"].values() for f in t.values())
+                run.check("float32: every contestant's tokens are ours", same)
+            if not hf and not run.cpu:
+                run.check("a Hugging Face row", False, "transformers is not installed")
+            elif not hf and dtype_name == "float32":
+                run.note("no Hugging Face row: transformers is not installed")
+
+
+# -----------------------------------------------------------------------------
+# train: the study's models, float32 against bf16 with the fast paths, compile off and on
+
+
+TRAIN_CASES = {  # name: (config file, its prepared data folder in --data, its fast paths: Triton kernels)
+    "sst2_recurrent": ("config/sst2_recurrent.py", "sst2_glue_compact",
+                       dict(attn_impl="triton", norm_impl="triton", ffn_impl="triton")),
+    "sst2_baseline": ("config/sst2_baseline.py", "sst2_glue_compact",
+                      dict(attn_impl="triton", norm_impl="triton", ffn_impl="triton")),
+    "char_gpt": ("config/shakespeare_char.py", "shakespeare_char",
+                 dict(attn_impl="triton", norm_impl="triton")),  # a GELU FFN: the SwiGLU kernel does not apply
+}
+TRAIN_VARIANTS = {  # dropout is off in all: the flash kernel has none, and the runs are compared
+    "float32": dict(dtype="float32"),
+    "bf16, Triton kernels": dict(dtype="bfloat16", fast=True),
+    "bf16, Triton kernels, compiled": dict(dtype="bfloat16", fast=True, compile=True),
+}
+
+
+def data_folder(run, folder):
+    """The prepared dataset `folder` of --data; in a CPU rehearsal a copy cut small (the first 8 examples of each
+    classification split, cut to 12 tokens; 1,024 tokens of a corpus): Triton's interpreter takes seconds for a
+    norm over a few hundred rows."""
+    import data
+    source = os.path.join(run.data, folder)
+    if not run.cpu:
+        return source
+    cut = os.path.join(run.work, "data", folder)
+    if os.path.isfile(os.path.join(cut, "meta.json")):
+        return cut
+    os.makedirs(cut, exist_ok=True)
+    meta = data.load_meta(source)
+    for split in data.TASK_SPLITS[meta["task"]][1]:
+        if meta["task"] == "classification":
+            whole = data.ClassificationSplit(source, split)
+            items = [whole[i] for i in range(min(8, len(whole)))]
+            data.write_split(cut, split, [ids[:12] for ids, _ in items], [label for _, label in items],
+                             whole.tokens.dtype)
+        else:
+            data.write_bin(os.path.join(cut, f"{split}.bin"), np.asarray(data.TokenSplit(source, split).tokens[:1024]))
+    data.write_meta(cut, meta)
+    return cut
+
+
+def train_run(run, case, variant, settings, overrides=None):
+    """Train `case` under `settings` for the section's steps (or the config as it is, with `overrides`);
+    return its figures: summary figures, tokens/s and MFU (the median over the logged intervals after the first,
+    which holds the warm-up and any compilation), seconds, and the best checkpoint's time."""
+    import train
+    config, folder, fast = TRAIN_CASES[case]
+    if settings is not None and settings.pop("fast", False):
+        settings.update(fast)
+        if run.cpu:  # Triton's interpreter cannot multiply bf16 tiles, nor can dynamo trace the interpreter
+            settings["attn_impl"] = "sdpa"
+            if settings.get("compile"):
+                settings.update(norm_impl="torch", ffn_impl="torch")
+    out_dir = os.path.join(run.work, f"{case}-{variant.replace(', ', '-').replace(' ', '_')}")
+    if overrides is None:
+        steps = run.sizes["train_steps"]
+        overrides = dict(max_iters=steps, eval_interval=steps, log_interval=max(1, steps // 40),
+                         warmup_iters=max(1, steps // 4), dropout=0.0, early_stop_patience=0, **settings)
+    overrides = dict(overrides, out_dir=out_dir, data_dir=data_folder(run, folder), overwrite=True,
+                     device=run.device, **run.sizes["tiny_model"])
+    if case == "char_gpt":
+        overrides.update(run.sizes["tiny_lm"])
+    cfg = train.make_config([os.path.join(HERE, config)] + [f"--{k}={v}" for k, v in overrides.items()])
+    t0 = time.time()
+    summary = train.train(cfg)
+    seconds = time.time() - t0
+    logged = [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
+    logged = [r for r in logged if r["type"] == "train"]
+    steady = logged[1:] or logged
+    best = os.path.join(out_dir, "ckpt.pt")
+    early = max(1, summary["iters"] // 8)
+    figures = {"config": config, "settings": {k: v for k, v in overrides.items() if k not in ("out_dir", "overwrite")},
+               "steps": summary["iters"], "seconds": seconds,
+               "early_losses": {r["iter"]: r["loss"] for r in logged if r["iter"] <= early},
+               "final_val_loss": summary.get("final_val_loss"), "best_val_loss": summary["best_val_loss"],
+               "tok_per_s": statistics.median(r["tok_per_s"] for r in steady) if steady else None,
+               "mfu": statistics.median(r["mfu"] for r in steady) if steady and "mfu" in steady[0] else None,
+               "best_checkpoint_s": os.path.getmtime(best) - t0 if os.path.isfile(best) else None,
+               "test_accuracy": summary.get("test_accuracy")}
+    return figures
+
+
+def section_train(run):
+    import torch._dynamo
+    import train
+    if run.cpu:
+        train.COMPILE_BACKEND = "eager"
+        run.note("CPU: compile=True captures graphs with dynamo's 'eager' backend (no code generated); the bf16 runs "
+                 "keep SDPA attention (the interpreter cannot multiply bf16 tiles), and the compiled ones PyTorch's "
+                 "norms and SwiGLU too (dynamo cannot trace the interpreter): compile with the kernels runs on a GPU")
+    else:
+        run.note("the float32 runs use TF32 tensor cores for their matmuls, as train.py does on CUDA")
+    runs = {}
+    order = [(case, variant) for variant in ("float32", "bf16, Triton kernels") for case in TRAIN_CASES]
+    order += [("sst2_recurrent", "as configured")] + [(case, "bf16, Triton kernels, compiled") for case in TRAIN_CASES]
+    for case, variant in order:
+        name = f"{case}, {variant}"
+        # the seconds a run needs at least, guessed for a GPU: a compiled one waits for inductor to build its
+        # forward and backward (half a minute?), the config as it stands trains 2 epochs (2,000 steps)
+        needs = 5 if run.cpu else 45 if variant.endswith("compiled") else 30 if variant == "as configured" else 10
+        if not run.fits(name, needs):
+            continue
+        with item(run, name):
+            if variant == "as configured":  # the README's goal: this config's best checkpoint in under a minute
+                steps = {"max_iters": run.sizes["train_steps"]} if run.cpu else {}
+                figures = train_run(run, case, variant, None, overrides=steps)
+                run.check(f"{name}: trains to a best checkpoint", figures["best_checkpoint_s"] is not None,
+                          f"{figures['best_checkpoint_s'] or 0:.0f} s (goal < 60 s), test accuracy "
+                          f"{figures['test_accuracy']}")
+            else:
+                settings = dict(TRAIN_VARIANTS[variant])
+                torch._dynamo.reset()  # each compiled run from empty caches: its own graphs, its own limit
+                figures = train_run(run, case, variant, settings)
+                reference = runs.get(f"{case}, float32")
+                if reference is not None and variant != "float32":
+                    ours, theirs = figures["early_losses"], reference["early_losses"]
+                    same_steps = ours.keys() == theirs.keys() and ours
+                    worst = max(abs(ours[i] - theirs[i]) / theirs[i] for i in theirs) if same_steps else float("inf")
+                    figures["early_rel_diff"] = worst
+                    figures["delta_vs_float32"] = figures["final_val_loss"] - reference["final_val_loss"]
+                    run.check(f"{name}: the float32 run's losses", worst <= TRAIN_LOSS_TOLERANCE,
+                              f"the {len(ours)} losses logged by step {max(ours, default=0)}: {worst:.2%} apart at "
+                              f"most (tolerance {TRAIN_LOSS_TOLERANCE:.0%}); final validation loss "
+                              f"{figures['final_val_loss']:.4f} against {reference['final_val_loss']:.4f}")
+                else:
+                    run.check(f"{name}: trains", figures["final_val_loss"] is not None,
+                              f"val loss {figures['final_val_loss']}")
+            runs[name] = figures
+            run.figure("runs", runs)
+    run.figure("tolerance", TRAIN_LOSS_TOLERANCE)
+
+
+# -----------------------------------------------------------------------------
+# ddp: torchrun (NCCL on GPUs) against one plain process
+
+
+def train_losses(out_dir):
+    """{iteration: logged training loss} and the best validation loss of a run, from its log.jsonl."""
+    records = [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
+    losses = {r["iter"]: r["loss"] for r in records if r["type"] == "train"}
+    return losses, next(r["best_val_loss"] for r in records if r["type"] == "summary")
+
+
+def section_ddp(run):
+    import train
+    n = 1 if run.cpu else torch.cuda.device_count()
+    steps = run.sizes["ddp_steps"]
+    settings = dict(max_iters=steps, eval_interval=steps, log_interval=max(1, steps // 4), warmup_iters=1,
+                    dropout=0.0, dtype="float32", grad_accum=n, early_stop_patience=0, overwrite=True,
+                    device=run.device, data_dir=data_folder(run, "sst2_glue_compact"), **run.sizes["tiny_model"])
+    argv = [os.path.join(HERE, "config/sst2_recurrent.py")] + [f"--{k}={v}" for k, v in settings.items()]
+    backend = "gloo" if run.cpu else "nccl"
+    run.figure("setup", {"processes": n, "backend": backend, "steps": steps, "dtype": "float32", "grad_accum": n,
+                         "what": "config/sst2_recurrent.py, dropout 0"})
+    if n == 1:
+        run.note("one process: train.py joins the process group (NCCL on a GPU) and trains the plain model, so no "
+                 "gradient is all-reduced; with N GPUs, DDP sums them over N processes")
+    one = os.path.join(run.work, "one_process")
+    train.train(train.make_config(argv + [f"--out_dir={one}"]))
+    many = os.path.join(run.work, "torchrun")
+    t0 = time.time()
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+                           "train.py", *argv, f"--out_dir={many}"], cwd=HERE, capture_output=True, text=True,
+                          timeout=max(10.0, run.time_left() - 5))
+    print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
+    run.figure("torchrun_s", time.time() - t0)
+    if done.returncode != 0:
+        raise RuntimeError(f"torchrun exited {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}")
+    (a, best_a), (b, best_b) = train_losses(one), train_losses(many)
+    worst = max(abs(a[i] - b[i]) / abs(a[i]) for i in a) if a.keys() == b.keys() else float("inf")
+    worst = max(worst, abs(best_a - best_b) / abs(best_a))
+    run.figure("losses", {"one_process": a, "torchrun": b, "best_val_loss": [best_a, best_b], "max_rel_diff": worst})
+    run.check(f"torchrun ({n} process{'es' if n > 1 else ''}, {backend}) logs the plain run's losses",
+              worst <= DDP_LOSS_TOLERANCE, f"max relative difference {worst:.1e} (tolerance {DDP_LOSS_TOLERANCE:g})")
+
+
+# -----------------------------------------------------------------------------
+# the sections, and the check that runs them
+
+
+@dataclass(frozen=True)
+class Section:
+    run: object  # fn(Run)
+    budget_s: dict  # {'gpu': s, 'cpu': s}: the process is stopped past it
+    what: str
+
+
+SECTIONS = {  # in the order they run. The GPU budgets add up to 440 s, the processes' starts included; a section
+    # may also use what the ones before it left unused, and one still running GRACE_S past its budget is stopped:
+    # 7.8 minutes at the very most, even if all five were
+    "kernels": Section(section_kernels, {"gpu": 70, "cpu": 40}, "Triton kernels against their references"),
+    "scan": Section(section_scan, {"gpu": 30, "cpu": 20}, "the selective scan, Triton against PyTorch"),
+    "decode": Section(section_decode, {"gpu": 130, "cpu": 40}, "stories260K decoding, eager and CUDA graphs"),
+    "ddp": Section(section_ddp, {"gpu": 25, "cpu": 30}, "torchrun against one process"),
+    "train": Section(section_train, {"gpu": 185, "cpu": 60}, "training in float32 and bf16, compile off and on"),
+}
+GRACE_S = 5  # a section ends itself at its budget (before a step it could not finish); past this, it is killed
+
+
+def conditions(cpu):
+    """What every figure depends on: the device, its driver, the versions, the code's commit."""
+    import train
+    versions = {}
+    for package in ("triton", "transformers", "numpy"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    c = {"mode": "cpu rehearsal" if cpu else "gpu", "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+         "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(), **versions,
+         "cpu": train.machine_conditions("cpu")["machine"], "cpu_count": os.cpu_count(), "commit": train.code_commit()}
+    if not cpu:
+        props = torch.cuda.get_device_properties(0)
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True) if shutil.which("nvidia-smi") else None
+        try:
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception as e:  # a build without NCCL: the ddp section will say more
+            nccl = f"none ({one_line(e)})"
+        c.update(device=props.name, gpus=torch.cuda.device_count(), capability=f"{props.major}.{props.minor}",
+                 memory_gb=round(props.total_memory / 2**30, 1), nccl=nccl,
+                 driver=driver.stdout.strip().splitlines()[0] if driver and driver.returncode == 0 else "unknown")
+    else:
+        c.update(device="cpu", triton_interpreter=True)
+    return c
+
+
+def data_environment(args):
+    """The environment a section runs in: --data as the data mirror (stories260K, tok512; nothing downloaded), its
+    tiktoken cache if it has one, and on the CPU Triton's interpreter (read once, at triton's first import)."""
+    env = {"DATA_MIRROR": os.path.abspath(args.data)}
+    if os.path.isdir(os.path.join(args.data, "tiktoken_cache")):
+        env["TIKTOKEN_CACHE_DIR"] = os.path.abspath(os.path.join(args.data, "tiktoken_cache"))
+    if args.cpu:
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
+def run_sections(args, names):
+    """Each section in a process of its own (or, --in_process, in this one), under its budget; the results
+    written after each."""
+    mode = "cpu" if args.cpu else "gpu"
+    os.makedirs(args.work, exist_ok=True)
+    env = data_environment(args)
+    results = {"conditions": conditions(args.cpu), "sizes": SIZES[mode], "sections": {}}
+    start, spare = time.time(), 0.0
+    for name in names:
+        section = SECTIONS[name]
+        budget = round(section.budget_s[mode] + spare)  # its own, and what the sections before left
+        partial = os.path.join(os.path.abspath(args.work), f"{name}.json")
+        log = os.path.join(args.work, f"{name}.log")
+        print(f"{name}: {section.what} (budget {budget} s; log {log})", flush=True)
+        if os.path.exists(partial):
+            os.remove(partial)  # an earlier run's record, which a section stopped before its first save would leave
+        t0 = time.time()
+        code, stopped = 0, None
+        if args.in_process:  # no log of its own, no budget enforced: for a debugger, and the tests
+            os.environ.update(env)
+            run_section(name, args.cpu, os.path.abspath(args.data), os.path.abspath(args.work), partial, t0 + budget)
+        else:
+            cmd = [sys.executable, os.path.abspath(__file__), "--section", name, "--partial", partial, "--deadline",
+                   str(t0 + budget), "--data", os.path.abspath(args.data), "--work", os.path.abspath(args.work)]
+            with open(log, "w") as f:
+                child = subprocess.Popen(cmd + (["--cpu"] if args.cpu else []), cwd=HERE, stdout=f,
+                                         env=dict(os.environ, **env, PYTHONUNBUFFERED="1"),  # the log as it happens
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+                try:
+                    code = child.wait(timeout=budget + GRACE_S)
+                except subprocess.TimeoutExpired:
+                    os.killpg(child.pid, signal.SIGKILL)  # torchrun's workers and inductor's compilers with it
+                    child.wait()
+                    code, stopped = None, f"stopped at its budget of {budget} s"
+        record = {"figures": {}, "checks": [], "notes": [], "error": None}
+        if os.path.exists(partial):
+            with open(partial) as f:
+                record = json.load(f)
+        if record["error"] is None and (stopped or code not in (0, 1) or not record["checks"]):
+            record["error"] = stopped or f"its process ended with status {code} and no check: {last_line(log)}"
+        record.update(budget_s=budget, elapsed_s=round(time.time() - t0, 1), passed=passed(record))
+        spare = max(0.0, budget - record["elapsed_s"])
+        results["sections"][name] = record
+        results["elapsed_s"] = round(time.time() - start, 1)
+        results["passed"] = all(r["passed"] for r in results["sections"].values())
+        write_results(args.out, results)
+        verdict = "passed" if record["passed"] else "FAILED: " + (record["error"] or "; ".join(
+            c["what"] for c in record["checks"] if not c["passed"]) or "no check ran")
+        print(f"{name}: {verdict} ({record['elapsed_s']:.0f} s of {budget} s)", flush=True)
+    print(f"all sections: {'passed' if results['passed'] else 'FAILED'} in {time.time() - start:.0f} s; "
+          f"wrote {args.out}.json and {args.out}.md")
+    return results
+
+
+def passed(record):
+    """A section passed: no error, and at least one check, every one of which held."""
+    return record["error"] is None and bool(record["checks"]) and all(c["passed"] for c in record["checks"])
+
+
+def last_line(path):
+    """The last line a section's process printed (its log), cut to 300 characters."""
+    if not os.path.exists(path):  # (--in_process: no log of its own)
+        return "(no log)"
+    with open(path) as f:
+        lines = [line.strip() for line in f if line.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+@contextmanager
+def restored():
+    """What the sections change in their process put back afterwards, for the next one in this process
+    (--in_process): the decode step's shapes and backend and train's compile backend (a CPU rehearsal's), and
+    the float32 matmul precision (the kernels', and train.py's on CUDA)."""
+    import model
+    import train
+    saved = model.STATIC_DECODE, model.COMPILE_BACKEND, train.COMPILE_BACKEND, torch.get_float32_matmul_precision()
+    try:
+        yield
+    finally:
+        model.STATIC_DECODE, model.COMPILE_BACKEND, train.COMPILE_BACKEND, precision = saved
+        torch.set_float32_matmul_precision(precision)
+
+
+def run_section(name, cpu, data_dir, work, partial, deadline):
+    """One section in this process; its record, also written to `partial` as it goes. An exception ends the
+    section with its error in one line (its traceback printed, into the section's log)."""
+    run = Run(name, cpu, data_dir, os.path.join(work, name), partial, deadline, SIZES["cpu" if cpu else "gpu"])
+    os.makedirs(run.work, exist_ok=True)
+    run.save()
+    try:
+        with restored():
+            SECTIONS[name].run(run)
+    except Exception as e:
+        traceback.print_exc()
+        run.record["error"] = one_line(e)
+        run.save()
+    return run.record
+
+
+def child(args):
+    """A section's own process: its exit status says whether it passed."""
+    if args.cpu:
+        torch.set_num_threads(1)  # tiny models: one thread beats two fighting over a shared machine's cores
+    record = run_section(args.section, args.cpu, args.data, args.work, args.partial, args.deadline)
+    return 0 if passed(record) else 1
+
+
+# -----------------------------------------------------------------------------
+# the results: JSON with everything, markdown with the tables
+
+
+def write_results(out, results):
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out + ".json", "w") as f:
+        json.dump(results, f, indent=1, default=str)
+    with open(out + ".md", "w") as f:
+        f.write("\n".join(markdown(results)) + "\n")
+
+
+def fmt(x, spec=",.0f"):
+    return "–" if x is None else format(x, spec)
+
+
+def markdown(results):
+    c = results["conditions"]
+    lines = [f"# GPU check ({c['mode']}): {'passed' if results['passed'] else 'FAILED'}", "",
+             f"Written by `python gpu_check.py{' --cpu' if c['mode'] != 'gpu' else ''}` on {c['date']}, commit "
+             f"{c['commit']}, in {results['elapsed_s']:.0f} s.",
+             f"Device: {c['device']}" + (f" ({c['gpus']} GPU(s), compute capability {c['capability']}, "
+                                          f"{c['memory_gb']} GB, driver {c['driver']}, NCCL {c['nccl']})"
+                                          if c["mode"] == "gpu" else f", {c['cpu']}, {c['cpu_count']} cores") + ".",
+             f"Versions: torch {c['torch']} (CUDA {c['cuda']}), Triton {c['triton']}, transformers "
+             f"{c['transformers']}, Python {c['python']}.", ""]
+    for name, r in results["sections"].items():
+        lines += [f"## {name}: {'passed' if r['passed'] else 'FAILED'} ({r['elapsed_s']:.0f} s of a "
+                  f"{r['budget_s']} s budget)", ""]
+        if r["error"]:
+            lines += [f"Error: `{r['error']}`", ""]
+        lines += TABLES[name](r["figures"]) if r["figures"] else []
+        failed = [ch for ch in r["checks"] if not ch["passed"]]
+        lines += [f"- {len(r['checks']) - len(failed)} of {len(r['checks'])} checks passed"]
+        lines += [f"- FAILED: {ch['what']}{': ' + ch['detail'] if ch['detail'] else ''}" for ch in failed]
+        lines += [f"- note: {n}" for n in r["notes"]] + [""]
+    return lines
+
+
+def table_kernels(f):
+    lines = [f"Errors against the float64 reference, normwise (max |x - ref| / max(max |ref|, 1)); tolerance "
+             f"{f['tolerance']['float32']:g} in float32, {f['tolerance']['bfloat16']:g} in bfloat16.", "",
+             "| kernel, input dtype | output | worst gradient |", "|---|---:|---:|"]
+    for what, e in f.get("errors", {}).items():
+        grads = {k: v for k, v in e.items() if k.startswith("d")}  # every case has inputs with gradients
+        worst = max(grads, key=grads.get)
+        lines.append(f"| {what} | {e['y']:.1e} | {worst} {grads[worst]:.1e} |")
+    t = f.get("timing")
+    if t:
+        lines += ["", f"Against the PyTorch ops, {t['dtype']}, batch {t['batch']}, T {t['T']}, width {t['n_embd']}, "
+                      f"{t['n_head']} heads, FFN {t['ffn']}; median ms of up to {t['repeats']} runs"
+                      + (" (Triton's interpreter: these times measure Python, not the kernels)" if t["interpreter"]
+                         else "") + ":", "",
+                  "| kernel | torch op | torch fwd+bwd | Triton fwd+bwd | speedup |", "|---|---|---:|---:|---:|"]
+        for name, r in t["results"].items():
+            lines.append(f"| {name} | {r['torch_op']} | {r['torch_fwd_bwd']:.3f} | {r['triton_fwd_bwd']:.3f} | "
+                         f"{r['torch_fwd_bwd'] / r['triton_fwd_bwd']:.2f}x |")
+    return lines + [""]
+
+
+def table_scan(f):
+    s = f.get("shape", {})
+    lines = [f"B {s.get('B')}, D {s.get('D')}, N {s.get('N')}, float32, {s.get('discretization')}; forward + "
+             f"backward, median ms of up to {s.get('repeats')} runs; peak memory above the inputs. Goal: "
+             f"{f.get('goal', '')}.", "",
+             "| T | scan | ms | speedup over sequential | peak MB | error vs sequential |",
+             "|---:|---|---:|---:|---:|---:|"]
+    for T, by_scan in f.get("results", {}).items():
+        for name, r in by_scan.items():
+            lines.append(f"| {T} | {name} | {r['ms']:.2f} | {fmt(r.get('speedup'), '.1f')} | "
+                         f"{fmt(r.get('peak_mb'), ',.0f')} | {fmt(r.get('error_vs_sequential'), '.1e')} |")
+    return lines + [""]
+
+
+def table_decode(f):
+    lines = []
+    if "rerecord" in f:
+        r = f["rerecord"]
+        lines += [f"Across {r['generate_calls']} more generate calls (batch 1, the CUDA-graph step, lengths that "
+                  f"vary): {fmt(r['graph_captures'], 'd')} CUDA graph captures, {r['caches_allocated']} KV caches "
+                  f"allocated, {r['graphs_compiled']} graphs compiled.", ""]
+    s = f.get("speed")
+    if s:
+        lines += [f"Greedy, {s['tokens']} new tokens after {s['prompt']!r}, tokens/s in aggregate, median of "
+                  f"{s['rounds']} rounds taken in turns:", "",
+                  "| dtype | batch | contestant | tokens/s | same tokens as ours eager | compile s |",
+                  "|---|---:|---|---:|---|---:|"]
+        for dtype, tables in s["tables"].items():
+            for batch, table in tables.items():
+                for name, r in table.items():
+                    lines.append(f"| {dtype} | {batch} | {name} | {r['tokens_per_s']:,.0f} | "
+                                 f"{'yes' if r['same_tokens'] else 'no'} | {fmt(r.get('compile_s'), '.1f')} |")
+    return lines + [""]
+
+
+def table_train(f):
+    lines = [f"A bf16 run's training losses over the first eighth of its steps within {f.get('tolerance', 0):.0%} "
+             f"of the float32 run's, relative (later the runs part as two seeds do: the final validation losses are "
+             f"shown, not compared); tokens/s and MFU are medians over the logged intervals after the first (which "
+             f"holds any compilation).", "",
+             "| run | steps | tokens/s | MFU | early losses vs float32 | final val loss | vs float32 | seconds | "
+             "best checkpoint at s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, r in f.get("runs", {}).items():
+        mfu = f"{100 * r['mfu']:.1f} %" if r.get("mfu") is not None else "–"
+        early = f"{100 * r['early_rel_diff']:.2f} %" if r.get("early_rel_diff") is not None else "–"
+        lines.append(f"| {name} | {r['steps']} | {fmt(r['tok_per_s'])} | {mfu} | {early} | "
+                     f"{fmt(r['final_val_loss'], '.4f')} | {fmt(r.get('delta_vs_float32'), '+.4f')} | "
+                     f"{r['seconds']:.0f} | {fmt(r.get('best_checkpoint_s'), '.0f')} |")
+    return lines + [""]
+
+
+def table_ddp(f):
+    s, losses = f.get("setup", {}), f.get("losses")
+    lines = [f"{s.get('what')}, {s.get('steps')} steps, {s.get('dtype')}, grad_accum {s.get('grad_accum')}: "
+             f"{s.get('processes')} process(es) under torchrun ({s.get('backend')}) against one plain process."]
+    if losses:
+        lines += [f"Best validation loss {losses['best_val_loss'][0]:.6f} (one process) and "
+                  f"{losses['best_val_loss'][1]:.6f} (torchrun); largest relative difference of a logged loss "
+                  f"{losses['max_rel_diff']:.1e}."]
+    return lines + [""]
+
+
+TABLES = {"kernels": table_kernels, "scan": table_scan, "decode": table_decode, "train": table_train,
+          "ddp": table_ddp}
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description="Run every GPU feature once on the device and write what it measured "
+                                "(results/gpu_check.json and .md). --cpu rehearses the same sections at tiny sizes.")
+    p.add_argument("--cpu", action="store_true", help="the rehearsal: tiny sizes on the CPU, Triton in its "
+                   "interpreter, torch.compile capturing graphs without generating code (under a minute)")
+    p.add_argument("--data", default="data", help="the folder holding sst2_glue_compact/, shakespeare_char/ and "
+                   "tinyllamas/stories260K/ (default: data, this checkout's git-ignored data folder)")
+    p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=list(SECTIONS), help="which sections "
+                   "(default: all, in this order)")
+    p.add_argument("--out", default=None, help="the results' path without its extension (default: "
+                   "results/gpu_check, or out/gpu_check_cpu with --cpu)")
+    p.add_argument("--work", default="out/gpu_check", help="scratch: each section's log and its runs")
+    p.add_argument("--in_process", action="store_true", help="run the sections in this process, one after the "
+                   "other, not each in its own: no isolation and no budget enforced (for a debugger, and the tests)")
+    p.add_argument("--section", help=argparse.SUPPRESS)  # a child process: run this one section
+    p.add_argument("--partial", help=argparse.SUPPRESS)
+    p.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.out = args.out or ("out/gpu_check_cpu" if args.cpu else "results/gpu_check")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.section:
+        return child(args)
+    if args.cpu:  # before anything imports triton, which reads it once (tests/conftest.py sets it so too)
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    if not args.cpu and not torch.cuda.is_available():
+        print(f"gpu_check.py needs a CUDA GPU, and torch {torch.__version__} sees none here; rehearse it on the CPU "
+              f"with `python gpu_check.py --cpu` (the same sections at tiny sizes, Triton in its interpreter)")
+        return 2
+    missing = [p for p in ("sst2_glue_compact/meta.json", "shakespeare_char/meta.json",
+                           "tinyllamas/stories260K/stories260K.bin", "tinyllamas/stories260K/tok512.bin")
+               if not os.path.isfile(os.path.join(args.data, p))]
+    if missing:
+        print(f"note: {args.data} lacks {', '.join(missing)}: the sections that read them will fail (the README's GPU "
+              f"section says how to prepare the folder)")
+    results = run_sections(args, [n for n in SECTIONS if n in args.sections])
+    return 0 if results["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
