@@ -245,7 +245,7 @@ def section_kernels(run):
     import kernels
     if not kernels.triton_available():
         raise RuntimeError("Triton cannot run here (on a CPU: TRITON_INTERPRET=1 before triton's first import)")
-    run.figure("triton", importlib.metadata.version("triton"))
+    run.figure("triton", kernels.triton.__version__)  # (the module's: its package may be named pytorch-triton)
     run.figure("tolerance", KERNEL_TOLERANCE)
     torch.set_float32_matmul_precision("highest")  # float32 tl.dot follows it: TF32 would need a looser tolerance
     run.figure("float32_matmul_precision", "highest (the comparisons); TF32 off")
@@ -644,11 +644,15 @@ def conditions(cpu):
     """What every figure depends on: the device, its driver, the versions, the code's commit."""
     import train
     versions = {}
-    for package in ("triton", "transformers", "numpy"):
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            versions[package] = None
+    for name, packages in (("triton", ("triton", "pytorch-triton")), ("transformers", ("transformers",)),
+                           ("numpy", ("numpy",))):  # (PyTorch's own index ships Triton as pytorch-triton)
+        versions[name] = None
+        for package in packages:
+            try:
+                versions[name] = importlib.metadata.version(package)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                pass
     c = {"mode": "cpu rehearsal" if cpu else "gpu", "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
          "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(), **versions,
          "cpu": train.machine_conditions("cpu")["machine"], "cpu_count": os.cpu_count(), "commit": train.code_commit()}
