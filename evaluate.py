@@ -1454,12 +1454,13 @@ def build_run_c(path, folder):
     return exe
 
 
-def generation_bench(args, device, tokens=None, batches=None):
+def generation_bench(args, device, tokens=None, batches=None, compiled=True):
     """Greedy generation of `tokens` tokens (GEN_TOKENS) from stories260K after GEN_PROMPT, at each batch size of
-    `batches` (GEN_BATCHES: 1 and 32): ours eager, ours compiled (its compile time apart), Hugging Face's
-    LlamaForCausalLM on the same weights and llama2.c's run.c (with --runc, batch 1). Contestants take turns,
-    round after round (--rounds), after a warm-up each; tokens/s are medians; every contestant's tokens are
-    checked against ours. Runs under whatever autocast the caller holds (gpu_check.py times bf16 so)."""
+    `batches` (GEN_BATCHES: 1 and 32): ours eager, ours compiled (its compile time apart; compiled=False leaves it
+    out, and the eager step is then the ratios' reference), Hugging Face's LlamaForCausalLM on the same weights
+    and llama2.c's run.c (with --runc, batch 1). Contestants take turns, round after round (--rounds), after a
+    warm-up each; tokens/s are medians; every contestant's tokens are checked against ours. Runs under whatever
+    autocast the caller holds (gpu_check.py times bf16 so)."""
     tokens, batches = tokens or GEN_TOKENS, batches or GEN_BATCHES
     import tempfile
     path = data.pretrained_file("stories260K")
@@ -1492,7 +1493,7 @@ def generation_bench(args, device, tokens=None, batches=None):
                                        str(len(ids) + tokens - 1), "-i", GEN_PROMPT], capture_output=True, text=True)
                 rate = float(done.stderr.split("achieved tok/s:")[1].split()[0])
                 return done.stdout, rate
-            contestants = {"ours, eager": ours("eager"), "ours, compiled": ours("compiled")}
+            contestants = {"ours, eager": ours("eager"), **({"ours, compiled": ours("compiled")} if compiled else {})}
             if hf is not None:
                 contestants["Hugging Face LlamaForCausalLM"] = hugging_face
             if run_c and batch == 1:
@@ -1519,9 +1520,10 @@ def generation_bench(args, device, tokens=None, batches=None):
                 f["tokens_per_s"] = statistics.median(f["rates"])
                 if name == "ours, compiled":
                     f["compile_s"] = max(0.0, first[name] - batch * tokens / f["tokens_per_s"])
-            ours_rate = figures["ours, compiled"]["tokens_per_s"]
+            base = "ours, compiled" if compiled else "ours, eager"
+            ours_rate = figures[base]["tokens_per_s"]
             print(f"\ngeneration, stories260K, greedy, {tokens} new tokens after {GEN_PROMPT!r}, batch {batch} "
-                  f"(tokens/s in aggregate; ratio = ours compiled / the row: > 1, ours is faster)")
+                  f"(tokens/s in aggregate; ratio = {base} / the row: > 1, ours is faster)")
             print(f"{'contestant':<34} {'tokens/s':>10} {'ratio':>7}  same tokens as ours")
             for name, f in figures.items():
                 f["ratio"] = ours_rate / f["tokens_per_s"]

@@ -598,6 +598,10 @@ def test_generation_bench_checks_every_contestant_against_ours(monkeypatch, trac
         assert table["ours, compiled"]["ratio"] == 1.0 and all(f["tokens_per_s"] > 0 for f in table.values())
         assert all(f["same_tokens"] for f in table.values())
     assert "same tokens as ours" in capsys.readouterr().out
+    # without the compiled step (gpu_check.py's fallback when it cannot be built): the eager one is the reference
+    from types import SimpleNamespace
+    r = evaluate.generation_bench(SimpleNamespace(rounds=1, runc=None), "cpu", tokens=4, batches=(2,), compiled=False)
+    assert "ours, compiled" not in r["tables"][2] and r["tables"][2]["ours, eager"]["ratio"] == 1.0
     with pytest.raises(SystemExit, match="--runc nowhere/run.c: no such file"):
         evaluate.main(["--bench", "--cases", "generate", "--rounds", "1", "--runc", "nowhere/run.c"])
 
