@@ -3,8 +3,8 @@ The Pig Latin study: the rules and the dataset (data.py), the encoder-decoder an
 the seq2seq task (train.py) and its evaluation, error analysis and pictures (evaluate.py).
 
 Models are tiny (width 16-32) and the dataset is built from a short fake novel, so every test runs in
-seconds on a CPU; one test reads the real mirror's novel and checks the counts the README gives and its
-split, and one checks the prepared data/piglatin's four splits against each other (skipped if not prepared).
+seconds on a CPU; one test reads the real mirror's novel and checks the counts docs/piglatin_mamba.md gives
+and its split, and one checks the prepared data/piglatin's four splits against each other (skipped if not prepared).
 """
 
 import io
@@ -291,7 +291,7 @@ def real_novel_words():
 
 
 def test_real_novel_counts():
-    """The mirror's Pride and Prejudice: the counts the README states, and its split by the rule."""
+    """The mirror's Pride and Prejudice: the counts docs/piglatin_mamba.md states, and its split by the rule."""
     words = real_novel_words()
     assert len(words) == 6829 and sum("-" in w for w in words) == 188
     split = data.split_novel(words, 1337, 682, 682)
