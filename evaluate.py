@@ -51,6 +51,7 @@ import torch.nn.functional as F
 import configurator
 import data
 import kernels
+from bench.timing import conditions
 from model import (DECODE_MODES, CheckpointError, Llama, LlamaConfig, build_model, family_settings,
                    load_checkpoint, raw_model, read_llama2c, write_llama2c)
 
@@ -1623,7 +1624,7 @@ def run_bench(args, device):
                                        f"{[c.name for c in BENCH_CASES] + ['generate', 'piglatin']}")
     nanogpt = load_nanogpt(args.nanogpt) if args.nanogpt else None
     peak = peak_flops(device, dtype)
-    cond = kernels.conditions(device, dtype)
+    cond = conditions(device, dtype)
     try:
         import transformers
         cond["transformers"] = transformers.__version__

@@ -27,6 +27,7 @@ import torch
 
 pytest.importorskip("triton", reason="the Triton kernels need triton (pip install triton; Linux)")
 
+import bench.kernels as bench_kernels  # noqa: E402
 import kernels  # noqa: E402
 import model  # noqa: E402
 
@@ -439,7 +440,7 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch, capsys):
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
         kernels.rms_norm_triton(torch.ones(2, 3), torch.ones(3), 1e-5)
     with pytest.raises(SystemExit):
-        kernels.main(["triton", "--device", "cpu"])
+        bench_kernels.main(["triton", "--device", "cpu"])
     assert "interpreter" in capsys.readouterr().err
 
 
@@ -448,11 +449,11 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch, capsys):
 
 
 def test_triton_benchmark_command(tmp_path, capsys):
-    """`python kernels.py triton` at a tiny size: one table row per kernel, and the Triton outputs agree with
+    """`python -m bench.kernels triton` at a tiny size: one table row per kernel, and the Triton outputs agree with
     the PyTorch ops they are timed against."""
     path = tmp_path / "triton.json"
-    kernels.main(["triton", "--device", DEVICE, "--dtype", "float32", "--batch", "1", "--lengths", "16",
-                  "--n_embd", "32", "--n_head", "2", "--ffn", "48", "--repeats", "1", "--json", str(path)])
+    bench_kernels.main(["triton", "--device", DEVICE, "--dtype", "float32", "--batch", "1", "--lengths", "16",
+                        "--n_embd", "32", "--n_head", "2", "--ffn", "48", "--repeats", "1", "--json", str(path)])
     out = capsys.readouterr().out
     saved = json.loads(path.read_text())
     names = ["rms_norm", "layer_norm", "swiglu", "attention", "attention, key mask", "attention, causal"]
@@ -466,7 +467,7 @@ def test_triton_benchmark_command(tmp_path, capsys):
 
 
 def test_every_kernel_compiles_for_an_h100(tmp_path):
-    """The interpreter runs the kernels' arithmetic but does not compile them. `python kernels.py compile`
+    """The interpreter runs the kernels' arithmetic but does not compile them. `python -m bench.kernels compile`
     builds every variant the launchers use with Triton's real compiler, for an H100 (sm_90), with no GPU
     present (Triton's wheel brings ptxas), and checks each one's shared memory against the H100's limit.
     In a process of its own: this one runs the interpreter, and a process chooses once."""
@@ -474,8 +475,8 @@ def test_every_kernel_compiles_for_an_h100(tmp_path):
     env["TRITON_DEFAULT_FP_FUSION"] = "1"  # Triton 3.9's default, said out loud (it warns otherwise)
     out = tmp_path / "compiled.json"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    run = subprocess.run([sys.executable, os.path.join(root, "kernels.py"), "compile", "--arch", "90", "--dtypes",
-                          "bfloat16", "--head_sizes", "48", "--json", str(out)], env=env, capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "bench.kernels", "compile", "--arch", "90", "--dtypes", "bfloat16",
+                          "--head_sizes", "48", "--json", str(out)], cwd=root, env=env, capture_output=True,
                          text=True, timeout=300)
     if run.returncode and "ptxas" in run.stderr:
         pytest.skip(f"this Triton has no ptxas to compile with: {run.stderr[-300:]}")
