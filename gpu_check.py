@@ -34,9 +34,9 @@ poisons its process, or a hang costs that section alone, which records its error
 goes on. A section writes its figures as it goes, so one stopped at its budget keeps what it measured. Exit
 status: 0 when every check passed, 1 when one failed, 2 when this machine cannot run the check.
 
-This file is tooling, not the lesson: what it runs lives in kernels.py (the Triton kernels, their references),
-bench/kernels.py (their timing), evaluate.py (the generation benchmark and the device helpers) and train.py
-(training).
+This file is tooling, not the lesson: what it runs lives in kernels.py (the Triton kernels), model.py (their
+references), bench/kernels.py (their timing), evaluate.py (the generation benchmark and the device helpers) and
+train.py (training).
 """
 
 import argparse
@@ -199,6 +199,7 @@ def kernel_cases(sizes, device, dtype):
     reference), grouped-query attention, one decoding query against a padded cache, and the selective scan in
     each discretization."""
     import kernels
+    import model
     from bench.kernels import triton_bench_cases
     batch, T, C, nh, ffn = sizes["kernel_shape"]
     names = {"rms_norm": "x w", "layer_norm": "x w b", "swiglu": "gate value"}
@@ -209,19 +210,23 @@ def kernel_cases(sizes, device, dtype):
     r = lambda *shape: torch.randn(shape, generator=g).to(device=device, dtype=dtype)  # noqa: E731
     padded = torch.ones(batch, T, dtype=torch.bool, device=device)
     padded[-1, T - T // 3:] = False  # the last row's final third is padding
+
+    def manual(q, k, v, mask):  # model.manual_attention, the key/value heads repeated as model.Attention repeats them
+        rep = q.size(1) // k.size(1)
+        return model.manual_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), mask)[0]
     cases += [
         (f"attention, {nh // nkv} query heads per kv head, causal",
          lambda q, k, v: kernels.flash_attention_triton(q, k, v, causal=True),
-         lambda q, k, v: kernels.attention_reference(q, k, v, causal=True), [r(batch, nh, T, hs), r(batch, nkv, T, hs),
-                                                                            r(batch, nkv, T, hs)], ["q", "k", "v"]),
+         lambda q, k, v: manual(q, k, v, torch.ones(T, T, dtype=torch.bool, device=device).tril()),
+         [r(batch, nh, T, hs), r(batch, nkv, T, hs), r(batch, nkv, T, hs)], ["q", "k", "v"]),
         ("attention, one query against a padded cache",
          lambda q, k, v: kernels.flash_attention_triton(q, k, v, padded, causal=True),
-         lambda q, k, v: kernels.attention_reference(q, k, v, padded, causal=True),
+         lambda q, k, v: manual(q, k, v, padded[:, None, None, :]),  # (one query, causal: it sees every key)
          [r(batch, nh, 1, hs), r(batch, nkv, T, hs), r(batch, nkv, T, hs)], ["q", "k", "v"])]
     for disc in kernels.DISCRETIZATIONS:
         cases.append((f"selective scan, {disc}",
                       lambda *a, d=disc: kernels.selective_scan_triton(*a, discretization=d, chunk=sizes["scan_chunk"]),
-                      lambda *a, d=disc: kernels.selective_scan_reference(*a, discretization=d),
+                      lambda *a, d=disc: model.selective_scan_reference(*a, discretization=d),
                       selective_inputs(*sizes["scan_shape"], device, dtype), ["x", "delta", "A", "B", "C"]))
     return cases
 
@@ -289,11 +294,12 @@ def section_kernels(run):
 
 def section_scan(run):
     import kernels
+    import model
     from bench.kernels import GOAL_LENGTH, GOAL_SPEEDUP
     from bench.timing import median_ms
     B, D, N = run.sizes["scan_dims"]
-    scans = {"sequential": lambda *a: kernels.selective_scan_reference(*a, scan="sequential"),
-             "parallel": lambda *a: kernels.selective_scan_reference(*a, scan="parallel"),
+    scans = {"sequential": lambda *a: model.selective_scan_reference(*a, scan="sequential"),
+             "parallel": lambda *a: model.selective_scan_reference(*a, scan="parallel"),
              "chunked": lambda *a: kernels.selective_scan_chunked(*a, chunk=64, scan="sequential"),
              "triton": lambda *a: kernels.selective_scan_triton(*a, chunk=64)}
     run.figure("shape", {"B": B, "D": D, "N": N, "dtype": "float32", "discretization": "zoh_approx", "chunk": 64,

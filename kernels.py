@@ -1,9 +1,11 @@
 """
-Fast paths for model.py, each beside the plain reference it must equal. model.py calls the public
-functions here; a switch (`impl=...` here, or model.py's config) forces either path, and the tests
-(tests/test_kernels.py, tests/test_triton_kernels.py) prove them equal in value and gradient on odd sizes.
-Two sections: the selective scans of Mamba (below), and hand-written Triton kernels, each an autograd
-Function with a Triton forward and backward, beside a `*_reference` of the same math:
+Fast paths for model.py, and the plain references they must equal where model.py cannot hold them (the
+scans: model.py imports this file, not the other way round). model.py calls the public functions here; a switch
+(`impl=...` here, or model.py's config) forces either path, and the tests (tests/test_kernels.py,
+tests/test_triton_kernels.py) prove them equal in value and gradient on odd sizes.
+Read in order: the selective scans of Mamba (below: the reference loop, Blelloch's and Heinsen's scans, the
+discretizations, the chunked scan), then hand-written Triton kernels, each an autograd Function with a Triton
+forward and backward, whose reference is model.py's own written-out path of the same math:
     rms_norm_triton(x, weight, eps)                 RMSNorm (Zhang & Sennrich 2019)
     layer_norm_triton(x, weight, bias, eps)         LayerNorm (Ba et al. 2016), bias may be None
     swiglu_triton(gate, value)                      silu(gate) * value (Shazeer 2020, eq. 6)
@@ -258,18 +260,6 @@ def discretize(delta, A, Bm, x, method):
 DISCRETIZATIONS = ("zoh_approx", "zoh", "bilinear")
 
 
-def selective_scan_reference(x, delta, A, Bm, Cm, discretization="zoh_approx", scan="sequential"):
-    """The output of Mamba's selective SSM before its skip and gate, y (B, T, D), the plain way: every
-    state materialized. x, delta: (B, T, D); A: (D, N); Bm, Cm: (B, T, N).
-        a_bar, bx_bar = discretize(delta, A, Bm, x)     (B, T, D, N) each
-        h_t = a_bar_t h_{t-1} + bx_bar_t                 the scan, (B, T, D, N)
-        y_t = sum_n C_t[n] h_t[:, n]                     (B, T, D)
-    What the fused scans (selective_scan_chunked, selective_scan_triton) compute without storing h."""
-    a_bar, bx_bar = discretize(delta, A, Bm, x, discretization)
-    h = selective_scan(a_bar, bx_bar, scan)  # (B, T, D, N)
-    return (h @ Cm[..., None]).squeeze(-1)  # (B, T, D): C_t h_t, per channel
-
-
 def _scan_chunk(x, delta, A, Bm, Cm, h0, discretization, scan):
     """One chunk of the fused scan: (y (B, L, D), the state after its last step (B, D, N)), from the state
     h0 before its first step. Its (B, L, D, N) intermediates live only as long as the chunk."""
@@ -340,7 +330,7 @@ class _ChunkedScan(torch.autograd.Function):
 
 def selective_scan_chunked(x, delta, A, Bm, Cm, discretization="zoh_approx", chunk=16, scan="sequential",
                            compile=False):
-    """selective_scan_reference's y (B, T, D), computed `chunk` steps at a time: the (B, T, D, N) states and
+    """model.selective_scan_reference's y (B, T, D), computed `chunk` steps at a time: the (B, T, D, N) states and
     discretized inputs exist for one chunk at a time, forward and backward (see _ChunkedScan), so the
     scan's memory is O(B chunk D N + B T D + B (T/chunk) D N) instead of O(B T D N). `scan` is the
     algorithm within a chunk (SCANS); compile='inductor' compiles the chunk (_chunk_fn; the first call
@@ -360,8 +350,9 @@ def selective_scan_chunked(x, delta, A, Bm, Cm, discretization="zoh_approx", chu
 # backward
 #
 # Each public *_triton function is an autograd Function whose forward and backward are hand-written
-# Triton kernels, and each has a *_reference beside it: the same math in plain PyTorch, which the tests
-# (tests/test_triton_kernels.py) prove equal in value and gradient on odd sizes. model.py holds the
+# Triton kernels. Its reference is model.py's own written-out path of the same math (norm_impl='manual',
+# FeedForward's SwiGLU, manual_attention, selective_scan_reference), which the tests
+# (tests/test_triton_kernels.py) prove it equal to in value and gradient on odd sizes. model.py holds the
 # switch that picks one.
 #
 # Triton is optional (Linux; CUDA builds of torch bring it), so it is imported at the first call of a
@@ -405,7 +396,7 @@ def _triton_kernels():
             import triton.language as tl_module
         except ImportError as e:
             raise RuntimeError("kernels.py's Triton kernels need Triton: pip install triton (Linux only; torch's "
-                               "CUDA wheels already bring it). The *_reference functions need nothing.") from e
+                               "CUDA wheels already bring it). model.py's own paths need nothing.") from e
         triton, tl = triton_module, tl_module
         if _interpreting() and isinstance(tl.zeros, triton.runtime.JITFunction):
             # Triton's library was decorated for compiling: the variable came after triton's first import
@@ -485,26 +476,6 @@ def _as_rows(x, name, *params):
 # (Ba et al. 2016), y = (x - mean) / sqrt(var + eps) * w + b with the biased variance, over the last dim.
 # RMSNorm is LayerNorm without the centring and the bias, so one pair of kernels computes both: CENTER
 # subtracts the mean (and takes its gradient), HAS_BIAS adds b.
-
-
-def rms_norm_reference(x, weight, eps):
-    """The reference RMSNorm: model.RMSNorm's math, statistics in float32, output in x's dtype. (The weight
-    is applied in float32 before the cast, as in the kernel; model.RMSNorm applies it after, which differs
-    by one rounding in 16-bit formats and not at all in float32.)"""
-    xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
-    return (y * weight.float()).to(x.dtype)
-
-
-def layer_norm_reference(x, weight, bias, eps):
-    """The reference LayerNorm: model.LayerNorm's math, biased variance (divide by C, as torch.nn.LayerNorm),
-    statistics in float32, output in x's dtype (weight and bias applied before the cast, as for
-    rms_norm_reference). bias may be None."""
-    xf = x.float()
-    mean = xf.mean(dim=-1, keepdim=True)
-    var = (xf - mean).pow(2).mean(dim=-1, keepdim=True)
-    y = (xf - mean) * torch.rsqrt(var + eps) * weight.float()
-    return (y if bias is None else y + bias.float()).to(x.dtype)
 
 
 def _norm_fwd(X, W, B, Y, MEAN, RSTD, C, eps, CENTER: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_C: tl.constexpr):
@@ -602,7 +573,7 @@ def rms_norm_triton(x, weight, eps):
     one Triton kernel forward and one backward (dx, and dweight summed from per-program float32 parts).
 
     x: any leading shape, last dim C (any C up to MAX_NORM_WIDTH); weight: (C,). Statistics in float32;
-    returns x's dtype. float32, float16, bfloat16. Equals `rms_norm_reference`."""
+    returns x's dtype. float32, float16, bfloat16. Equals model.RMSNorm's written-out path (norm_impl='manual')."""
     return _NormTriton.apply(x, weight, None, eps, False, "rms_norm_triton")
 
 
@@ -612,16 +583,12 @@ def layer_norm_triton(x, weight, bias, eps):
     and dweight and dbias summed from per-program float32 parts).
 
     x: any leading shape, last dim C (up to MAX_NORM_WIDTH); weight: (C,); bias: (C,) or None.
-    Statistics in float32; returns x's dtype. float32, float16, bfloat16. Equals `layer_norm_reference`."""
+    Statistics in float32; returns x's dtype. float32, float16, bfloat16. Equals model.LayerNorm's written-out path
+    (norm_impl='manual')."""
     return _NormTriton.apply(x, weight, bias, eps, True, "layer_norm_triton")
 
 
 # --- SwiGLU (Shazeer 2020, "GLU variants improve transformer", eq. 6): silu(gate) * value
-
-
-def swiglu_reference(gate, value):
-    """The reference: silu(gate) * value, silu(a) = a * sigmoid(a) (the Swish_1 of eq. 6)."""
-    return torch.nn.functional.silu(gate) * value
 
 
 SWIGLU_BLOCK = 1024  # elements per program: elementwise work, so any size that keeps the loads wide
@@ -677,7 +644,7 @@ class _SwiGLUTriton(torch.autograd.Function):
 def swiglu_triton(gate, value):
     """SwiGLU's gating (Shazeer 2020, eq. 6): silu(gate) * value, elementwise, one Triton kernel forward and
     one backward (d gate, d value). gate and value: one shape (any) and dtype, float32, float16 or
-    bfloat16; the arithmetic is float32. Equals `swiglu_reference`."""
+    bfloat16; the arithmetic is float32. Equals model.FeedForward's F.silu(w1 x) * w3 x."""
     return _SwiGLUTriton.apply(gate, value)
 
 
@@ -706,27 +673,6 @@ def swiglu_triton(gate, value):
 # the row is padding nobody reads; its L is +inf, so that exp2(s - L) is 0 in the backward even before the
 # mask zeroes it (L = -inf would compute infinities, then discard them).
 # There is no dropout: callers run it with dropout 0 (or in eval), or take another path.
-
-
-def attention_reference(q, k, v, key_mask=None, causal=False):
-    """The reference attention, softmax(q k^T / sqrt(hs) + M) v (Vaswani et al. 2017, eq. 1), with the
-    mask and grouped-query heads of `flash_attention_triton` (k and v repeated to nh heads), softmax in
-    float32, and rows with no allowed key set to 0 (where model.manual_attention would give NaN)."""
-    B, nh, Tq, hs = q.shape
-    Tk = k.shape[2]
-    k = k.repeat_interleave(nh // k.shape[1], dim=1)  # (B, nh, Tk, hs): query head h reads kv head h // group
-    v = v.repeat_interleave(nh // v.shape[1], dim=1)  # (B, nh, Tk, hs)
-    allowed = torch.ones(B, 1, Tq, Tk, dtype=torch.bool, device=q.device)  # (B, 1, Tq, Tk)
-    if key_mask is not None:
-        allowed = allowed & key_mask[:, None, None, :]
-    if causal:
-        allowed = allowed & torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril(Tk - Tq)
-    scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(hs)  # (B, nh, Tq, Tk)
-    empty = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1): rows with nothing to attend to
-    # an empty row is softmaxed over zeros (not over -inf, which is NaN) and then zeroed by the mask
-    scores = scores.masked_fill(~allowed, float("-inf")).masked_fill(empty, 0.0)
-    weights = torch.softmax(scores, dim=-1).masked_fill(~allowed, 0.0).to(q.dtype)  # (B, nh, Tq, Tk)
-    return weights @ v  # (B, nh, Tq, hs)
 
 
 def _attn_fwd(Q, K, V, OUT, LSE, KEY_MASK,
@@ -998,13 +944,14 @@ def flash_attention_triton(q, k, v, key_mask=None, causal=False):
     Tk - Tq + i and sees the keys at positions <= that. Scale 1/sqrt(hs). A query row with no allowed
     key returns 0 (and passes no gradient). No dropout. float32 (exact float32 products unless
     torch.set_float32_matmul_precision allows TF32), float16, bfloat16. Returns (B, nh, Tq, hs) in q's
-    dtype. Equals `attention_reference`."""
+    dtype. Equals model.manual_attention with the key/value heads repeated, where that is defined (it gives NaN
+    for a row with no allowed key)."""
     return _FlashAttentionTriton.apply(q, k, v, key_mask, causal)
 
 
 # --- The selective scan of Mamba (Gu & Dao 2023, Algorithm 2), fused: discretize, scan and read out at once
 #
-# selective_scan_reference's y without its (B, T, D, N) tensors. Each program owns one sequence b and a
+# model.selective_scan_reference's y without its (B, T, D, N) tensors. Each program owns one sequence b and a
 # block of BLOCK_D channels, and walks t = 0 .. T-1 keeping the block's state h (BLOCK_D, N) in registers:
 # at each step it discretizes (A, B) at the step Delta_t on the fly, from delta_t, A, B_t and x_t, updates
 # h, and writes only y_t = h_t C_t. This is the hardware-aware scan of sec. 3.3.2: the states live in fast
@@ -1269,7 +1216,7 @@ class _SelectiveScanTriton(torch.autograd.Function):
 
 
 def selective_scan_triton(x, delta, A, Bm, Cm, discretization="zoh_approx", chunk=64):
-    """selective_scan_reference's y, Mamba's selective SSM before its skip and gate (Gu & Dao 2023,
+    """model.selective_scan_reference's y, Mamba's selective SSM before its skip and gate (Gu & Dao 2023,
     Algorithm 2), in one Triton kernel forward and one backward that never hold the (B, T, D, N) states
     (see _SelectiveScanTriton): per step, a_bar, bx_bar = discretize(delta_t, A, B_t, x_t), h_t = a_bar
     h_{t-1} + bx_bar, y_t = h_t C_t.
@@ -1279,7 +1226,7 @@ def selective_scan_triton(x, delta, A, Bm, Cm, discretization="zoh_approx", chun
     saves T/chunk of them, the backward recomputes `chunk` at a time. Returns y (B, T, D), float32, or
     float64 where an input is float64: the arithmetic is float64 then, float32 otherwise (float32, float16
     and bfloat16 inputs, which may be mixed). Gradients for every input, each in its input's dtype.
-    Equals `selective_scan_reference`."""
+    Equals model.selective_scan_reference."""
     _check_selective_scan(x, delta, A, Bm, Cm, discretization, chunk)
     return _SelectiveScanTriton.apply(x, delta, A, Bm, Cm, discretization, chunk)
 

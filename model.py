@@ -355,7 +355,20 @@ class FeedForward(nn.Module):
 #     z              the gate branch: the output is y * SiLU(z) (Figure 3)
 
 
-discretize, DISCRETIZATIONS = kernels.discretize, kernels.DISCRETIZATIONS  # (kernels.py's: the scans' inputs)
+discretize, DISCRETIZATIONS = kernels.discretize, kernels.DISCRETIZATIONS  # (kernels.py's: the fast scans' inputs)
+
+
+def selective_scan_reference(x, delta, A, Bm, Cm, discretization="zoh_approx", scan="sequential"):
+    """The output of Mamba's selective SSM before its skip and gate, y (B, T, D), the plain way: every
+    state materialized. x, delta: (B, T, D); A: (D, N); Bm, Cm: (B, T, N).
+        a_bar, bx_bar = discretize(delta, A, Bm, x)     (B, T, D, N) each
+        h_t = a_bar_t h_{t-1} + bx_bar_t                 the scan, (B, T, D, N)
+        y_t = sum_n C_t[n] h_t[:, n]                     (B, T, D)
+    What the fused scans (kernels.selective_scan_chunked, kernels.selective_scan_triton) compute without
+    storing h, and `scan` picks the algorithm of the middle step (kernels.SCANS)."""
+    a_bar, bx_bar = discretize(delta, A, Bm, x, discretization)
+    h = kernels.selective_scan(a_bar, bx_bar, scan)  # (B, T, D, N)
+    return (h @ Cm[..., None]).squeeze(-1)  # (B, T, D): C_t h_t, per channel
 
 
 class MambaMixer(nn.Module):
@@ -421,7 +434,7 @@ class MambaMixer(nn.Module):
             y = kernels.selective_scan_chunked(*ssm, chunk=cfg.scan_chunk, scan=cfg.scan,
                                                compile=cfg.scan_compile and kernels.CHUNK_COMPILE_BACKEND)
         else:  # discretize, scan every state (B, T, D, N), y_t = C_t h_t per channel
-            y = kernels.selective_scan_reference(*ssm, scan=cfg.scan)  # (B, T, D)
+            y = selective_scan_reference(*ssm, scan=cfg.scan)  # (B, T, D)
         y = (y + self.D_skip * x.float()).to(x.dtype)
         y = y * F.silu(z)
         return self.out_proj(y), None
