@@ -380,13 +380,14 @@ def section_decode(run):
 
     import data
     import evaluate
+    import export
     import model
     if run.cpu:  # the same static (CUDA-graph) step, captured by dynamo without code: inductor takes minutes here
         model.STATIC_DECODE, model.COMPILE_BACKEND = ("cpu", "cuda"), "eager"
         run.note("CPU: the static (CUDA-graph) step, captured by dynamo's 'eager' backend; no CUDA graphs")
     path = data.pretrained_file("stories260K")
     tok = data.load_llama_tokenizer("tok512")
-    m = model.read_llama2c(path).to(run.device)
+    m = export.read_llama2c(path).to(run.device)
     n = run.sizes["golden_tokens"]
     golden = evaluate.STORIES260K_GREEDY
     for mode in ("eager", "compiled"):
