@@ -381,9 +381,9 @@ def section_decode(run):
     import data
     import evaluate
     import export
-    import model
+    import kernels
     if run.cpu:  # the same static (CUDA-graph) step, captured by dynamo without code: inductor takes minutes here
-        model.STATIC_DECODE, model.COMPILE_BACKEND = ("cpu", "cuda"), "eager"
+        kernels.STATIC_DECODE, kernels.COMPILE_BACKEND = ("cpu", "cuda"), "eager"
         run.note("CPU: the static (CUDA-graph) step, captured by dynamo's 'eager' backend; no CUDA graphs")
     path = data.pretrained_file("stories260K")
     tok = data.load_llama_tokenizer("tok512")
@@ -755,13 +755,13 @@ def restored():
     """What the sections change in their process put back afterwards, for the next one in this process
     (--in_process): the decode step's shapes and backend and train's compile backend (a CPU rehearsal's), and
     the float32 matmul precision (the kernels', and train.py's on CUDA)."""
-    import model
+    import kernels
     import train
-    saved = model.STATIC_DECODE, model.COMPILE_BACKEND, train.COMPILE_BACKEND, torch.get_float32_matmul_precision()
+    saved = kernels.STATIC_DECODE, kernels.COMPILE_BACKEND, train.COMPILE_BACKEND, torch.get_float32_matmul_precision()
     try:
         yield
     finally:
-        model.STATIC_DECODE, model.COMPILE_BACKEND, train.COMPILE_BACKEND, precision = saved
+        kernels.STATIC_DECODE, kernels.COMPILE_BACKEND, train.COMPILE_BACKEND, precision = saved
         torch.set_float32_matmul_precision(precision)
 
 

@@ -159,22 +159,6 @@ def manual_attention(q, k, v, mask=None, dropout_p=0.0, training=False):
 ATTN_IMPLS = ("sdpa", "manual", "triton")
 
 
-def one_query_attention(q, k, v, mask=None):
-    """Attention of one query per head (incremental decoding) written as broadcast products and sums,
-    the grouped-query heads sharing their key/value head in place: q (B, nh, 1, hs), k and v (B, nkv, S, hs),
-    mask bool broadcastable to (B, 1, 1, S). The same function as manual_attention; what it is for is
-    torch.compile, which fuses it into a loop or two, where SDPA stays an opaque call (on a CPU its flash
-    kernel takes most of a batch-32 decode step). Eagerly, SDPA is the faster of the two."""
-    B, nh, _, hs = q.shape
-    nkv = k.size(1)
-    qg = q.view(B, nkv, nh // nkv, hs)  # (B, nkv, rep, hs): the query heads that share a key/value head
-    scores = (qg[:, :, :, None, :] * k[:, :, None, :, :]).sum(-1) * hs ** -0.5  # (B, nkv, rep, S)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))  # (B, 1, 1, S) broadcast over heads
-    y = (scores.softmax(-1)[..., None] * v[:, :, None, :, :]).sum(-2)  # (B, nkv, rep, hs)
-    return y.reshape(B, nh, 1, hs)
-
-
 class Attention(nn.Module):
     """Multi-head attention with optional grouped-query heads (n_kv_head < n_head), RoPE, key-padding
     masks and a causal flag.
@@ -260,7 +244,7 @@ class Attention(nn.Module):
         if manual:
             y, weights = manual_attention(q, k, v, mask, dropout_p, self.training)
         elif T == 1 and dropout_p == 0 and torch.compiler.is_compiling():  # a compiled decode step
-            y = one_query_attention(q, k, v, mask)
+            y = kernels.one_query_attention(q, k, v, mask)
         elif fused_causal:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, enable_gqa=gqa)
         else:
@@ -862,79 +846,7 @@ def sample_next(logits, temperature=1.0, top_k=None, top_p=None, epsilon=None, g
     return torch.multinomial(probs, 1, generator=generator)  # multinomial renormalizes
 
 
-DECODE_MODES = ("eager", "compiled")
-STATIC_DECODE = ("cuda",)  # device types whose compiled step has static shapes (CUDA graphs; see compile_step)
-COMPILE_BACKEND = "inductor"  # tests use dynamo's 'eager' backend: the same graph capture, no code generated
-
-
-def compile_step(step, static):
-    """torch.compile of a causal model's one-token decode step, `step(idx, start, key_mask, cache)`, as
-    `decode` calls it: compiled(idx (B, 1), position, mask, cache).
-
-    A small model's token costs calls, not arithmetic: stories260K's step is ~330 PyTorch operations of a
-    few microseconds each. Compiled, the step is a handful of fused kernels called in one go.
-      dynamic (CPU): inductor's C++ kernels, called from its C++ wrapper (no Python between them). The
-           position is an int, the mask the whole (B, L) one (cut to the keys so far inside the graph), and
-           attention reads only the keys written so far; one graph serves every position from 2 on
-           (torch.compile specializes the sizes 0 and 1: `decode` runs those eagerly) and, from batch size 2
-           on, every batch size (`mark_decode_sizes` says which sizes vary).
-      static (CUDA): every token replays one CUDA graph (mode 'reduce-overhead'), which needs the same
-           shapes every time: the position is a (1,) tensor and the whole cache is attended to, its
-           unwritten keys masked out (`real`: True on the cache positions that are not padding). A graph
-           replays on the addresses it was recorded with, so the cache is the model's, kept from call to
-           call (`static_cache`)."""
-    if not static:
-        def dynamic_step(idx, pos, mask, cache):
-            return step(idx, pos, None if mask is None else mask[:, :pos + 1], cache)  # (B, pos + 1): keys so far
-        options = {"cpp_wrapper": True} if COMPILE_BACKEND == "inductor" else None
-        return torch.compile(dynamic_step, backend=COMPILE_BACKEND, fullgraph=True, dynamic=True, options=options)
-
-    def static_step(idx, pos, real, cache):
-        key_mask = real & (torch.arange(real.size(1), device=real.device) <= pos)  # (B, L): written, not padding
-        return step(idx, pos, key_mask, cache)
-    mode = "reduce-overhead" if COMPILE_BACKEND == "inductor" else None
-    return torch.compile(static_step, backend=COMPILE_BACKEND, mode=mode, fullgraph=True, dynamic=False)
-
-
-def mark_decode_sizes(tok, mask, cache):
-    """The sizes a dynamic decode step sees vary or stay, said to torch.compile: the batch, the cache's length
-    and the mask's width vary, each a symbol of its own; the key/value heads and the head size are the model's.
-    Left to dynamic=True alone, sizes that happen to be equal at the first call share one symbol (dynamo's
-    "duck sizing"), and the model's constants then pin them: a first batch of 2 beside 2 key/value heads, of 8
-    beside a head size of 8, or equal to the token's offset in its row, made a graph for that batch alone, and
-    the next batch size compiled again. (maybe_mark_dynamic: a batch of 1 is specialized, as it must be.)"""
-    torch._dynamo.maybe_mark_dynamic(tok, 0)  # (B, 1)
-    if mask is not None:
-        for d in (0, 1):  # (B, L)
-            torch._dynamo.maybe_mark_dynamic(mask, d)
-    for c in cache:
-        for buf in (c.k, c.v):  # (B, nkv, L, hs)
-            for d in (0, 2):
-                torch._dynamo.maybe_mark_dynamic(buf, d)
-            for d in (1, 3):
-                torch._dynamo.mark_static(buf, d)
-
-
-def static_cache(model, batch_size):
-    """The KV cache of the static (CUDA-graph) decode step: one per batch size (and device, dtype), kept on the
-    model and zeroed for each call, as a new one would start. A CUDA graph replays on the addresses it was
-    recorded with; a new cache per call made the graph record again at every generate (and at every window a
-    char GPT restarts), and past torch's limit of re-recordings it runs without graphs. The whole context
-    long, so that its shape never changes. Held while the model lives: stories260K's is 0.66 MB per row of
-    the batch; `model.__dict__.pop('_static_caches')` lets them go."""
-    caches = model.__dict__.setdefault("_static_caches", {})  # not a submodule: never saved or moved
-    p = model.tok_emb.weight
-    key = (batch_size, p.device, p.dtype)
-    if key not in caches:
-        caches[key] = model.new_cache(batch_size, model.cfg.block_size)
-        for c in caches[key]:  # written in place, never copied
-            torch._dynamo.mark_static_address(c.k)
-            torch._dynamo.mark_static_address(c.v)
-    else:
-        for c in caches[key]:
-            c.k.zero_()
-            c.v.zero_()
-    return caches[key]
+DECODE_MODES = ("eager", "compiled")  # decode's step: eager, or compiled (kernels.compiled_decoding)
 
 
 def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager"):
@@ -945,30 +857,15 @@ def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager")
 
     use_cache=False runs the whole sequence again at every step (the reference the cache is tested
     against). With the cache, the prompt goes through once (prefill), then one token a step, either eagerly
-    (mode 'eager') or through `compile_step` (mode 'compiled'; the compiled step is built once per model
-    and device, and the same tokens come out: tests/test_llama.py holds them equal)."""
+    (mode 'eager') or through the compiled step of kernels.compiled_decoding (mode 'compiled', the fast path:
+    built once per model and device, and the same tokens come out: tests/test_llama.py holds them equal)."""
     B, total = idx.shape
     dev = idx.device
-    static = mode == "compiled" and dev.type in STATIC_DECODE
     cache = compiled = None
-    if use_cache:
-        cache = static_cache(model, B) if static else model.new_cache(B, total)
     if use_cache and mode == "compiled":
-        steps = model.__dict__.setdefault("_compiled_steps", {})  # not a submodule: never saved or moved
-        key = (dev.type, static, COMPILE_BACKEND)
-        if key not in steps:
-            steps[key] = compile_step(model.step, static)
-        compiled = steps[key]
-        # each step's input token is copied into a (B, 1) of its own: a column of idx would carry idx's length in
-        # its stride and its position in its offset, and a static graph would be built again for every length
-        tok = idx.new_empty(B, 1)
-        if static:
-            pos = torch.zeros(1, dtype=torch.long, device=dev)  # the position, set in place: no copy from the host
-            real = torch.ones(B, cache[0].k.size(2), dtype=torch.bool, device=dev)
-            if mask is not None:
-                real[:, :total] = mask
-        else:
-            mark_decode_sizes(tok, mask, cache)
+        cache, compiled = kernels.compiled_decoding(model, idx, mask)
+    elif use_cache:
+        cache = model.new_cache(B, total)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     end = P
     for t in range(P, total):
@@ -977,12 +874,10 @@ def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager")
             logits = model.step(idx[:, :t], 0, key_mask, None)
         elif t == P:  # prefill: the whole prompt at once
             logits = model.step(idx[:, :t], 0, key_mask, cache)
-        elif compiled is None or t - 1 < 2:
+        elif compiled is None or t - 1 < 2:  # (the compiled step serves positions from 2 on: compile_step)
             logits = model.step(idx[:, t - 1:t], t - 1, key_mask, cache)
-        elif static:
-            logits = compiled(tok.copy_(idx[:, t - 1:t]), pos.fill_(t - 1), real, cache)
         else:
-            logits = compiled(tok.copy_(idx[:, t - 1:t]), t - 1, mask, cache)
+            logits = compiled(idx[:, t - 1:t], t - 1)
         idx[:, t] = pick(logits)
         end = t + 1
         if eos_id is not None:

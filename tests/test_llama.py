@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import export
+import kernels
 import model
 from export import read_llama2c, write_llama2c
 from model import KVCache, Llama, LlamaConfig, sample_next
@@ -150,7 +151,7 @@ def test_one_query_attention_is_manual_attention(nkv):
     rep = nh // nkv
     for m in (None, mask):
         want, _ = model.manual_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), m)
-        torch.testing.assert_close(model.one_query_attention(q, k, v, m), want, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(kernels.one_query_attention(q, k, v, m), want, atol=1e-6, rtol=1e-5)
 
 
 @pytest.fixture
@@ -159,10 +160,10 @@ def traced_compile(monkeypatch):
     dynamic or static shapes, its guards) without inductor's code generation, which takes half a minute
     (`test_stories260k_greedy_golden_compiled_by_inductor` does that, on request). Yields a switch to
     the static (CUDA graphs) path on the CPU."""
-    monkeypatch.setattr(model, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(kernels, "COMPILE_BACKEND", "eager")
 
     def static(on):
-        monkeypatch.setattr(model, "STATIC_DECODE", ("cpu", "cuda") if on else ("cuda",))
+        monkeypatch.setattr(kernels, "STATIC_DECODE", ("cpu", "cuda") if on else ("cuda",))
     return static
 
 
