@@ -498,41 +498,54 @@ class Block(nn.Module):
 
 
 # -----------------------------------------------------------------------------
-# Config checks and initialization shared by every model family
+# Config checks, initialization and FLOPs shared by every model family
 
 
-def check_block_fields(cfg, positive=(), positions=("rope", "learned", "none")):
-    """Validate the fields every config shares (the ones Block reads, plus embeddings), fill in the
-    0-means-default ones, and raise ConfigError naming the config class on nonsense. `positions`: the
-    position schemes the family offers."""
-    name = type(cfg).__name__
-    for field in ("n_layer", "n_embd", "n_head", *positive):
-        if getattr(cfg, field) < 1:
-            raise ConfigError(f"{name}: {field}={getattr(cfg, field)} must be at least 1")
-    if cfg.n_kv_head < 0 or cfg.ffn_hidden < 0:
-        raise ConfigError(f"{name}: n_kv_head={cfg.n_kv_head} and ffn_hidden={cfg.ffn_hidden} "
-                         f"must be >= 0 (0 picks the default)")
-    if cfg.n_kv_head == 0:
-        cfg.n_kv_head = cfg.n_head
-    if cfg.ffn_hidden == 0:
-        cfg.ffn_hidden = 4 * cfg.n_embd
-    checks = [
-        (cfg.n_embd % cfg.n_head == 0, f"n_embd={cfg.n_embd} is not divisible by n_head={cfg.n_head}"),
-        (cfg.n_head % cfg.n_kv_head == 0, f"n_head={cfg.n_head} is not a multiple of n_kv_head={cfg.n_kv_head}"),
-        (cfg.pos != "rope" or (cfg.n_embd // cfg.n_head) % 2 == 0, "RoPE needs an even head size"),
-        (0.0 <= cfg.dropout < 1.0, f"dropout={cfg.dropout} must be in [0, 1)"),
-        (cfg.ffn in ("swiglu", "gelu"), f"ffn={cfg.ffn!r}: expected 'swiglu' or 'gelu'"),
-        (cfg.norm in ("rms", "layer"), f"norm={cfg.norm!r}: expected 'rms' or 'layer'"),
-        (cfg.emb_norm in ("none", "rms", "layer"), f"emb_norm={cfg.emb_norm!r}: expected 'none', 'rms' or 'layer'"),
-        (cfg.pos in positions, f"pos={cfg.pos!r}: expected one of {positions}"),
-        (cfg.attn_impl in ATTN_IMPLS, f"attn_impl={cfg.attn_impl!r}: expected one of {ATTN_IMPLS}"),
-        (cfg.norm_impl in NORM_IMPLS, f"norm_impl={cfg.norm_impl!r}: expected one of {NORM_IMPLS}"),
-        (cfg.ffn_impl in FFN_IMPLS, f"ffn_impl={cfg.ffn_impl!r}: expected one of {FFN_IMPLS}"),
-        (cfg.ffn_impl != "triton" or cfg.ffn == "swiglu", "ffn_impl='triton' fuses SwiGLU only: use ffn='swiglu'"),
-    ]
+# The values each choice takes, in every config that has it as a field (what a family fixes as a class
+# attribute, such as Llama's pos or Mamba's ffn, is no choice). A config class may widen an entry with its own
+# `choices` (the encoder-decoder's sinusoidal positions); `choice_checks` reads them both.
+CHOICES = {
+    "norm": ("rms", "layer"), "emb_norm": ("none", "rms", "layer"), "ffn": ("swiglu", "gelu"),
+    "pos": ("rope", "learned", "none"), "attn_impl": ATTN_IMPLS, "norm_impl": NORM_IMPLS, "ffn_impl": FFN_IMPLS,
+    "pooling": ("cls", "mean"),  # the encoder classifier's
+    "discretization": kernels.DISCRETIZATIONS, "scan": (*kernels.SCANS, "triton"),  # Mamba's
+    "tf": ("binary", "count", "log"), "doc_norm": ("l2", "l1", "none"),  # the bag of words'
+}
+
+
+def require(cfg, *checks):
+    """Raise ConfigError, naming the config class, with the message of the first (ok, message) not ok."""
     for ok, msg in checks:
         if not ok:
-            raise ConfigError(f"{name}: {msg}")
+            raise ConfigError(f"{type(cfg).__name__}: {msg}")
+
+
+def at_least_one(cfg, *names):
+    """The checks that each of the named fields is at least 1."""
+    return [(getattr(cfg, n) >= 1, f"{n}={getattr(cfg, n)} must be at least 1") for n in names]
+
+
+def choice_checks(cfg):
+    """The checks that each field of cfg that CHOICES (or the class's own `choices`) lists holds one of its values."""
+    table = {**CHOICES, **getattr(cfg, "choices", {})}
+    return [(getattr(cfg, f.name) in table[f.name], f"{f.name}={getattr(cfg, f.name)!r}: expected one of "
+             f"{table[f.name]}") for f in fields(cfg) if f.name in table]
+
+
+def check_block_fields(cfg, *positive):
+    """Validate the fields every config with Blocks shares (the ones Block reads, plus embeddings) and its
+    choices, fill in the 0-means-default ones, and raise ConfigError naming the config class on nonsense.
+    `positive`: the family's own fields that must be at least 1."""
+    require(cfg, *at_least_one(cfg, "n_layer", "n_embd", "n_head", *positive),
+            (cfg.n_kv_head >= 0 and cfg.ffn_hidden >= 0, f"n_kv_head={cfg.n_kv_head} and ffn_hidden={cfg.ffn_hidden} "
+                                                         f"must be >= 0 (0 picks the default)"))
+    cfg.n_kv_head = cfg.n_kv_head or cfg.n_head
+    cfg.ffn_hidden = cfg.ffn_hidden or 4 * cfg.n_embd
+    require(cfg, (cfg.n_embd % cfg.n_head == 0, f"n_embd={cfg.n_embd} is not divisible by n_head={cfg.n_head}"),
+            (cfg.n_head % cfg.n_kv_head == 0, f"n_head={cfg.n_head} is not a multiple of n_kv_head={cfg.n_kv_head}"),
+            (cfg.pos != "rope" or (cfg.n_embd // cfg.n_head) % 2 == 0, "RoPE needs an even head size"),
+            (0.0 <= cfg.dropout < 1.0, f"dropout={cfg.dropout} must be in [0, 1)"), *choice_checks(cfg),
+            (cfg.ffn_impl != "triton" or cfg.ffn == "swiglu", "ffn_impl='triton' fuses SwiGLU only: use ffn='swiglu'"))
 
 
 def register_rope(module, cfg):
@@ -707,19 +720,13 @@ class EncoderConfig:
     tunable = ("dropout", "attn_impl", "norm_impl", "ffn_impl")
 
     def __post_init__(self):
-        check_block_fields(self, ("n_loops", "vocab_size", "block_size"))
+        check_block_fields(self, "n_loops", "vocab_size", "block_size")
         if self.n_classes == 0:
             # A dataset without labels (the MLM corpus) gives 0: the model still gets SST-2's binary head,
             # which pretraining never reads, so it gets no gradient and AdamW leaves it as initialized; a
             # run fine-tuning on SST-2 then starts from it as from a fresh one.
             self.n_classes = 2
-        checks = [
-            (self.n_classes >= 2, f"n_classes={self.n_classes} must be at least 2"),
-            (self.pooling in ("cls", "mean"), f"pooling={self.pooling!r}: expected 'cls' or 'mean'"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ConfigError(f"{type(self).__name__}: {msg}")
+        require(self, (self.n_classes >= 2, f"n_classes={self.n_classes} must be at least 2"))
 
 
 class EncoderClassifier(TokenModel):
@@ -922,7 +929,7 @@ class GPTConfig:
     tunable = ("dropout", "attn_impl", "norm_impl", "ffn_impl")
 
     def __post_init__(self):
-        check_block_fields(self, ("vocab_size", "block_size"))
+        check_block_fields(self, "vocab_size", "block_size")
 
 
 class GPT(TokenModel):
@@ -1110,13 +1117,13 @@ class LlamaConfig:
     def __post_init__(self):
         if self.ffn_hidden == 0 and self.multiple_of >= 1:
             self.ffn_hidden = llama_ffn_hidden(self.n_embd, self.multiple_of)
-        check_block_fields(self, ("vocab_size", "block_size", "multiple_of"))
-        if self.n_classes < 0 or self.n_classes == 1:
-            raise ConfigError(f"LlamaConfig: n_classes={self.n_classes}: 0 (a language model) or at least 2")
+        check_block_fields(self, "vocab_size", "block_size", "multiple_of")
         unknown = set(self.lora_targets.split(",")) - set(LORA_TARGETS)
-        if self.lora_rank < 0 or (self.lora_rank and unknown) or self.lora_alpha <= 0:
-            raise ConfigError(f"LlamaConfig: lora_rank={self.lora_rank} (>= 0), lora_alpha={self.lora_alpha} (> 0), "
-                             f"lora_targets={self.lora_targets!r} (a comma-separated subset of {list(LORA_TARGETS)})")
+        require(self, (self.n_classes == 0 or self.n_classes >= 2,
+                       f"n_classes={self.n_classes}: 0 (a language model) or at least 2"),
+                (not (self.lora_rank < 0 or (self.lora_rank and unknown) or self.lora_alpha <= 0),
+                 f"lora_rank={self.lora_rank} (>= 0), lora_alpha={self.lora_alpha} (> 0), lora_targets="
+                 f"{self.lora_targets!r} (a comma-separated subset of {list(LORA_TARGETS)})"))
 
 
 class Llama(TokenModel):
@@ -1262,16 +1269,15 @@ class EncDecConfig:
     norm_impl: str = "torch"  # 'torch' (F.layer_norm / F.rms_norm) | 'manual' (written out) | 'triton'
     ffn_impl: str = "torch"  # SwiGLU's SiLU(a) * b: 'torch' | 'triton' (one fused kernel)
     causal = True  # the decoder's self-attention; the encoder's Blocks are built non-causal
+    choices = {"pos": ("sinusoidal", "learned", "rope", "none")}  # CHOICES's, and the sinusoid
     seq2seq_layout = "pair"
     data_fields = ("vocab_size", "block_size")
     tunable = ("dropout", "attn_impl", "norm_impl", "ffn_impl")
 
     def __post_init__(self):
-        if self.n_dec_layer < 0:
-            raise ConfigError(f"EncDecConfig: n_dec_layer={self.n_dec_layer} must be >= 0 (0 means n_layer)")
-        if self.n_dec_layer == 0:
-            self.n_dec_layer = self.n_layer
-        check_block_fields(self, ("vocab_size", "block_size"), ("sinusoidal", "learned", "rope", "none"))
+        require(self, (self.n_dec_layer >= 0, f"n_dec_layer={self.n_dec_layer} must be >= 0 (0 means n_layer)"))
+        self.n_dec_layer = self.n_dec_layer or self.n_layer
+        check_block_fields(self, "vocab_size", "block_size")
 
 
 class EncoderDecoder(TokenModel):
@@ -1377,9 +1383,6 @@ class EncoderDecoder(TokenModel):
         return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size
 
 
-MAMBA_SCANS = (*kernels.SCANS, "triton")
-
-
 @dataclass
 class MambaConfig:
     """A decoder-only Mamba (Gu & Dao 2023): token embedding -> n_layer Blocks whose mixer is the
@@ -1422,25 +1425,14 @@ class MambaConfig:
         if self.dt_rank == 0:
             self.dt_rank = math.ceil(self.n_embd / 16)
         self.d_inner = self.expand * self.n_embd  # derived, not a field
-        for field in ("vocab_size", "block_size", "n_layer", "n_embd", "d_state", "d_conv", "expand", "dt_rank"):
-            if getattr(self, field) < 1:
-                raise ConfigError(f"MambaConfig: {field}={getattr(self, field)} must be at least 1")
-        if self.scan_chunk < 0:
-            raise ConfigError(f"MambaConfig: scan_chunk={self.scan_chunk}: 0 (all states at once) or a chunk length")
-        checks = [
-            (0 < self.dt_min <= self.dt_max, f"need 0 < dt_min={self.dt_min} <= dt_max={self.dt_max}"),
-            (self.discretization in DISCRETIZATIONS,
-             f"discretization={self.discretization!r}: expected one of {DISCRETIZATIONS}"),
-            (self.scan in MAMBA_SCANS, f"scan={self.scan!r}: expected one of {MAMBA_SCANS}"),
-            (not (self.scan == "triton" and self.scan_compile), "scan_compile compiles the chunked PyTorch scan; "
-                                                                 "scan='triton' is a kernel already"),
-            (self.norm in ("rms", "layer"), f"norm={self.norm!r}: expected 'rms' or 'layer'"),
-            (self.norm_impl in NORM_IMPLS, f"norm_impl={self.norm_impl!r}: expected one of {NORM_IMPLS}"),
-            (0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ConfigError(f"MambaConfig: {msg}")
+        positive = ("vocab_size", "block_size", "n_layer", "n_embd", "d_state", "d_conv", "expand", "dt_rank")
+        require(self, *at_least_one(self, *positive),
+                (self.scan_chunk >= 0, f"scan_chunk={self.scan_chunk}: 0 (all states at once) or a chunk length"),
+                (0 < self.dt_min <= self.dt_max, f"need 0 < dt_min={self.dt_min} <= dt_max={self.dt_max}"),
+                *choice_checks(self), (not (self.scan == "triton" and self.scan_compile),
+                                       "scan_compile compiles the chunked PyTorch scan; scan='triton' is a kernel "
+                                       "already"),
+                (0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)"))
 
 
 class Mamba(TokenModel):
@@ -1556,18 +1548,13 @@ class BagOfWordsConfig:
     tunable = ()  # everything here changes the function; a checkpoint fixes it all
 
     def __post_init__(self):
-        checks = [
-            (self.vocab_size >= 1, f"vocab_size={self.vocab_size} must be at least 1"),
-            (self.n_classes >= 2, f"n_classes={self.n_classes} must be at least 2 (a classifier needs labels)"),
-            (self.ngrams >= 1, f"ngrams={self.ngrams} must be at least 1 (1 = unigrams only)"),
-            # the hash's h * NGRAM_HASH_PRIME stays far inside int64 below 2^31 buckets (more would not fit in memory)
-            (self.ngrams == 1 or 1 <= self.n_buckets <= 2**31, f"n_buckets={self.n_buckets}: 1 .. 2^31 for n-grams"),
-            (self.tf in ("binary", "count", "log"), f"tf={self.tf!r}: expected 'binary', 'count' or 'log'"),
-            (self.doc_norm in ("l2", "l1", "none"), f"doc_norm={self.doc_norm!r}: expected 'l2', 'l1' or 'none'"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ConfigError(f"BagOfWordsConfig: {msg}")
+        # (n_buckets: the hash's h * NGRAM_HASH_PRIME stays far inside int64 below 2^31 buckets, and more would
+        # not fit in memory)
+        require(self, (self.vocab_size >= 1, f"vocab_size={self.vocab_size} must be at least 1"),
+                (self.n_classes >= 2, f"n_classes={self.n_classes} must be at least 2 (a classifier needs labels)"),
+                (self.ngrams >= 1, f"ngrams={self.ngrams} must be at least 1 (1 = unigrams only)"),
+                (self.ngrams == 1 or 1 <= self.n_buckets <= 2**31, f"n_buckets={self.n_buckets}: 1 .. 2^31 for "
+                                                                   f"n-grams"), *choice_checks(self))
         self.n_features = self.vocab_size + (self.n_buckets if self.ngrams > 1 else 0)  # derived, not a field
 
 
