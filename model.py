@@ -1,11 +1,18 @@
 """
 The transformer building blocks of this lab, written out by hand, and the models built from them.
 
-Read top to bottom: norms -> rotary and sinusoidal positions -> attention -> feed-forward -> Mamba's
-selective SSM -> Block -> shared config checks, initialization and FLOPs -> what every model shares
-(`TokenModel`) -> encoder classifier -> causal GPT -> LoRA -> Llama -> the seq2seq families
-(encoder-decoder, Mamba) -> the bag-of-words logistic regression (the non-neural baseline) -> the family
-registry -> checkpoints. (llama2.c's formats, both ways, are export.py's.)
+Read the shared parts first, top to bottom: norms -> rotary and sinusoidal positions -> attention and its
+key/value cache -> feed-forward -> the one Block -> the table of config choices, initialization and FLOPs -> what
+every model shares (`TokenModel`) -> sampling and decoding. Then each family, whole, in one place:
+    encoder classifier  EncoderConfig, EncoderClassifier: the recurrent-vs-baseline study (and its MLM pretraining)
+    char GPT            GPTConfig, GPT: the embedding-normalization study
+    Llama               LoRA (LoRALinear, add_lora, merge_lora), LlamaConfig, Llama (generate: the shared decode)
+    encoder-decoder     EncDecConfig, EncoderDecoder: the Pig Latin study's transformer
+    Mamba               selective_scan_reference, MambaMixer, MambaState, MambaConfig, Mamba: its other family
+    bag of words        BagOfWordsConfig, BagOfWords: the logistic-regression baseline, no Block
+and last the family registry (FAMILIES, build_model, from_pretrained) and checkpoints. The fast paths the
+switches pick (Triton kernels, the parallel and fused scans, the compiled decode step) are in kernels.py, beside
+their checks; llama2.c's file formats are in export.py.
 
 Glossary (code name -> symbol in the study write-ups)
     B, T, C        batch size, sequence length, model width d
@@ -33,7 +40,6 @@ import torch.nn.functional as F
 
 import kernels
 from configurator import ConfigError, UserError
-
 # -----------------------------------------------------------------------------
 # Normalization layers
 #
@@ -323,133 +329,6 @@ class FeedForward(nn.Module):
 
 
 # -----------------------------------------------------------------------------
-# Mamba's selective state-space mixer (Gu & Dao 2023): a Block's other token mixer
-#
-# Glossary (code name -> symbol in the Mamba paper, Algorithm 2 and section 3)
-#     D = d_inner    expanded width E * d (E = expand); the SSM runs on each of the D channels apart
-#     N = d_state    state size per channel
-#     A_log          A = -exp(A_log), (D, N): a diagonal, negative state matrix per channel (S4D-real init)
-#     delta          step size Delta = softplus(dt_proj(x_proj(x)) + bias) > 0, (B, T, D): input-dependent
-#     Bm, Cm         B and C, (B, T, N): input-dependent input and output maps (the "selection")
-#     a_bar, bx_bar  the discretized A-bar_t and B-bar_t x_t, (B, T, D, N)
-#     h              the state, h_t = A-bar_t h_{t-1} + B-bar_t x_t (eq. 2a); y_t = C_t h_t + D x_t (eq. 2b)
-#     D_skip         the skip D of eq. 2b (named so it is not read as the width)
-#     z              the gate branch: the output is y * SiLU(z) (Figure 3)
-
-
-discretize, DISCRETIZATIONS = kernels.discretize, kernels.DISCRETIZATIONS  # (kernels.py's: the fast scans' inputs)
-
-
-def selective_scan_reference(x, delta, A, Bm, Cm, discretization="zoh_approx", scan="sequential"):
-    """The output of Mamba's selective SSM before its skip and gate, y (B, T, D), the plain way: every
-    state materialized. x, delta: (B, T, D); A: (D, N); Bm, Cm: (B, T, N).
-        a_bar, bx_bar = discretize(delta, A, Bm, x)     (B, T, D, N) each
-        h_t = a_bar_t h_{t-1} + bx_bar_t                 the scan, (B, T, D, N)
-        y_t = sum_n C_t[n] h_t[:, n]                     (B, T, D)
-    What the fused scans (kernels.selective_scan_chunked, kernels.selective_scan_triton) compute without
-    storing h, and `scan` picks the algorithm of the middle step (kernels.SCANS)."""
-    a_bar, bx_bar = discretize(delta, A, Bm, x, discretization)
-    h = kernels.selective_scan(a_bar, bx_bar, scan)  # (B, T, D, N)
-    return (h @ Cm[..., None]).squeeze(-1)  # (B, T, D): C_t h_t, per channel
-
-
-class MambaMixer(nn.Module):
-    """The selective SSM of Mamba (Gu & Dao 2023, Algorithm 2 and Figure 3), on x (B, T, C):
-        x, z = in_proj(x)                          two branches of width D
-        x = SiLU(causal depthwise conv(x))         a short local mix along time (kernel d_conv)
-        delta, B, C = x_proj(x)                    input-dependent: this is what makes it "selective"
-        delta = softplus(dt_proj(delta))           low rank (dt_rank), then one step size per channel
-                                                   (divided by sqrt(n_embd) with cfg.dt_div_sqrt)
-        h_t = A-bar_t h_{t-1} + B-bar_t x_t        the scan (kernels.selective_scan), per channel and state
-        y = C_t h_t + D_skip x_t;  y = y * SiLU(z);  out_proj(y)
-    The scan is picked by cfg.scan ('sequential' reference, 'parallel' Blelloch, 'logspace' Heinsen),
-    the discretization by cfg.discretization. It has the (x, key_mask, rope, ...) -> (y, weights)
-    signature of Attention so Block can hold either; it is causal by construction and reads no
-    positions (the recurrence is the position), and padding must be on the right."""
-
-    def __init__(self, cfg):
-        super().__init__()
-        D, N, R = cfg.d_inner, cfg.d_state, cfg.dt_rank
-        self.cfg = cfg
-        self.in_proj = nn.Linear(cfg.n_embd, 2 * D, bias=cfg.bias)
-        self.conv = nn.Conv1d(D, D, cfg.d_conv, groups=D, padding=cfg.d_conv - 1, bias=True)  # depthwise
-        self.x_proj = nn.Linear(D, R + 2 * N, bias=False)
-        self.dt_proj = nn.Linear(R, D, bias=True)
-        self.A_log = nn.Parameter(torch.log(torch.arange(1, N + 1, dtype=torch.float32)).repeat(D, 1))  # (D, N)
-        self.D_skip = nn.Parameter(torch.ones(D))
-        self.out_proj = nn.Linear(D, cfg.n_embd, bias=cfg.bias)
-
-    def reset_dt(self):
-        """Mamba's step-size initialization (its section 3.6): dt_proj's bias set so that
-        softplus(bias) = Delta_0, with Delta_0 log-uniform in [dt_min, dt_max] per channel.
-        (Called after the model's generic initialization, which zeroes biases.)"""
-        cfg = self.cfg
-        u = torch.rand(cfg.d_inner)
-        dt = torch.exp(u * (math.log(cfg.dt_max) - math.log(cfg.dt_min)) + math.log(cfg.dt_min))
-        with torch.no_grad():
-            self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # the inverse of softplus
-
-    def step_size(self, dt):
-        """Delta (B, T, D), one step size per channel, from the low-rank dt (B, T, R): softplus(dt_proj(dt)),
-        divided by sqrt(n_embd) if cfg.dt_div_sqrt (the Pig Latin write-up's change for stable training)."""
-        delta = F.softplus(self.dt_proj(dt))
-        return delta / math.sqrt(self.cfg.n_embd) if self.cfg.dt_div_sqrt else delta
-
-    def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0):
-        """x (B, T, C) -> (y (B, T, C), None). With cache (a MambaState) the tokens go through the recurrence
-        one at a time from the state the cache holds, which they advance (decoding: `step`)."""
-        if cache is not None:
-            return torch.cat([self.step(x[:, t:t + 1], cache) for t in range(x.size(1))], dim=1), None
-        cfg = self.cfg
-        B, T, _ = x.shape
-        xz = self.in_proj(x)  # (B, T, 2D)
-        x, z = xz.chunk(2, dim=-1)  # (B, T, D) each
-        x = self.conv(x.transpose(1, 2))[..., :T].transpose(1, 2)  # (B, T, D): keep the causal part
-        x = F.silu(x)
-        dt, Bm, Cm = self.x_proj(x).split([cfg.dt_rank, cfg.d_state, cfg.d_state], dim=-1)
-        delta = self.step_size(dt)  # (B, T, D)
-        A = -torch.exp(self.A_log.float())  # (D, N)
-        ssm = (x.float(), delta.float(), A, Bm.float(), Cm.float(), cfg.discretization)
-        if cfg.scan == "triton":  # one kernel forward, one backward: no (B, T, D, N) tensor at all
-            y = kernels.selective_scan_triton(*ssm, chunk=cfg.scan_chunk or 64)
-        elif cfg.scan_chunk:  # the same y, its (B, T, D, N) states held for scan_chunk steps at a time
-            y = kernels.selective_scan_chunked(*ssm, chunk=cfg.scan_chunk, scan=cfg.scan,
-                                               compile=cfg.scan_compile and kernels.CHUNK_COMPILE_BACKEND)
-        else:  # discretize, scan every state (B, T, D, N), y_t = C_t h_t per channel
-            y = selective_scan_reference(*ssm, scan=cfg.scan)  # (B, T, D)
-        y = (y + self.D_skip * x.float()).to(x.dtype)
-        y = y * F.silu(z)
-        return self.out_proj(y), None
-
-    def step(self, x, state):
-        """One token x (B, 1, C) -> y (B, 1, C), the same function as forward at that position: the
-        convolution reads the inputs `state` keeps, the scan advances its h by one step (Mamba's recurrent
-        mode, Gu & Dao 2023 sec. 3.4: constant time and memory per token)."""
-        cfg = self.cfg
-        x, z = self.in_proj(x).chunk(2, dim=-1)  # (B, 1, D) each
-        window = torch.cat((state.conv, x.transpose(1, 2)), dim=2)  # (B, D, d_conv): the conv's receptive field
-        state.conv = window[:, :, 1:]
-        x = F.silu((window * self.conv.weight[:, 0]).sum(-1) + self.conv.bias)[:, None]  # (B, 1, D)
-        dt, Bm, Cm = self.x_proj(x).split([cfg.dt_rank, cfg.d_state, cfg.d_state], dim=-1)
-        delta = self.step_size(dt)  # (B, 1, D)
-        A = -torch.exp(self.A_log.float())  # (D, N)
-        a_bar, bx_bar = discretize(delta.float(), A, Bm.float(), x.float(), cfg.discretization)  # (B, 1, D, N)
-        state.h = a_bar[:, 0] * state.h + bx_bar[:, 0]  # (B, D, N)
-        y = (state.h @ Cm.float()[:, 0, :, None]).squeeze(-1)[:, None]  # (B, 1, D)
-        y = (y + self.D_skip * x.float()).to(x.dtype)
-        return self.out_proj(y * F.silu(z))
-
-
-class MambaState:
-    """A Mamba layer's recurrent state, for decoding a token at a time: the causal convolution's last
-    d_conv - 1 inputs (B, D, d_conv - 1) and the SSM state h (B, D, N), both zero before the first token."""
-
-    def __init__(self, batch_size, cfg, device, dtype):
-        self.conv = torch.zeros(batch_size, cfg.d_inner, cfg.d_conv - 1, device=device, dtype=dtype)
-        self.h = torch.zeros(batch_size, cfg.d_inner, cfg.d_state, device=device, dtype=torch.float32)
-
-
-# -----------------------------------------------------------------------------
 # The one Block
 
 
@@ -592,14 +471,6 @@ def block_flops(cfg, T, cross_len=0, queries=None):
     return proj + attn + ffn + cross
 
 
-def mamba_flops(cfg, T):
-    """Forward FLOPs of one Mamba Block on T tokens: its projections (in 2*C*2D, x 2*D*(R+2N), dt 2*R*D,
-    out 2*D*C), the depthwise convolution 2*D*d_conv, and the readout C_t h_t, 2*D*N, per token. The
-    discretization and the scan's elementwise multiply-adds (about 2*D*N per token more) are left out,
-    as norms and softmax are for attention."""
-    C, D, N, R = cfg.n_embd, cfg.d_inner, cfg.d_state, cfg.dt_rank
-    return 2 * T * (C * 2 * D + D * cfg.d_conv + D * (R + 2 * N) + R * D + D * C + D * N)
-
 # -----------------------------------------------------------------------------
 # What every model family shares: the input embedding, parameter accounting, FLOPs, weight decay
 
@@ -678,6 +549,106 @@ class TokenModel(nn.Module):
         tokens towards zero. A family with other such parameters (Mamba's A_log) adds them here."""
         tables = {f"{name}.weight" for name, m in self.named_modules() if isinstance(m, nn.Embedding)}
         return {name for name, p in self.named_parameters() if p.dim() < 2 or name in tables}
+
+
+# -----------------------------------------------------------------------------
+# Sampling and decoding, shared: the next token (every language model's generate), the causal language models'
+# decoding loop (GPT, Llama), and the seq2seq families' greedy decoding (the encoder-decoder, Mamba)
+
+
+def sample_next(logits, temperature=1.0, top_k=None, top_p=None, epsilon=None, generator=None):
+    """The next token (B, 1) from the last position's logits (B, V).
+    temperature 0: the most likely token (greedy, deterministic). Otherwise the logits are divided by
+    the temperature, then cut, each cut renormalizing what is left:
+      top_k    keep the k most likely tokens (Fan et al. 2018);
+      epsilon  drop tokens whose probability is below epsilon (Hewitt et al. 2022, epsilon sampling);
+      top_p    keep the fewest most likely tokens whose probabilities reach p (Holtzman et al. 2020);
+    and a token is drawn with `generator` (a torch.Generator, for reproducible samples). The most
+    likely token always survives the cuts, so something is left to draw."""
+    logits = logits.float()
+    if temperature < 0:
+        raise ValueError(f"temperature={temperature} must be >= 0")
+    if temperature == 0:
+        return logits.argmax(-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k).values[:, -1:]  # (B, 1): the k-th largest
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = F.softmax(logits, -1)
+    if epsilon is not None and epsilon > 0:
+        keep = probs >= epsilon
+        keep.scatter_(-1, probs.argmax(-1, keepdim=True), True)
+        probs = probs * keep
+    if top_p is not None and 0 < top_p < 1:
+        sorted_p, order = probs.sort(-1, descending=True)
+        # a token stays if the mass before it is still short of top_p (so the first always stays)
+        cut = (sorted_p.cumsum(-1) - sorted_p) >= top_p * sorted_p.sum(-1, keepdim=True)
+        probs = probs.scatter(-1, order, sorted_p.masked_fill(cut, 0.0))
+    return torch.multinomial(probs, 1, generator=generator)  # multinomial renormalizes
+
+
+DECODE_MODES = ("eager", "compiled")  # decode's step: eager, or compiled (kernels.compiled_decoding)
+
+
+def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager"):
+    """The decoding loop of the causal language models (Llama, GPT). idx (B, P + steps) holds the prompts
+    in its first P columns, left-padded; mask (B, P + steps) is True on real tokens, None without padding.
+    Fills columns P, P+1, ... with pick(logits (B, V)) -> (B,), the next token of each row, and stops
+    when every row has produced eos_id. Returns the number of columns filled.
+
+    use_cache=False runs the whole sequence again at every step (the reference the cache is tested
+    against). With the cache, the prompt goes through once (prefill), then one token a step, either eagerly
+    (mode 'eager') or through the compiled step of kernels.compiled_decoding (mode 'compiled', the fast path:
+    built once per model and device, and the same tokens come out: tests/test_llama.py holds them equal)."""
+    B, total = idx.shape
+    dev = idx.device
+    cache = compiled = None
+    if use_cache and mode == "compiled":
+        cache, compiled = kernels.compiled_decoding(model, idx, mask)
+    elif use_cache:
+        cache = model.new_cache(B, total)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    end = P
+    for t in range(P, total):
+        key_mask = mask[:, :t] if mask is not None else None
+        if not use_cache:
+            logits = model.step(idx[:, :t], 0, key_mask, None)
+        elif t == P:  # prefill: the whole prompt at once
+            logits = model.step(idx[:, :t], 0, key_mask, cache)
+        elif compiled is None or t - 1 < 2:  # (the compiled step serves positions from 2 on: compile_step)
+            logits = model.step(idx[:, t - 1:t], t - 1, key_mask, cache)
+        else:
+            logits = compiled(idx[:, t - 1:t], t - 1)
+        idx[:, t] = pick(logits)
+        end = t + 1
+        if eos_id is not None:
+            done |= idx[:, t] == eos_id
+            if bool(done.all()):
+                break
+    return end
+
+
+# Sequence to sequence: the Pig Latin study's two families (the encoder-decoder and Mamba). A seq2seq batch is a
+# source (a word and [EOS]) and a target (its translation): the decoder reads [SOS] + target and predicts
+# target + [EOS]. How a family takes the pair is its config's `seq2seq_layout` (data.py cuts the batches so):
+#     'pair'    an encoder reads the source, a decoder the target input (src, src_mask, idx, targets)
+#     'joined'  one causal model reads source and target input as one sequence (idx, targets), and
+#               only the target part is scored (targets -100 elsewhere: cross_entropy's ignore_index)
+
+
+def greedy_extend(next_logits, idx, steps, eos_id):
+    """Greedy decoding shared by the seq2seq families: append the most likely next token to idx (B, T)
+    up to `steps` times, next_logits(idx) giving the last position's logits (B, V), until every row has
+    produced eos_id. Returns only the new tokens (B, <= steps); a row that ended repeats eos_id."""
+    done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
+    start = idx.size(1)
+    for _ in range(steps):
+        nxt = next_logits(idx).argmax(-1).masked_fill(done, eos_id)  # (B,)
+        idx = torch.cat((idx, nxt[:, None]), dim=1)
+        done |= nxt == eos_id
+        if bool(done.all()):
+            break
+    return idx[:, start:]
 
 
 # -----------------------------------------------------------------------------
@@ -819,82 +790,6 @@ class EncoderClassifier(TokenModel):
 
 
 # -----------------------------------------------------------------------------
-# Sampling the next token (every language model's generate uses this)
-
-
-def sample_next(logits, temperature=1.0, top_k=None, top_p=None, epsilon=None, generator=None):
-    """The next token (B, 1) from the last position's logits (B, V).
-    temperature 0: the most likely token (greedy, deterministic). Otherwise the logits are divided by
-    the temperature, then cut, each cut renormalizing what is left:
-      top_k    keep the k most likely tokens (Fan et al. 2018);
-      epsilon  drop tokens whose probability is below epsilon (Hewitt et al. 2022, epsilon sampling);
-      top_p    keep the fewest most likely tokens whose probabilities reach p (Holtzman et al. 2020);
-    and a token is drawn with `generator` (a torch.Generator, for reproducible samples). The most
-    likely token always survives the cuts, so something is left to draw."""
-    logits = logits.float()
-    if temperature < 0:
-        raise ValueError(f"temperature={temperature} must be >= 0")
-    if temperature == 0:
-        return logits.argmax(-1, keepdim=True)
-    logits = logits / temperature
-    if top_k is not None and top_k < logits.size(-1):
-        kth = torch.topk(logits, top_k).values[:, -1:]  # (B, 1): the k-th largest
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = F.softmax(logits, -1)
-    if epsilon is not None and epsilon > 0:
-        keep = probs >= epsilon
-        keep.scatter_(-1, probs.argmax(-1, keepdim=True), True)
-        probs = probs * keep
-    if top_p is not None and 0 < top_p < 1:
-        sorted_p, order = probs.sort(-1, descending=True)
-        # a token stays if the mass before it is still short of top_p (so the first always stays)
-        cut = (sorted_p.cumsum(-1) - sorted_p) >= top_p * sorted_p.sum(-1, keepdim=True)
-        probs = probs.scatter(-1, order, sorted_p.masked_fill(cut, 0.0))
-    return torch.multinomial(probs, 1, generator=generator)  # multinomial renormalizes
-
-
-DECODE_MODES = ("eager", "compiled")  # decode's step: eager, or compiled (kernels.compiled_decoding)
-
-
-def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager"):
-    """The decoding loop of the causal language models (Llama, GPT). idx (B, P + steps) holds the prompts
-    in its first P columns, left-padded; mask (B, P + steps) is True on real tokens, None without padding.
-    Fills columns P, P+1, ... with pick(logits (B, V)) -> (B,), the next token of each row, and stops
-    when every row has produced eos_id. Returns the number of columns filled.
-
-    use_cache=False runs the whole sequence again at every step (the reference the cache is tested
-    against). With the cache, the prompt goes through once (prefill), then one token a step, either eagerly
-    (mode 'eager') or through the compiled step of kernels.compiled_decoding (mode 'compiled', the fast path:
-    built once per model and device, and the same tokens come out: tests/test_llama.py holds them equal)."""
-    B, total = idx.shape
-    dev = idx.device
-    cache = compiled = None
-    if use_cache and mode == "compiled":
-        cache, compiled = kernels.compiled_decoding(model, idx, mask)
-    elif use_cache:
-        cache = model.new_cache(B, total)
-    done = torch.zeros(B, dtype=torch.bool, device=dev)
-    end = P
-    for t in range(P, total):
-        key_mask = mask[:, :t] if mask is not None else None
-        if not use_cache:
-            logits = model.step(idx[:, :t], 0, key_mask, None)
-        elif t == P:  # prefill: the whole prompt at once
-            logits = model.step(idx[:, :t], 0, key_mask, cache)
-        elif compiled is None or t - 1 < 2:  # (the compiled step serves positions from 2 on: compile_step)
-            logits = model.step(idx[:, t - 1:t], t - 1, key_mask, cache)
-        else:
-            logits = compiled(idx[:, t - 1:t], t - 1)
-        idx[:, t] = pick(logits)
-        end = t + 1
-        if eos_id is not None:
-            done |= idx[:, t] == eos_id
-            if bool(done.all()):
-                break
-    return end
-
-
-# -----------------------------------------------------------------------------
 # Decoder-only language model: the char-level GPT of the embedding-normalization study
 
 
@@ -1015,7 +910,11 @@ class GPT(TokenModel):
 
 
 # -----------------------------------------------------------------------------
-# LoRA: low-rank adapters on frozen projections (Hu et al. 2021)
+# Llama 2 (Touvron et al. 2023), small: the mini-Llama of llama2.c and the NLP course's assignment, with the
+# course's LoRA fine-tuning. (Its generate runs the shared `decode` above; its files, llama2.c's formats, are
+# export.py's.)
+#
+# --- LoRA: low-rank adapters on frozen projections (Hu et al. 2021)
 
 LORA_TARGETS = {"wq": "attn", "wk": "attn", "wv": "attn", "wo": "attn", "w1": "ffn", "w2": "ffn", "w3": "ffn"}
 
@@ -1071,8 +970,7 @@ def merge_lora(model):
     return merged.train(model.training)
 
 
-# -----------------------------------------------------------------------------
-# Llama 2 (Touvron et al. 2023), small: the mini-Llama of llama2.c and the NLP course's assignment
+# --- The model
 
 
 def llama_ffn_hidden(n_embd, multiple_of):
@@ -1214,27 +1112,7 @@ class Llama(TokenModel):
 
 
 # -----------------------------------------------------------------------------
-# Sequence to sequence: the Pig Latin study's two families. A seq2seq batch is a source (a word and
-# [EOS]) and a target (its translation): the decoder reads [SOS] + target and predicts target + [EOS].
-# How a family takes the pair is its config's `seq2seq_layout` (data.py cuts the batches so):
-#     'pair'    an encoder reads the source, a decoder the target input (src, src_mask, idx, targets)
-#     'joined'  one causal model reads source and target input as one sequence (idx, targets), and
-#               only the target part is scored (targets -100 elsewhere: cross_entropy's ignore_index)
-
-
-def greedy_extend(next_logits, idx, steps, eos_id):
-    """Greedy decoding shared by the seq2seq families: append the most likely next token to idx (B, T)
-    up to `steps` times, next_logits(idx) giving the last position's logits (B, V), until every row has
-    produced eos_id. Returns only the new tokens (B, <= steps); a row that ended repeats eos_id."""
-    done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
-    start = idx.size(1)
-    for _ in range(steps):
-        nxt = next_logits(idx).argmax(-1).masked_fill(done, eos_id)  # (B,)
-        idx = torch.cat((idx, nxt[:, None]), dim=1)
-        done |= nxt == eos_id
-        if bool(done.all()):
-            break
-    return idx[:, start:]
+# Encoder-decoder (Vaswani et al. 2017): the Pig Latin study's transformer, the 'pair' layout
 
 
 @dataclass
@@ -1381,6 +1259,145 @@ class EncoderDecoder(TokenModel):
 
     def head_flops(self, seq_len):
         return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size
+
+
+# -----------------------------------------------------------------------------
+# Mamba (Gu & Dao 2023): the Pig Latin study's other family, the 'joined' layout. Its selective state-space
+# mixer is a Block's other token mixer (cfg.mixer = 'mamba', in place of attention); read here: the scan's
+# reference math, the mixer and its recurrent state, the config and the model. The fast scans it can switch to
+# (parallel, log-space, chunked, Triton) are kernels.py's, beside the sequential loop and the discretizations.
+#
+# Glossary (code name -> symbol in the Mamba paper, Algorithm 2 and section 3)
+#     D = d_inner    expanded width E * d (E = expand); the SSM runs on each of the D channels apart
+#     N = d_state    state size per channel
+#     A_log          A = -exp(A_log), (D, N): a diagonal, negative state matrix per channel (S4D-real init)
+#     delta          step size Delta = softplus(dt_proj(x_proj(x)) + bias) > 0, (B, T, D): input-dependent
+#     Bm, Cm         B and C, (B, T, N): input-dependent input and output maps (the "selection")
+#     a_bar, bx_bar  the discretized A-bar_t and B-bar_t x_t, (B, T, D, N)
+#     h              the state, h_t = A-bar_t h_{t-1} + B-bar_t x_t (eq. 2a); y_t = C_t h_t + D x_t (eq. 2b)
+#     D_skip         the skip D of eq. 2b (named so it is not read as the width)
+#     z              the gate branch: the output is y * SiLU(z) (Figure 3)
+
+
+discretize, DISCRETIZATIONS = kernels.discretize, kernels.DISCRETIZATIONS  # (kernels.py's: the fast scans' inputs)
+
+
+def selective_scan_reference(x, delta, A, Bm, Cm, discretization="zoh_approx", scan="sequential"):
+    """The output of Mamba's selective SSM before its skip and gate, y (B, T, D), the plain way: every
+    state materialized. x, delta: (B, T, D); A: (D, N); Bm, Cm: (B, T, N).
+        a_bar, bx_bar = discretize(delta, A, Bm, x)     (B, T, D, N) each
+        h_t = a_bar_t h_{t-1} + bx_bar_t                 the scan, (B, T, D, N)
+        y_t = sum_n C_t[n] h_t[:, n]                     (B, T, D)
+    What the fused scans (kernels.selective_scan_chunked, kernels.selective_scan_triton) compute without
+    storing h, and `scan` picks the algorithm of the middle step (kernels.SCANS)."""
+    a_bar, bx_bar = discretize(delta, A, Bm, x, discretization)
+    h = kernels.selective_scan(a_bar, bx_bar, scan)  # (B, T, D, N)
+    return (h @ Cm[..., None]).squeeze(-1)  # (B, T, D): C_t h_t, per channel
+
+
+class MambaMixer(nn.Module):
+    """The selective SSM of Mamba (Gu & Dao 2023, Algorithm 2 and Figure 3), on x (B, T, C):
+        x, z = in_proj(x)                          two branches of width D
+        x = SiLU(causal depthwise conv(x))         a short local mix along time (kernel d_conv)
+        delta, B, C = x_proj(x)                    input-dependent: this is what makes it "selective"
+        delta = softplus(dt_proj(delta))           low rank (dt_rank), then one step size per channel
+                                                   (divided by sqrt(n_embd) with cfg.dt_div_sqrt)
+        h_t = A-bar_t h_{t-1} + B-bar_t x_t        the scan (kernels.selective_scan), per channel and state
+        y = C_t h_t + D_skip x_t;  y = y * SiLU(z);  out_proj(y)
+    The scan is picked by cfg.scan ('sequential' reference, 'parallel' Blelloch, 'logspace' Heinsen),
+    the discretization by cfg.discretization. It has the (x, key_mask, rope, ...) -> (y, weights)
+    signature of Attention so Block can hold either; it is causal by construction and reads no
+    positions (the recurrence is the position), and padding must be on the right."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        D, N, R = cfg.d_inner, cfg.d_state, cfg.dt_rank
+        self.cfg = cfg
+        self.in_proj = nn.Linear(cfg.n_embd, 2 * D, bias=cfg.bias)
+        self.conv = nn.Conv1d(D, D, cfg.d_conv, groups=D, padding=cfg.d_conv - 1, bias=True)  # depthwise
+        self.x_proj = nn.Linear(D, R + 2 * N, bias=False)
+        self.dt_proj = nn.Linear(R, D, bias=True)
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, N + 1, dtype=torch.float32)).repeat(D, 1))  # (D, N)
+        self.D_skip = nn.Parameter(torch.ones(D))
+        self.out_proj = nn.Linear(D, cfg.n_embd, bias=cfg.bias)
+
+    def reset_dt(self):
+        """Mamba's step-size initialization (its section 3.6): dt_proj's bias set so that
+        softplus(bias) = Delta_0, with Delta_0 log-uniform in [dt_min, dt_max] per channel.
+        (Called after the model's generic initialization, which zeroes biases.)"""
+        cfg = self.cfg
+        u = torch.rand(cfg.d_inner)
+        dt = torch.exp(u * (math.log(cfg.dt_max) - math.log(cfg.dt_min)) + math.log(cfg.dt_min))
+        with torch.no_grad():
+            self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # the inverse of softplus
+
+    def step_size(self, dt):
+        """Delta (B, T, D), one step size per channel, from the low-rank dt (B, T, R): softplus(dt_proj(dt)),
+        divided by sqrt(n_embd) if cfg.dt_div_sqrt (the Pig Latin write-up's change for stable training)."""
+        delta = F.softplus(self.dt_proj(dt))
+        return delta / math.sqrt(self.cfg.n_embd) if self.cfg.dt_div_sqrt else delta
+
+    def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0):
+        """x (B, T, C) -> (y (B, T, C), None). With cache (a MambaState) the tokens go through the recurrence
+        one at a time from the state the cache holds, which they advance (decoding: `step`)."""
+        if cache is not None:
+            return torch.cat([self.step(x[:, t:t + 1], cache) for t in range(x.size(1))], dim=1), None
+        cfg = self.cfg
+        B, T, _ = x.shape
+        xz = self.in_proj(x)  # (B, T, 2D)
+        x, z = xz.chunk(2, dim=-1)  # (B, T, D) each
+        x = self.conv(x.transpose(1, 2))[..., :T].transpose(1, 2)  # (B, T, D): keep the causal part
+        x = F.silu(x)
+        dt, Bm, Cm = self.x_proj(x).split([cfg.dt_rank, cfg.d_state, cfg.d_state], dim=-1)
+        delta = self.step_size(dt)  # (B, T, D)
+        A = -torch.exp(self.A_log.float())  # (D, N)
+        ssm = (x.float(), delta.float(), A, Bm.float(), Cm.float(), cfg.discretization)
+        if cfg.scan == "triton":  # one kernel forward, one backward: no (B, T, D, N) tensor at all
+            y = kernels.selective_scan_triton(*ssm, chunk=cfg.scan_chunk or 64)
+        elif cfg.scan_chunk:  # the same y, its (B, T, D, N) states held for scan_chunk steps at a time
+            y = kernels.selective_scan_chunked(*ssm, chunk=cfg.scan_chunk, scan=cfg.scan,
+                                               compile=cfg.scan_compile and kernels.CHUNK_COMPILE_BACKEND)
+        else:  # discretize, scan every state (B, T, D, N), y_t = C_t h_t per channel
+            y = selective_scan_reference(*ssm, scan=cfg.scan)  # (B, T, D)
+        y = (y + self.D_skip * x.float()).to(x.dtype)
+        y = y * F.silu(z)
+        return self.out_proj(y), None
+
+    def step(self, x, state):
+        """One token x (B, 1, C) -> y (B, 1, C), the same function as forward at that position: the
+        convolution reads the inputs `state` keeps, the scan advances its h by one step (Mamba's recurrent
+        mode, Gu & Dao 2023 sec. 3.4: constant time and memory per token)."""
+        cfg = self.cfg
+        x, z = self.in_proj(x).chunk(2, dim=-1)  # (B, 1, D) each
+        window = torch.cat((state.conv, x.transpose(1, 2)), dim=2)  # (B, D, d_conv): the conv's receptive field
+        state.conv = window[:, :, 1:]
+        x = F.silu((window * self.conv.weight[:, 0]).sum(-1) + self.conv.bias)[:, None]  # (B, 1, D)
+        dt, Bm, Cm = self.x_proj(x).split([cfg.dt_rank, cfg.d_state, cfg.d_state], dim=-1)
+        delta = self.step_size(dt)  # (B, 1, D)
+        A = -torch.exp(self.A_log.float())  # (D, N)
+        a_bar, bx_bar = discretize(delta.float(), A, Bm.float(), x.float(), cfg.discretization)  # (B, 1, D, N)
+        state.h = a_bar[:, 0] * state.h + bx_bar[:, 0]  # (B, D, N)
+        y = (state.h @ Cm.float()[:, 0, :, None]).squeeze(-1)[:, None]  # (B, 1, D)
+        y = (y + self.D_skip * x.float()).to(x.dtype)
+        return self.out_proj(y * F.silu(z))
+
+
+class MambaState:
+    """A Mamba layer's recurrent state, for decoding a token at a time: the causal convolution's last
+    d_conv - 1 inputs (B, D, d_conv - 1) and the SSM state h (B, D, N), both zero before the first token."""
+
+    def __init__(self, batch_size, cfg, device, dtype):
+        self.conv = torch.zeros(batch_size, cfg.d_inner, cfg.d_conv - 1, device=device, dtype=dtype)
+        self.h = torch.zeros(batch_size, cfg.d_inner, cfg.d_state, device=device, dtype=torch.float32)
+
+
+def mamba_flops(cfg, T):
+    """Forward FLOPs of one Mamba Block on T tokens: its projections (in 2*C*2D, x 2*D*(R+2N), dt 2*R*D,
+    out 2*D*C), the depthwise convolution 2*D*d_conv, and the readout C_t h_t, 2*D*N, per token. The
+    discretization and the scan's elementwise multiply-adds (about 2*D*N per token more) are left out,
+    as norms and softmax are for attention."""
+    C, D, N, R = cfg.n_embd, cfg.d_inner, cfg.d_state, cfg.dt_rank
+    return 2 * T * (C * 2 * D + D * cfg.d_conv + D * (R + 2 * N) + R * D + D * C + D * N)
 
 
 @dataclass
