@@ -51,8 +51,10 @@ import torch.nn.functional as F
 import configurator
 import data
 import kernels
-from model import (DECODE_MODES, CheckpointError, Llama, LlamaConfig, build_model, family_settings,
-                   load_checkpoint, raw_model, read_llama2c, write_llama2c)
+from bench.timing import conditions
+from export import read_llama2c, write_llama2c
+from model import (DECODE_MODES, CheckpointError, LlamaConfig, build_model, family_settings, load_checkpoint,
+                   raw_model)
 
 # -----------------------------------------------------------------------------
 # devices and precision (train.py uses these too)
@@ -1625,7 +1627,7 @@ def run_bench(args, device):
                                        f"{[c.name for c in BENCH_CASES] + ['generate', 'piglatin']}")
     nanogpt = load_nanogpt(args.nanogpt) if args.nanogpt else None
     peak = peak_flops(device, dtype)
-    cond = kernels.conditions(device, dtype)
+    cond = conditions(device, dtype)
     try:
         import transformers
         cond["transformers"] = transformers.__version__
@@ -1738,11 +1740,6 @@ def parser():
     p.add_argument("--max_errors", type=int, default=50, help="seq2seq: wrong translations to print (all go to --json)")
     p.add_argument("--plots", default=None, help="seq2seq: write the attention maps and the embedding projection "
                    "(PNG) to this folder")
-    p.add_argument("--export", default=None, metavar="PATH", help="write the one --ckpt (a Llama language model: "
-                   "ours, LoRA folded in, or llama2.c's) in llama2.c's format to PATH instead of evaluating it")
-    p.add_argument("--export_version", default="auto", choices=["auto", "0", "1", "pt"], help="--export: llama2.c's "
-                   ".bin version 0 (what run.c reads) or 1, or its .pt (model_args + weights); auto: pt for a .pt "
-                   "path, else 0")
     p.add_argument("--bench", action="store_true", help="the speed benchmark instead of a checkpoint: our models "
                    "(eager, compiled, each attention and norm path) against Hugging Face's BERT and GPT-2 (and "
                    "nanoGPT, with --nanogpt) on the same batches; no --ckpt")
@@ -1821,15 +1818,6 @@ def check_args(p, args):
             raise configurator.ConfigError(f"--untrained {path}: no such file")
     if not args.ckpt and not args.untrained:
         raise configurator.ConfigError("give --ckpt (or a config file that sets ckpt)")
-    if args.export is not None:
-        if len(args.ckpt) != 1:
-            raise configurator.ConfigError(f"--export writes one checkpoint; --ckpt names {len(args.ckpt)}")
-        if os.path.exists(args.export):
-            raise configurator.ConfigError(f"--export {args.export}: already there; it is not replaced: remove it or "
-                                           f"give another path")
-        folder = os.path.dirname(os.path.abspath(args.export))
-        if not os.path.isdir(folder):
-            raise configurator.ConfigError(f"--export {args.export}: there is no folder {folder} to write it in")
     if args.zero_shot is not None:
         if args.split == "unseen":
             raise configurator.ConfigError("--split unseen is Pig Latin's; --zero_shot scores train, val or test")
@@ -1898,30 +1886,6 @@ def parse_args(argv):
     return args
 
 
-def export_llama2c(args):
-    """--export: the --ckpt's Llama language model in llama2.c's format (model.write_llama2c: adapters
-    folded into the weights, the file written atomically), read back and checked to give the same logits."""
-    path = args.ckpt[0]
-    if path in data.PRETRAINED and not os.path.exists(path):
-        path = data.pretrained_file(path)
-    model, ckpt = load(path, "cpu")
-    version = args.export_version
-    version = ("pt" if args.export.endswith(".pt") else 0) if version == "auto" else (
-        "pt" if version == "pt" else int(version))
-    if not isinstance(raw_model(model), Llama) or ckpt["data"]["task"] not in ("lm", "generate"):
-        raise configurator.ConfigError(f"--export writes Llama language models; {path} is a "
-                                       f"{TASK_NAMES.get(ckpt['data']['task'], ckpt['data']['task'])} "
-                                       f"({type(raw_model(model)).__name__})")
-    write_llama2c(model, args.export, version)
-    back = read_llama2c(args.export).eval()
-    idx = torch.randint(0, back.cfg.vocab_size, (1, min(16, back.cfg.block_size)), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        gap = (back(idx)[0] - raw_model(model).eval()(idx)[0]).abs().max().item()
-    print(f"wrote {args.export}: llama2.c version {version}, {os.path.getsize(args.export):,} bytes, from {path}; "
-          f"read back, its logits are the checkpoint's (largest difference {gap:.1e})")
-    return {"ckpt": path, "export": args.export, "version": version, "max_logit_difference": gap}
-
-
 def evaluate_checkpoints(args, device):
     """Each --ckpt's report (by its task, or zero-shot), the table, and --json."""
     ctx = autocast_context(device.split(":")[0], args.dtype)
@@ -1979,8 +1943,6 @@ def main(argv=None):
         device = resolve_device(args.device)
         if args.bench:
             return run_bench(args, device)
-        if args.export is not None:
-            return export_llama2c(args)
         if args.text is not None:
             return classify_text(args.ckpt, args, device, autocast_context(device.split(":")[0], args.dtype))
         return evaluate_checkpoints(args, device)

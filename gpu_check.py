@@ -9,7 +9,7 @@ down. Run it first whenever a GPU is at hand:
 Sections (SECTIONS below; each its own process, its own time budget and its own failure):
     kernels  every Triton kernel compiled and run, forward and backward, against its reference in float64, on
              inputs in float32 and in bfloat16 (the interpreter tests of tests/test_triton_kernels.py, on the
-             device); then each against its PyTorch op, timed (kernels.time_triton)
+             device); then each against its PyTorch op, timed (bench.kernels.time_triton)
     scan     Mamba's selective scan: the Triton kernel against the sequential, parallel and chunked PyTorch scans
              at T = 1,024 and 4,096, forward and backward: time, peak memory, agreement
     decode   stories260K greedy: llama2.c's golden text from the eager and the CUDA-graph step; CUDA-graph
@@ -34,8 +34,9 @@ poisons its process, or a hang costs that section alone, which records its error
 goes on. A section writes its figures as it goes, so one stopped at its budget keeps what it measured. Exit
 status: 0 when every check passed, 1 when one failed, 2 when this machine cannot run the check.
 
-This file is tooling, not the lesson: what it runs lives in kernels.py (the Triton kernels, their references,
-their timing), evaluate.py (the generation benchmark and the device helpers) and train.py (training).
+This file is tooling, not the lesson: what it runs lives in kernels.py (the Triton kernels), model.py (their
+references), bench/kernels.py (their timing), evaluate.py (the generation benchmark and the device helpers) and
+train.py (training).
 """
 
 import argparse
@@ -193,33 +194,39 @@ def selective_inputs(B, T, D, N, device, dtype=torch.float32, seed=0):
 
 
 def kernel_cases(sizes, device, dtype):
-    """[(name, triton_fn, reference_fn, inputs, input names)]: the cases of `python kernels.py triton` (norms,
+    """[(name, triton_fn, reference_fn, inputs, input names)]: the cases of `python -m bench.kernels triton` (norms,
     SwiGLU, attention plain, with a key mask and causal: each beside its PyTorch op, which serves as the
     reference), grouped-query attention, one decoding query against a padded cache, and the selective scan in
     each discretization."""
     import kernels
+    import model
+    from bench.kernels import triton_bench_cases
     batch, T, C, nh, ffn = sizes["kernel_shape"]
     names = {"rms_norm": "x w", "layer_norm": "x w b", "swiglu": "gate value"}
     cases = [(name, fast, ref, inputs, names.get(name, "q k v").split())
-             for name, _, ref, fast, inputs in kernels.triton_bench_cases(batch, T, C, nh, ffn, device, dtype)]
+             for name, _, ref, fast, inputs in triton_bench_cases(batch, T, C, nh, ffn, device, dtype)]
     g = torch.Generator().manual_seed(1)
     hs, nkv = C // nh, sizes["kv_heads"]
     r = lambda *shape: torch.randn(shape, generator=g).to(device=device, dtype=dtype)  # noqa: E731
     padded = torch.ones(batch, T, dtype=torch.bool, device=device)
     padded[-1, T - T // 3:] = False  # the last row's final third is padding
+
+    def manual(q, k, v, mask):  # model.manual_attention, the key/value heads repeated as model.Attention repeats them
+        rep = q.size(1) // k.size(1)
+        return model.manual_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), mask)[0]
     cases += [
         (f"attention, {nh // nkv} query heads per kv head, causal",
          lambda q, k, v: kernels.flash_attention_triton(q, k, v, causal=True),
-         lambda q, k, v: kernels.attention_reference(q, k, v, causal=True), [r(batch, nh, T, hs), r(batch, nkv, T, hs),
-                                                                            r(batch, nkv, T, hs)], ["q", "k", "v"]),
+         lambda q, k, v: manual(q, k, v, torch.ones(T, T, dtype=torch.bool, device=device).tril()),
+         [r(batch, nh, T, hs), r(batch, nkv, T, hs), r(batch, nkv, T, hs)], ["q", "k", "v"]),
         ("attention, one query against a padded cache",
          lambda q, k, v: kernels.flash_attention_triton(q, k, v, padded, causal=True),
-         lambda q, k, v: kernels.attention_reference(q, k, v, padded, causal=True),
+         lambda q, k, v: manual(q, k, v, padded[:, None, None, :]),  # (one query, causal: it sees every key)
          [r(batch, nh, 1, hs), r(batch, nkv, T, hs), r(batch, nkv, T, hs)], ["q", "k", "v"])]
     for disc in kernels.DISCRETIZATIONS:
         cases.append((f"selective scan, {disc}",
                       lambda *a, d=disc: kernels.selective_scan_triton(*a, discretization=d, chunk=sizes["scan_chunk"]),
-                      lambda *a, d=disc: kernels.selective_scan_reference(*a, discretization=d),
+                      lambda *a, d=disc: model.selective_scan_reference(*a, discretization=d),
                       selective_inputs(*sizes["scan_shape"], device, dtype), ["x", "delta", "A", "B", "C"]))
     return cases
 
@@ -243,6 +250,7 @@ def kernel_errors(fast, reference, inputs, seed=0):
 
 def section_kernels(run):
     import kernels
+    from bench.kernels import time_triton
     if not kernels.triton_available():
         raise RuntimeError("Triton cannot run here (on a CPU: TRITON_INTERPRET=1 before triton's first import)")
     run.figure("triton", kernels.triton.__version__)  # (the module's: its package may be named pytorch-triton)
@@ -272,7 +280,7 @@ def section_kernels(run):
     batch, T, C, nh, ffn = run.sizes["kernel_shape"]
     dtype = torch.float32 if run.cpu else torch.bfloat16
     with item(run, "timing against the PyTorch ops"):
-        times = kernels.time_triton([T], batch, C, nh, ffn, run.device, dtype, repeats=run.sizes["repeats"],
+        times = time_triton([T], batch, C, nh, ffn, run.device, dtype, repeats=run.sizes["repeats"],
                                     budget_s=2.0)
         run.figure("timing", {"interpreter": run.cpu, "dtype": str(dtype).replace("torch.", ""), "T": T,
                               "batch": batch, "n_embd": C,
@@ -286,9 +294,12 @@ def section_kernels(run):
 
 def section_scan(run):
     import kernels
+    import model
+    from bench.kernels import GOAL_LENGTH, GOAL_SPEEDUP
+    from bench.timing import median_ms
     B, D, N = run.sizes["scan_dims"]
-    scans = {"sequential": lambda *a: kernels.selective_scan_reference(*a, scan="sequential"),
-             "parallel": lambda *a: kernels.selective_scan_reference(*a, scan="parallel"),
+    scans = {"sequential": lambda *a: model.selective_scan_reference(*a, scan="sequential"),
+             "parallel": lambda *a: model.selective_scan_reference(*a, scan="parallel"),
              "chunked": lambda *a: kernels.selective_scan_chunked(*a, chunk=64, scan="sequential"),
              "triton": lambda *a: kernels.selective_scan_triton(*a, chunk=64)}
     run.figure("shape", {"B": B, "D": D, "N": N, "dtype": "float32", "discretization": "zoh_approx", "chunk": 64,
@@ -310,7 +321,7 @@ def section_scan(run):
                     y.backward(grad)
                     return y.detach()
                 outputs[name], mb = peak_mb(step, run.device)
-                ms, runs = kernels._median_ms(step, run.device, run.sizes["repeats"], budget_s=4.0)
+                ms, runs = median_ms(step, run.device, run.sizes["repeats"], budget_s=4.0)
                 table.setdefault(T, {})[name] = {"ms": ms, "runs": runs, "peak_mb": mb}
                 run.figure("results", table)
         if "sequential" in outputs:
@@ -321,7 +332,7 @@ def section_scan(run):
                 if "ms" in table[T]["sequential"] and name != "sequential":
                     table[T][name]["speedup"] = table[T]["sequential"]["ms"] / table[T][name]["ms"]
         run.figure("results", table)
-    run.figure("goal", f"triton >= {kernels.GOAL_SPEEDUP:g}x the sequential loop at T={kernels.GOAL_LENGTH}")
+    run.figure("goal", f"triton >= {GOAL_SPEEDUP:g}x the sequential loop at T={GOAL_LENGTH}")
 
 
 # -----------------------------------------------------------------------------
@@ -369,13 +380,14 @@ def section_decode(run):
 
     import data
     import evaluate
-    import model
+    import export
+    import kernels
     if run.cpu:  # the same static (CUDA-graph) step, captured by dynamo without code: inductor takes minutes here
-        model.STATIC_DECODE, model.COMPILE_BACKEND = ("cpu", "cuda"), "eager"
+        kernels.STATIC_DECODE, kernels.COMPILE_BACKEND = ("cpu", "cuda"), "eager"
         run.note("CPU: the static (CUDA-graph) step, captured by dynamo's 'eager' backend; no CUDA graphs")
     path = data.pretrained_file("stories260K")
     tok = data.load_llama_tokenizer("tok512")
-    m = model.read_llama2c(path).to(run.device)
+    m = export.read_llama2c(path).to(run.device)
     n = run.sizes["golden_tokens"]
     golden = evaluate.STORIES260K_GREEDY
     compiled_runs = False  # whether the compiled step ran at all: the speed tables leave it out if not
@@ -756,13 +768,13 @@ def restored():
     """What the sections change in their process put back afterwards, for the next one in this process
     (--in_process): the decode step's shapes and backend and train's compile backend (a CPU rehearsal's), and
     the float32 matmul precision (the kernels', and train.py's on CUDA)."""
-    import model
+    import kernels
     import train
-    saved = model.STATIC_DECODE, model.COMPILE_BACKEND, train.COMPILE_BACKEND, torch.get_float32_matmul_precision()
+    saved = kernels.STATIC_DECODE, kernels.COMPILE_BACKEND, train.COMPILE_BACKEND, torch.get_float32_matmul_precision()
     try:
         yield
     finally:
-        model.STATIC_DECODE, model.COMPILE_BACKEND, train.COMPILE_BACKEND, precision = saved
+        kernels.STATIC_DECODE, kernels.COMPILE_BACKEND, train.COMPILE_BACKEND, precision = saved
         torch.set_float32_matmul_precision(precision)
 
 

@@ -1,9 +1,11 @@
 """
-Fast paths for model.py, each beside the plain reference it must equal. model.py calls the public
-functions here; a switch (`impl=...` here, or model.py's config) forces either path, and the tests
-(tests/test_kernels.py, tests/test_triton_kernels.py) prove them equal in value and gradient on odd sizes.
-Two sections: the selective scans of Mamba (below), and hand-written Triton kernels, each an autograd
-Function with a Triton forward and backward, beside a `*_reference` of the same math:
+Fast paths for model.py, and the plain references they must equal where model.py cannot hold them (the
+scans: model.py imports this file, not the other way round). model.py calls the public functions here; a switch
+(`impl=...` here, or model.py's config) forces either path, and the tests (tests/test_kernels.py,
+tests/test_triton_kernels.py) prove them equal in value and gradient on odd sizes.
+Read in order: the selective scans of Mamba (below: the reference loop, Blelloch's and Heinsen's scans, the
+discretizations, the chunked scan), then hand-written Triton kernels, each an autograd Function with a Triton
+forward and backward, whose reference is model.py's own written-out path of the same math:
     rms_norm_triton(x, weight, eps)                 RMSNorm (Zhang & Sennrich 2019)
     layer_norm_triton(x, weight, bias, eps)         LayerNorm (Ba et al. 2016), bias may be None
     swiglu_triton(gate, value)                      silu(gate) * value (Shazeer 2020, eq. 6)
@@ -13,6 +15,8 @@ Function with a Triton forward and backward, beside a `*_reference` of the same 
     selective_scan_triton(x, delta, A, Bm, Cm, discretization="zoh_approx", chunk=64)
                                                     Mamba's selective scan (Gu & Dao 2023, Algorithm 2),
                                                     discretization included, the states never stored
+and last the compiled decode step of the language models (`compiled_decoding`: torch.compile of the one-token
+step, C++ kernels on a CPU, a CUDA graph on a GPU), whose reference is the eager step model.decode runs.
 Triton is optional: it is imported at the first call of a Triton function (triton_available() says whether
 one can run: on CUDA, or on the CPU in Triton's interpreter, TRITON_INTERPRET=1 set before triton's import).
 
@@ -33,34 +37,18 @@ Three algorithms, all equal up to rounding (SCANS, dispatched by `selective_scan
     sequential   the reference: a Python loop over t. T dependent steps.
     parallel     Blelloch's work-efficient scan: O(T) work, O(log T) dependent steps.
     logspace     Heinsen's scan: two cumulative sums in log space (cumsum, logcumsumexp). Fewest steps,
-                 least precise for long sequences and large magnitudes (see `precision` below).
+                 least precise for long sequences and large magnitudes (`python -m bench.kernels precision`).
 
-Benchmarks (timings are not tests; see main() for every option):
-    python kernels.py scan                   # time each scan, forward and forward+backward, eager
-    python kernels.py scan --compile         # ... and under torch.compile
-    python kernels.py scan --device cuda --lengths 256 1024 4096 --batch 8 --d 128 --n 16
-    python kernels.py precision              # float32 error of each scan vs the float64 reference
-    python kernels.py triton --device cuda   # each Triton kernel vs its PyTorch op (F.rms_norm, SDPA, ...)
-    python kernels.py compile --arch 90      # build every Triton kernel for an H100 here, no GPU needed
-All take --json FILE (the numbers with their conditions); scan and precision take --plot DIR (PNGs;
-needs matplotlib).
-Default sizes (B, D, N) = (4, 64, 16), 4,096 numbers per time step, T from 16 to 4096: `scan` takes
-about 1.5 minutes on one CPU core (most of it the log-space scan at T=4096: torch's CPU logcumsumexp
-is a scalar loop), `scan --compile` 4 to 8 more (compiling), `precision` under one. Slow points stop
-early at --budget seconds, and the tables say so.
+How fast and how precise each path is, and whether every Triton kernel compiles for a GPU that is not here,
+is measured by bench/kernels.py (`python -m bench.kernels scan|precision|triton|compile`): the tooling lives
+beside the lesson, not in it.
 """
 
 # annotations stay strings: the Triton kernels' `tl.constexpr` must not be evaluated where triton is absent
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
-import platform
-import statistics
-import sys
-import time
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -224,8 +212,8 @@ def scan_logspace(a, b, h0=None):
     Precision: log|a*_t| grows like -t * mean(-log|a|), and h_t comes back as exp(log|a*_t| + log P_t),
     two large numbers that almost cancel. Their rounding, about |log a*_t| * machine epsilon, becomes
     h's relative error, so the error grows with length and with how fast a decays; and where P and N
-    are large and close, their difference loses digits too. `python kernels.py precision` measures
-    it. Computes in float32 for float32, float16 and bfloat16 inputs, float64 for float64; returns a's
+    are large and close, their difference loses digits too. `python -m bench.kernels precision`
+    measures it. Computes in float32 for float32, float16 and bfloat16 inputs, float64 for float64; returns a's
     dtype."""
     _check(a, b, h0)
     dtype = a.dtype
@@ -272,18 +260,6 @@ def discretize(delta, A, Bm, x, method):
 
 
 DISCRETIZATIONS = ("zoh_approx", "zoh", "bilinear")
-
-
-def selective_scan_reference(x, delta, A, Bm, Cm, discretization="zoh_approx", scan="sequential"):
-    """The output of Mamba's selective SSM before its skip and gate, y (B, T, D), the plain way: every
-    state materialized. x, delta: (B, T, D); A: (D, N); Bm, Cm: (B, T, N).
-        a_bar, bx_bar = discretize(delta, A, Bm, x)     (B, T, D, N) each
-        h_t = a_bar_t h_{t-1} + bx_bar_t                 the scan, (B, T, D, N)
-        y_t = sum_n C_t[n] h_t[:, n]                     (B, T, D)
-    What the fused scans (selective_scan_chunked, selective_scan_triton) compute without storing h."""
-    a_bar, bx_bar = discretize(delta, A, Bm, x, discretization)
-    h = selective_scan(a_bar, bx_bar, scan)  # (B, T, D, N)
-    return (h @ Cm[..., None]).squeeze(-1)  # (B, T, D): C_t h_t, per channel
 
 
 def _scan_chunk(x, delta, A, Bm, Cm, h0, discretization, scan):
@@ -356,7 +332,7 @@ class _ChunkedScan(torch.autograd.Function):
 
 def selective_scan_chunked(x, delta, A, Bm, Cm, discretization="zoh_approx", chunk=16, scan="sequential",
                            compile=False):
-    """selective_scan_reference's y (B, T, D), computed `chunk` steps at a time: the (B, T, D, N) states and
+    """model.selective_scan_reference's y (B, T, D), computed `chunk` steps at a time: the (B, T, D, N) states and
     discretized inputs exist for one chunk at a time, forward and backward (see _ChunkedScan), so the
     scan's memory is O(B chunk D N + B T D + B (T/chunk) D N) instead of O(B T D N). `scan` is the
     algorithm within a chunk (SCANS); compile='inductor' compiles the chunk (_chunk_fn; the first call
@@ -376,8 +352,9 @@ def selective_scan_chunked(x, delta, A, Bm, Cm, discretization="zoh_approx", chu
 # backward
 #
 # Each public *_triton function is an autograd Function whose forward and backward are hand-written
-# Triton kernels, and each has a *_reference beside it: the same math in plain PyTorch, which the tests
-# (tests/test_triton_kernels.py) prove equal in value and gradient on odd sizes. model.py holds the
+# Triton kernels. Its reference is model.py's own written-out path of the same math (norm_impl='manual',
+# FeedForward's SwiGLU, manual_attention, selective_scan_reference), which the tests
+# (tests/test_triton_kernels.py) prove it equal to in value and gradient on odd sizes. model.py holds the
 # switch that picks one.
 #
 # Triton is optional (Linux; CUDA builds of torch bring it), so it is imported at the first call of a
@@ -421,7 +398,7 @@ def _triton_kernels():
             import triton.language as tl_module
         except ImportError as e:
             raise RuntimeError("kernels.py's Triton kernels need Triton: pip install triton (Linux only; torch's "
-                               "CUDA wheels already bring it). The *_reference functions need nothing.") from e
+                               "CUDA wheels already bring it). model.py's own paths need nothing.") from e
         triton, tl = triton_module, tl_module
         if _interpreting() and isinstance(tl.zeros, triton.runtime.JITFunction):
             # Triton's library was decorated for compiling: the variable came after triton's first import
@@ -501,26 +478,6 @@ def _as_rows(x, name, *params):
 # (Ba et al. 2016), y = (x - mean) / sqrt(var + eps) * w + b with the biased variance, over the last dim.
 # RMSNorm is LayerNorm without the centring and the bias, so one pair of kernels computes both: CENTER
 # subtracts the mean (and takes its gradient), HAS_BIAS adds b.
-
-
-def rms_norm_reference(x, weight, eps):
-    """The reference RMSNorm: model.RMSNorm's math, statistics in float32, output in x's dtype. (The weight
-    is applied in float32 before the cast, as in the kernel; model.RMSNorm applies it after, which differs
-    by one rounding in 16-bit formats and not at all in float32.)"""
-    xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
-    return (y * weight.float()).to(x.dtype)
-
-
-def layer_norm_reference(x, weight, bias, eps):
-    """The reference LayerNorm: model.LayerNorm's math, biased variance (divide by C, as torch.nn.LayerNorm),
-    statistics in float32, output in x's dtype (weight and bias applied before the cast, as for
-    rms_norm_reference). bias may be None."""
-    xf = x.float()
-    mean = xf.mean(dim=-1, keepdim=True)
-    var = (xf - mean).pow(2).mean(dim=-1, keepdim=True)
-    y = (xf - mean) * torch.rsqrt(var + eps) * weight.float()
-    return (y if bias is None else y + bias.float()).to(x.dtype)
 
 
 def _norm_fwd(X, W, B, Y, MEAN, RSTD, C, eps, CENTER: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_C: tl.constexpr):
@@ -618,7 +575,7 @@ def rms_norm_triton(x, weight, eps):
     one Triton kernel forward and one backward (dx, and dweight summed from per-program float32 parts).
 
     x: any leading shape, last dim C (any C up to MAX_NORM_WIDTH); weight: (C,). Statistics in float32;
-    returns x's dtype. float32, float16, bfloat16. Equals `rms_norm_reference`."""
+    returns x's dtype. float32, float16, bfloat16. Equals model.RMSNorm's written-out path (norm_impl='manual')."""
     return _NormTriton.apply(x, weight, None, eps, False, "rms_norm_triton")
 
 
@@ -628,16 +585,12 @@ def layer_norm_triton(x, weight, bias, eps):
     and dweight and dbias summed from per-program float32 parts).
 
     x: any leading shape, last dim C (up to MAX_NORM_WIDTH); weight: (C,); bias: (C,) or None.
-    Statistics in float32; returns x's dtype. float32, float16, bfloat16. Equals `layer_norm_reference`."""
+    Statistics in float32; returns x's dtype. float32, float16, bfloat16. Equals model.LayerNorm's written-out path
+    (norm_impl='manual')."""
     return _NormTriton.apply(x, weight, bias, eps, True, "layer_norm_triton")
 
 
 # --- SwiGLU (Shazeer 2020, "GLU variants improve transformer", eq. 6): silu(gate) * value
-
-
-def swiglu_reference(gate, value):
-    """The reference: silu(gate) * value, silu(a) = a * sigmoid(a) (the Swish_1 of eq. 6)."""
-    return torch.nn.functional.silu(gate) * value
 
 
 SWIGLU_BLOCK = 1024  # elements per program: elementwise work, so any size that keeps the loads wide
@@ -693,7 +646,7 @@ class _SwiGLUTriton(torch.autograd.Function):
 def swiglu_triton(gate, value):
     """SwiGLU's gating (Shazeer 2020, eq. 6): silu(gate) * value, elementwise, one Triton kernel forward and
     one backward (d gate, d value). gate and value: one shape (any) and dtype, float32, float16 or
-    bfloat16; the arithmetic is float32. Equals `swiglu_reference`."""
+    bfloat16; the arithmetic is float32. Equals model.FeedForward's F.silu(w1 x) * w3 x."""
     return _SwiGLUTriton.apply(gate, value)
 
 
@@ -722,27 +675,6 @@ def swiglu_triton(gate, value):
 # the row is padding nobody reads; its L is +inf, so that exp2(s - L) is 0 in the backward even before the
 # mask zeroes it (L = -inf would compute infinities, then discard them).
 # There is no dropout: callers run it with dropout 0 (or in eval), or take another path.
-
-
-def attention_reference(q, k, v, key_mask=None, causal=False):
-    """The reference attention, softmax(q k^T / sqrt(hs) + M) v (Vaswani et al. 2017, eq. 1), with the
-    mask and grouped-query heads of `flash_attention_triton` (k and v repeated to nh heads), softmax in
-    float32, and rows with no allowed key set to 0 (where model.manual_attention would give NaN)."""
-    B, nh, Tq, hs = q.shape
-    Tk = k.shape[2]
-    k = k.repeat_interleave(nh // k.shape[1], dim=1)  # (B, nh, Tk, hs): query head h reads kv head h // group
-    v = v.repeat_interleave(nh // v.shape[1], dim=1)  # (B, nh, Tk, hs)
-    allowed = torch.ones(B, 1, Tq, Tk, dtype=torch.bool, device=q.device)  # (B, 1, Tq, Tk)
-    if key_mask is not None:
-        allowed = allowed & key_mask[:, None, None, :]
-    if causal:
-        allowed = allowed & torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril(Tk - Tq)
-    scores = (q @ k.transpose(-2, -1)).float() / math.sqrt(hs)  # (B, nh, Tq, Tk)
-    empty = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1): rows with nothing to attend to
-    # an empty row is softmaxed over zeros (not over -inf, which is NaN) and then zeroed by the mask
-    scores = scores.masked_fill(~allowed, float("-inf")).masked_fill(empty, 0.0)
-    weights = torch.softmax(scores, dim=-1).masked_fill(~allowed, 0.0).to(q.dtype)  # (B, nh, Tq, Tk)
-    return weights @ v  # (B, nh, Tq, hs)
 
 
 def _attn_fwd(Q, K, V, OUT, LSE, KEY_MASK,
@@ -1014,13 +946,14 @@ def flash_attention_triton(q, k, v, key_mask=None, causal=False):
     Tk - Tq + i and sees the keys at positions <= that. Scale 1/sqrt(hs). A query row with no allowed
     key returns 0 (and passes no gradient). No dropout. float32 (exact float32 products unless
     torch.set_float32_matmul_precision allows TF32), float16, bfloat16. Returns (B, nh, Tq, hs) in q's
-    dtype. Equals `attention_reference`."""
+    dtype. Equals model.manual_attention with the key/value heads repeated, where that is defined (it gives NaN
+    for a row with no allowed key)."""
     return _FlashAttentionTriton.apply(q, k, v, key_mask, causal)
 
 
 # --- The selective scan of Mamba (Gu & Dao 2023, Algorithm 2), fused: discretize, scan and read out at once
 #
-# selective_scan_reference's y without its (B, T, D, N) tensors. Each program owns one sequence b and a
+# model.selective_scan_reference's y without its (B, T, D, N) tensors. Each program owns one sequence b and a
 # block of BLOCK_D channels, and walks t = 0 .. T-1 keeping the block's state h (BLOCK_D, N) in registers:
 # at each step it discretizes (A, B) at the step Delta_t on the fly, from delta_t, A, B_t and x_t, updates
 # h, and writes only y_t = h_t C_t. This is the hardware-aware scan of sec. 3.3.2: the states live in fast
@@ -1285,7 +1218,7 @@ class _SelectiveScanTriton(torch.autograd.Function):
 
 
 def selective_scan_triton(x, delta, A, Bm, Cm, discretization="zoh_approx", chunk=64):
-    """selective_scan_reference's y, Mamba's selective SSM before its skip and gate (Gu & Dao 2023,
+    """model.selective_scan_reference's y, Mamba's selective SSM before its skip and gate (Gu & Dao 2023,
     Algorithm 2), in one Triton kernel forward and one backward that never hold the (B, T, D, N) states
     (see _SelectiveScanTriton): per step, a_bar, bx_bar = discretize(delta_t, A, B_t, x_t), h_t = a_bar
     h_{t-1} + bx_bar, y_t = h_t C_t.
@@ -1295,7 +1228,7 @@ def selective_scan_triton(x, delta, A, Bm, Cm, discretization="zoh_approx", chun
     saves T/chunk of them, the backward recomputes `chunk` at a time. Returns y (B, T, D), float32, or
     float64 where an input is float64: the arithmetic is float64 then, float32 otherwise (float32, float16
     and bfloat16 inputs, which may be mixed). Gradients for every input, each in its input's dtype.
-    Equals `selective_scan_reference`."""
+    Equals model.selective_scan_reference."""
     _check_selective_scan(x, delta, A, Bm, Cm, discretization, chunk)
     return _SelectiveScanTriton.apply(x, delta, A, Bm, Cm, discretization, chunk)
 
@@ -1308,576 +1241,122 @@ _KERNEL_HELPERS = (_ssm_discretize,)
 
 
 # -----------------------------------------------------------------------------
-# Benchmarks: `python kernels.py scan` (time) and `python kernels.py precision` (float32 error)
+# Compiled decoding: a causal language model's one-token step under torch.compile, model.decode's mode
+# 'compiled'. Its reference is the eager step it compiles (model.decode's mode 'eager'): tests/test_llama.py and
+# tests/test_lm.py hold the tokens of the two equal, in both shape schemes (compile_step).
+
+STATIC_DECODE = ("cuda",)  # device types whose compiled step has static shapes (CUDA graphs; see compile_step)
+COMPILE_BACKEND = "inductor"  # tests use dynamo's 'eager' backend: the same graph capture, no code generated
 
 
-def mamba_like_inputs(shape, scale, dtype=torch.float32, device="cpu", seed=0):
-    """(a, b) shaped like Mamba's: a = exp(-softplus(x) * scale), x ~ N(0, 1), which is exp(Delta A) with a
-    positive step Delta = softplus(x) and A = -scale, so a is in (0, 1) and decays faster as scale grows;
-    b ~ N(0, scale^2), of both signs. Made in float64 on the CPU from a seed, then cast, so every dtype
-    and device gets the same numbers."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(shape, generator=g, dtype=torch.float64)
-    a = torch.exp(-torch.nn.functional.softplus(x) * scale)
-    b = torch.randn(shape, generator=g, dtype=torch.float64) * scale
-    return a.to(device=device, dtype=dtype), b.to(device=device, dtype=dtype)
+def one_query_attention(q, k, v, mask=None):
+    """Attention of one query per head (incremental decoding) written as broadcast products and sums,
+    the grouped-query heads sharing their key/value head in place: q (B, nh, 1, hs), k and v (B, nkv, S, hs),
+    mask bool broadcastable to (B, 1, 1, S). The same function as model.manual_attention; what it is for is
+    torch.compile, which fuses it into a loop or two, where SDPA stays an opaque call (on a CPU its flash
+    kernel takes most of a batch-32 decode step). Eagerly, SDPA is the faster of the two."""
+    B, nh, _, hs = q.shape
+    nkv = k.size(1)
+    qg = q.view(B, nkv, nh // nkv, hs)  # (B, nkv, rep, hs): the query heads that share a key/value head
+    scores = (qg[:, :, :, None, :] * k[:, :, None, :, :]).sum(-1) * hs ** -0.5  # (B, nkv, rep, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # (B, 1, 1, S) broadcast over heads
+    y = (scores.softmax(-1)[..., None] * v[:, :, None, :, :]).sum(-2)  # (B, nkv, rep, hs)
+    return y.reshape(B, nh, 1, hs)
 
 
-def _sync(device):
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+def compile_step(step, static):
+    """torch.compile of a causal model's one-token decode step, `step(idx, start, key_mask, cache)`, as
+    model.decode calls it (through compiled_decoding): compiled(idx (B, 1), position, mask, cache).
+
+    A small model's token costs calls, not arithmetic: stories260K's step is ~330 PyTorch operations of a
+    few microseconds each. Compiled, the step is a handful of fused kernels called in one go.
+      dynamic (CPU): inductor's C++ kernels, called from its C++ wrapper (no Python between them). The
+           position is an int, the mask the whole (B, L) one (cut to the keys so far inside the graph), and
+           attention reads only the keys written so far; one graph serves every position from 2 on
+           (torch.compile specializes the sizes 0 and 1: model.decode runs those eagerly) and, from batch size 2
+           on, every batch size (`mark_decode_sizes` says which sizes vary).
+      static (CUDA): every token replays one CUDA graph (mode 'reduce-overhead'), which needs the same
+           shapes every time: the position is a (1,) tensor and the whole cache is attended to, its
+           unwritten keys masked out (`real`: True on the cache positions that are not padding). A graph
+           replays on the addresses it was recorded with, so the cache is the model's, kept from call to
+           call (`static_cache`)."""
+    if not static:
+        def dynamic_step(idx, pos, mask, cache):
+            return step(idx, pos, None if mask is None else mask[:, :pos + 1], cache)  # (B, pos + 1): keys so far
+        options = {"cpp_wrapper": True} if COMPILE_BACKEND == "inductor" else None
+        return torch.compile(dynamic_step, backend=COMPILE_BACKEND, fullgraph=True, dynamic=True, options=options)
+
+    def static_step(idx, pos, real, cache):
+        key_mask = real & (torch.arange(real.size(1), device=real.device) <= pos)  # (B, L): written, not padding
+        return step(idx, pos, key_mask, cache)
+    mode = "reduce-overhead" if COMPILE_BACKEND == "inductor" else None
+    return torch.compile(static_step, backend=COMPILE_BACKEND, mode=mode, fullgraph=True, dynamic=False)
 
 
-def _median_ms(fn, device, repeats, budget_s):
-    """(median wall time of fn() in ms, number of timed runs). One untimed warm-up run first (it also
-    compiles, under torch.compile), then up to `repeats` timed runs, stopping early once they have
-    used `budget_s` seconds: a slow point gets fewer runs (at least one), which the tables mark.
-    On CUDA, synchronize before and after each run so the time covers the kernels, not their launch."""
-    fn()
-    _sync(device)
-    times = []
-    while len(times) < repeats and sum(times) < budget_s * 1e3:
-        _sync(device)
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times), len(times)
+def mark_decode_sizes(tok, mask, cache):
+    """The sizes a dynamic decode step sees vary or stay, said to torch.compile: the batch, the cache's length
+    and the mask's width vary, each a symbol of its own; the key/value heads and the head size are the model's.
+    Left to dynamic=True alone, sizes that happen to be equal at the first call share one symbol (dynamo's
+    "duck sizing"), and the model's constants then pin them: a first batch of 2 beside 2 key/value heads, of 8
+    beside a head size of 8, or equal to the token's offset in its row, made a graph for that batch alone, and
+    the next batch size compiled again. (maybe_mark_dynamic: a batch of 1 is specialized, as it must be.)"""
+    torch._dynamo.maybe_mark_dynamic(tok, 0)  # (B, 1)
+    if mask is not None:
+        for d in (0, 1):  # (B, L)
+            torch._dynamo.maybe_mark_dynamic(mask, d)
+    for c in cache:
+        for buf in (c.k, c.v):  # (B, nkv, L, hs)
+            for d in (0, 2):
+                torch._dynamo.maybe_mark_dynamic(buf, d)
+            for d in (1, 3):
+                torch._dynamo.mark_static(buf, d)
 
 
-def _cpu_name():
-    """The CPU's model name on Linux (platform.processor() there says only 'x86_64')."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def conditions(device, dtype):
-    """What a number depends on, printed and saved beside it."""
-    name = torch.cuda.get_device_name(device) if device.startswith("cuda") else _cpu_name()
-    return {"device": device, "device_name": name, "dtype": str(dtype).replace("torch.", ""),
-            "torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
-            "cpu_count": os.cpu_count()}
-
-
-def time_scans(lengths, batch, d, n, device="cpu", dtype=torch.float32, repeats=5, budget_s=5.0, compile=False,
-               compile_loop_max=256, seed=0):
-    """Times every scan at every length on Mamba-like inputs of shape (batch, T, d, n): forward (under
-    no_grad) and forward+backward (gradients w.r.t. a and b from a fixed random output gradient).
-    Returns {mode: {impl: {T: {'fwd': ms, 'fwd_runs': k, 'fwd_bwd': ms, 'fwd_bwd_runs': k}}}} for mode
-    'eager' and, with compile=True, 'compiled' (torch.compile, one static-shape graph per length).
-    A point that could not be timed holds {'error': why} instead: torch.compile failing (no compiler on
-    the machine, an unsupported op) is reported this way, never raised. The compiled sequential scan
-    is skipped past T = compile_loop_max: torch.compile unrolls its loop into T steps, and its compile
-    time grows with T (over a minute at T=256 on one CPU core)."""
-    results = {}
-    for mode in ["eager"] + (["compiled"] if compile else []):
-        results[mode] = {}
-        for impl in SCANS:
-            results[mode][impl] = {}
-            for T in lengths:
-                fn = _SCAN_FNS[impl]
-                if mode == "compiled":
-                    if impl == "sequential" and T > compile_loop_max:
-                        results[mode][impl][T] = {"error": f"skipped: T > --compile_loop_max={compile_loop_max}"}
-                        continue
-                    try:
-                        # A fresh compile per point, from empty caches: each length and grad mode is its
-                        # own graph, and past dynamo's recompile limit (8) torch.compile quietly runs
-                        # eager. dynamic=False: with dynamic shapes the recursion of scan_parallel took
-                        # over ten minutes to compile at T=256 (a guard on T's parity per level).
-                        torch.compiler.reset()
-                        fn = torch.compile(fn, dynamic=False)
-                    except Exception as e:  # an old torch, a platform without dynamo, ...
-                        results[mode][impl][T] = {"error": f"torch.compile: {type(e).__name__}: {e}"[:300]}
-                        continue
-                a, b = mamba_like_inputs((batch, T, d, n), 1.0, dtype, device, seed)
-                grad = torch.randn_like(b)
-                a.requires_grad_(True)
-                b.requires_grad_(True)
-
-                def forward():
-                    with torch.no_grad():
-                        fn(a, b)
-
-                def forward_backward():
-                    a.grad = b.grad = None
-                    fn(a, b).backward(grad)
-
-                t0 = time.perf_counter()
-                try:
-                    r = {}
-                    r["fwd"], r["fwd_runs"] = _median_ms(forward, device, repeats, budget_s)
-                    r["fwd_bwd"], r["fwd_bwd_runs"] = _median_ms(forward_backward, device, repeats, budget_s)
-                except Exception as e:  # compilation fails at the first call, not at torch.compile()
-                    r = {"error": f"{type(e).__name__}: {e}"[:300]}
-                results[mode][impl][T] = r
-                # progress on stderr, so stdout holds only the conditions and the tables
-                shown = r.get("error") or f"fwd {r['fwd']:.2f} ms, fwd+bwd {r['fwd_bwd']:.2f} ms"
-                print(f"  {mode} {impl} T={T}: {shown} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
-    return results
-
-
-def time_table(results, lengths, key, repeats):
-    """Markdown table of one timing (key 'fwd' or 'fwd_bwd') for one mode's results. A time that is the
-    median of fewer than `repeats` runs (the point hit its budget) shows the count: '812.3 (2)'."""
-    def cell(r):
-        if key not in r:
-            return "skipped" if r["error"].startswith("skipped") else "failed"
-        runs = r[f"{key}_runs"]
-        return f"{r[key]:.2f}" + (f" ({runs})" if runs < repeats else "")
-
-    lines = ["| length | sequential ms | parallel ms | logspace ms | speedup parallel vs sequential |",
-             "|---:|---:|---:|---:|---:|"]
-    for T in lengths:
-        row = [results[impl][T] for impl in SCANS]
-        seq, par = row[0], row[1]
-        speedup = f"{seq[key] / par[key]:.2f}x" if key in seq and key in par else "-"
-        lines.append(f"| {T} | " + " | ".join(cell(r) for r in row) + f" | {speedup} |")
-    return lines
-
-
-def measure_precision(lengths, scales, batch, d, n, seed=0):
-    """Float32 error of every scan against the float64 sequential reference on the same Mamba-like
-    inputs (`mamba_like_inputs`, rounded to float32 for both), on the CPU. Returns {scale: {length:
-    {impl: {'max_abs': e, 'max_rel': e}}}}, where max_rel = max|h - h_ref| / max|h_ref| (relative to the
-    largest state, since single entries of h_ref cross zero)."""
-    results = {}
-    for scale in scales:
-        results[scale] = {}
-        for T in lengths:
-            a32, b32 = mamba_like_inputs((batch, T, d, n), scale, torch.float32, "cpu", seed)
-            with torch.no_grad():
-                # the reference starts from the same float32 inputs, so only the scans' arithmetic is measured
-                ref = scan_sequential(a32.double(), b32.double())
-                results[scale][T] = {}
-                for impl in SCANS:
-                    err = (_SCAN_FNS[impl](a32, b32).double() - ref).abs().max().item()
-                    results[scale][T][impl] = {"max_abs": err, "max_rel": err / ref.abs().max().item()}
-    return results
-
-
-def precision_table(results, scales, lengths):
-    lines = ["| scale | length | " + " | ".join(f"{impl} abs / rel" for impl in SCANS) + " |",
-             "|---:|---:|" + "---:|" * len(SCANS)]
-    for scale in scales:
-        for T in lengths:
-            r = results[scale][T]
-            cells = [f"{r[impl]['max_abs']:.1e} / {r[impl]['max_rel']:.1e}" for impl in SCANS]
-            lines.append(f"| {scale:g} | {T} | " + " | ".join(cells) + " |")
-    return lines
-
-
-def plot_times(results, lengths, out_dir):
-    """time vs length, log-log, one panel each for forward and forward+backward; one PNG per mode."""
-    import matplotlib  # imported here only: plotting is optional and matplotlib is not a requirement
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-    for mode, by_impl in results.items():
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        for ax, key, title in zip(axes, ("fwd", "fwd_bwd"), ("forward", "forward + backward")):
-            for impl in SCANS:
-                pts = [(T, by_impl[impl][T][key]) for T in lengths if key in by_impl[impl][T]]
-                if pts:
-                    ax.plot(*zip(*pts), marker="o", label=impl)
-            ax.set(xscale="log", yscale="log", xlabel="sequence length T", ylabel="ms (median)",
-                   title=f"{title} ({mode})")
-            ax.set_xticks(lengths, [str(T) for T in lengths], minor=False)
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend()
-        fig.tight_layout()
-        paths.append(os.path.join(out_dir, f"scan_time_{mode}.png"))
-        fig.savefig(paths[-1], dpi=120)
-        plt.close(fig)
-    return paths
-
-
-def plot_precision(results, scales, lengths, out_dir):
-    """max relative error vs length, one panel per input scale."""
-    import matplotlib  # imported here only, as in plot_times
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(scales), figsize=(4 * len(scales), 4), squeeze=False)
-    for ax, scale in zip(axes[0], scales):
-        for impl in SCANS:
-            # an exact 0 (a short sequential scan) cannot sit on a log axis: floor it at 1e-10
-            ax.plot(lengths, [max(results[scale][T][impl]["max_rel"], 1e-10) for T in lengths], marker="o",
-                    label=impl)
-        ax.set(xscale="log", yscale="log", xlabel="sequence length T", ylabel="max |h - h_ref| / max |h_ref|",
-               title=f"float32 error, scale {scale:g}")
-        ax.set_xticks(lengths, [str(T) for T in lengths], minor=False)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    path = os.path.join(out_dir, "scan_precision.png")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return [path]
-
-
-def _write_json(path, obj):
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=1)
-    print(f"wrote {path}")
-
-
-def _plot(plot_fn, out_dir, *args):
-    """Plots come last, after the tables are printed and the JSON written, so a missing matplotlib
-    loses nothing."""
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-        for path in plot_fn(*args, out_dir):
-            print(f"wrote {path}")
-    except ImportError:
-        sys.exit("--plot needs matplotlib (pip install matplotlib); the tables above are complete")
-
-
-# -----------------------------------------------------------------------------
-# Benchmark of the Triton kernels: `python kernels.py triton` (time against their PyTorch counterparts)
-
-
-def triton_bench_cases(batch, T, n_embd, n_head, ffn, device, dtype, seed=0):
-    """The kernels at one sequence length, each beside the PyTorch op a model would call instead:
-    [(name, torch op's name, torch_fn, triton_fn, inputs)], where fn(*inputs) returns the output and the
-    inputs are leaves that require grad. Shapes are the lab's: x (B, T, C) for the norms, (B, T, ffn) for
-    SwiGLU, (B, n_head, T, C / n_head) for attention. The masked case pads a random tail of each row
-    (lengths from T/2 to T, as a length-bucketed batch has), given to SDPA as a (B, 1, 1, T) bool mask."""
-    F = torch.nn.functional
-    g = torch.Generator().manual_seed(seed)
-
-    def leaf(*shape):
-        return torch.randn(shape, generator=g).to(device=device, dtype=dtype).requires_grad_(True)
-
-    C, hs, eps = n_embd, n_embd // n_head, 1e-5
-    lengths = torch.randint(T // 2 + 1, T + 1, (batch,), generator=g)
-    key_mask = (torch.arange(T)[None, :] < lengths[:, None]).to(device)  # (B, T): True for real keys
-    x, w, b = leaf(batch, T, C), leaf(C), leaf(C)
-    gate, value = leaf(batch, T, ffn), leaf(batch, T, ffn)
-    q, k, v = leaf(batch, n_head, T, hs), leaf(batch, n_head, T, hs), leaf(batch, n_head, T, hs)
-    sdpa = F.scaled_dot_product_attention
-    return [
-        ("rms_norm", "F.rms_norm", lambda x, w: F.rms_norm(x, (C,), w, eps),
-         lambda x, w: rms_norm_triton(x, w, eps), (x, w)),
-        ("layer_norm", "F.layer_norm", lambda x, w, b: F.layer_norm(x, (C,), w, b, eps),
-         lambda x, w, b: layer_norm_triton(x, w, b, eps), (x, w, b)),
-        ("swiglu", "F.silu(a) * b", lambda a, b: F.silu(a) * b, swiglu_triton, (gate, value)),
-        ("attention", "SDPA", sdpa, flash_attention_triton, (q, k, v)),
-        ("attention, key mask", "SDPA, bool mask", lambda q, k, v: sdpa(q, k, v, attn_mask=key_mask[:, None, None, :]),
-         lambda q, k, v: flash_attention_triton(q, k, v, key_mask=key_mask), (q, k, v)),
-        ("attention, causal", "SDPA, is_causal", lambda q, k, v: sdpa(q, k, v, is_causal=True),
-         lambda q, k, v: flash_attention_triton(q, k, v, causal=True), (q, k, v)),
-    ]
-
-
-def time_triton(lengths, batch, n_embd, n_head, ffn, device, dtype, repeats=10, budget_s=5.0, seed=0):
-    """Times each case of `triton_bench_cases` at each length, the PyTorch op and the Triton kernel on the
-    same inputs: forward (under no_grad) and forward+backward (from a fixed random output gradient).
-    Returns {name: {T: {'torch_op', 'torch_fwd', 'torch_fwd_runs', ..., 'triton_fwd_bwd', 'max_abs_diff'}}},
-    where max_abs_diff compares the two forward outputs: a wrong kernel shows here, not as a fast one."""
-    results = {}
-    for T in lengths:
-        for name, op_name, torch_fn, triton_fn, inputs in triton_bench_cases(batch, T, n_embd, n_head, ffn, device,
-                                                                            dtype, seed):
-            with torch.no_grad():
-                diff = (torch_fn(*inputs).float() - triton_fn(*inputs).float()).abs().max().item()
-            r = {"torch_op": op_name, "max_abs_diff": diff}
-            for impl, fn in (("torch", torch_fn), ("triton", triton_fn)):
-                grad = torch.randn_like(fn(*inputs))
-
-                def forward():
-                    with torch.no_grad():
-                        fn(*inputs)
-
-                def forward_backward():
-                    for t in inputs:
-                        t.grad = None
-                    fn(*inputs).backward(grad)
-
-                for key, run in (("fwd", forward), ("fwd_bwd", forward_backward)):
-                    r[f"{impl}_{key}"], r[f"{impl}_{key}_runs"] = _median_ms(run, device, repeats, budget_s)
-            results.setdefault(name, {})[T] = r
-            print(f"  {name} T={T}: torch {r['torch_fwd_bwd']:.3f} ms, triton {r['triton_fwd_bwd']:.3f} ms "
-                  f"(fwd+bwd)", file=sys.stderr)
-    return results
-
-
-def triton_table(results, lengths, repeats):
-    """Markdown table: per kernel and length, the PyTorch op's and the kernel's times and their ratio
-    (> 1: the kernel is faster), forward and forward+backward. A median of fewer than `repeats` runs
-    (the point hit its budget) shows the count, as in time_table."""
-    def ms(r, key):
-        runs = r[f"{key}_runs"]
-        return f"{r[key]:.3f}" + (f" ({runs})" if runs < repeats else "")
-
-    lines = ["| kernel | T | torch op | torch fwd ms | triton fwd ms | fwd speedup | torch fwd+bwd ms | "
-             "triton fwd+bwd ms | fwd+bwd speedup | max abs diff |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, by_T in results.items():
-        for T in lengths:
-            r = by_T[T]
-            lines.append(f"| {name} | {T} | {r['torch_op']} | {ms(r, 'torch_fwd')} | {ms(r, 'triton_fwd')} | "
-                         f"{r['torch_fwd'] / r['triton_fwd']:.2f}x | {ms(r, 'torch_fwd_bwd')} | "
-                         f"{ms(r, 'triton_fwd_bwd')} | {r['torch_fwd_bwd'] / r['triton_fwd_bwd']:.2f}x | "
-                         f"{r['max_abs_diff']:.1e} |")
-    return lines
-
-
-def triton_command(p, args):
-    """`python kernels.py triton`: checks that the kernels can run here, then times and prints them."""
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        p.error("--device cuda, but torch.cuda.is_available() is False")
-    try:
-        _triton_kernels()
-    except RuntimeError as e:
-        p.error(str(e))
-    if not args.device.startswith("cuda") and not _interpreting():
-        p.error("the Triton kernels run on a CUDA device (--device cuda). On the CPU they run only in Triton's "
-                "interpreter, TRITON_INTERPRET=1, whose timings measure Python, not the kernels: run "
-                "`TRITON_INTERPRET=1 python kernels.py triton --batch 1 --lengths 16` only to see the command work")
-    dtype = getattr(torch, args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32"))
-    if args.n_embd % args.n_head:
-        p.error(f"--n_embd {args.n_embd} is not a multiple of --n_head {args.n_head}")
-    cond = conditions(args.device, dtype)
-    cond.update(triton=triton.__version__, interpreter=_interpreting(), batch=args.batch, n_embd=args.n_embd,
-                n_head=args.n_head, ffn=args.ffn, repeats=args.repeats, budget_s=args.budget, seed=args.seed,
-                float32_matmul_precision=torch.get_float32_matmul_precision())
-    print("conditions: " + ", ".join(f"{k}={v}" for k, v in cond.items()))
-    if _interpreting():
-        print("Triton's interpreter is on (TRITON_INTERPRET=1): these timings measure Python and NumPy, "
-              "not the kernels, and mean nothing")
-    results = time_triton(args.lengths, args.batch, args.n_embd, args.n_head, args.ffn, args.device, dtype,
-                          args.repeats, args.budget, args.seed)
-    print(f"\nmedian of {args.repeats} runs after a warm-up (fewer in parentheses, where a point hit "
-          f"--budget={args.budget:g} s); speedup = torch time / triton time; max abs diff between the outputs:\n")
-    print("\n".join(triton_table(results, args.lengths, args.repeats)))
-    if args.json:
-        _write_json(args.json, {"conditions": cond, "lengths": args.lengths, "results": results})
-
-
-GOAL_LENGTH, GOAL_SPEEDUP = 1024, 10.0  # the issue's goal: parallel >= 10x faster than sequential at T=1024
-
-
-# -----------------------------------------------------------------------------
-# compiling the kernels for a GPU without one: `python kernels.py compile --arch 90`
-#
-# The interpreter checks the kernels' arithmetic; it does not compile them, and the compiler is stricter
-# (types, layouts, shared memory). Triton compiles ahead of time for a named target with no GPU present
-# (its wheel brings ptxas), so every variant the launchers above use can be built here for an H100 (sm_90),
-# an A100 (sm_80) or a consumer card (sm_86, sm_89), and its shared memory checked against that GPU's limit.
-
-# the most shared memory one block may use, by compute capability (CUDA C Programming Guide, "Technical
-# Specifications per Compute Capability"), in bytes
-SHARED_MEMORY_LIMIT = {80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
-_TRITON_TYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-
-
-def gpu_compile_variants(dtype_name, head_sizes=(64, 128), norm_widths=(384, 1536)):
-    """[(kernel name, signature, constexprs, launch options)]: every variant the launchers use for inputs
-    of dtype_name, head sizes (padded as the launcher pads them) and norm widths. Integer arguments are
-    typed i32, as Triton types a Python int below 2**31 at launch."""
-    p, f32 = "*" + _TRITON_TYPE[dtype_name], "*fp32"
-    ints = lambda *names: {n: "i32" for n in names}  # noqa: E731
-    out = []
-    for width in norm_widths:
-        block = triton.next_power_of_2(width)
-        launch = {"num_warps": _row_warps(block)}
-        for center, has_bias in ((False, False), (True, True)):  # RMSNorm, LayerNorm
-            flags = {"CENTER": center, "HAS_BIAS": has_bias, "BLOCK_C": block}
-            out += [("_norm_fwd", dict(X=p, W=f32, B=f32, Y=p, MEAN=f32, RSTD=f32, C="i32", eps="fp32"), flags, launch),
-                    ("_norm_bwd", dict(X=p, W=f32, DY=p, MEAN=f32, RSTD=f32, DX=p, DW_PART=f32, DB_PART=f32,
-                                       **ints("M", "C")), flags, launch)]
-    out += [("_swiglu_fwd", dict(A=p, V=p, Y=p, N="i32"), {"BLOCK": SWIGLU_BLOCK}, {"num_warps": 4}),
-            ("_swiglu_bwd", dict(A=p, V=p, DY=p, DA=p, DV=p, N="i32"), {"BLOCK": SWIGLU_BLOCK}, {"num_warps": 4})]
-    qkv = ints(*(f"s{t}{d}" for t in "qkv" for d in "bhtd"))
-    precision = "ieee" if dtype_name == "float32" else "tf32"  # 16-bit inputs ignore it
-    for hs in head_sizes:
-        hs_pad = max(16, triton.next_power_of_2(hs))
-        fwd_blocks, bwd_blocks, launch = _attn_config(hs_pad, False)
-        for has_mask, causal in ((True, False), (False, True), (True, True)):
-            flags = dict(HAS_MASK=has_mask, CAUSAL=causal, PRECISION=precision, BLOCK_D=hs_pad)
-            fwd = dict(flags, BLOCK_M=fwd_blocks[0], BLOCK_N=fwd_blocks[1])
-            bwd = dict(flags, BLOCK_M=bwd_blocks[0], BLOCK_N=bwd_blocks[1])
-            shapes = dict(**ints("Tq", "Tk", "HS"), qk_scale="fp32")
-            out += [("_attn_fwd", dict(Q=p, K=p, V=p, OUT=p, LSE=f32, KEY_MASK="*u8", **qkv,
-                                       **ints("sob", "soh", "sot", "sod", "n_head", "group"), **shapes), fwd, launch),
-                    ("_attn_bwd_dkdv", dict(Q=p, K=p, V=p, DO=p, LSE=f32, DELTA=f32, KEY_MASK="*u8", DK=p, DV=p, **qkv,
-                                            **ints("sdob", "sdoh", "sdot", "sdod", "n_head", "n_kv_head", "group"),
-                                            **shapes, sm_scale="fp32"), bwd, launch),
-                    ("_attn_bwd_dq", dict(Q=p, K=p, V=p, DO=p, LSE=f32, DELTA=f32, KEY_MASK="*u8", DQ=p, **qkv,
-                                          **ints("sdob", "sdoh", "sdot", "sdod", "n_head", "group"), **shapes,
-                                          sm_scale="fp32"), bwd, launch)]
-    return out
-
-
-def compile_for_gpu(arch, dtype_names=("float32", "bfloat16"), head_sizes=(64, 128)):
-    """Compile every kernel variant for CUDA compute capability `arch` (90: H100) without a GPU. Returns
-    [{kernel, dtype, constexprs, shared (bytes), fits (within the arch's limit), seconds}]; a variant the
-    compiler rejects raises its error."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    jitted = _triton_kernels()
-    if _interpreting():
-        raise RuntimeError("compiling for a GPU needs Triton's compiler: run without TRITON_INTERPRET=1")
-    target, limit = GPUTarget("cuda", arch, 32), SHARED_MEMORY_LIMIT.get(arch)
-    rows = []
-    for dtype_name in dtype_names:
-        for name, signature, constexprs, launch in gpu_compile_variants(dtype_name, head_sizes):
-            signature = {**signature, **dict.fromkeys(constexprs, "constexpr")}
-            source = ASTSource(fn=getattr(jitted, name), signature=signature, constexprs=constexprs)
-            t0 = time.perf_counter()
-            compiled = triton.compile(source, target=target, options=launch)
-            shared = compiled.metadata.shared
-            rows.append({"kernel": name, "dtype": dtype_name, "constexprs": constexprs, "shared": shared,
-                         "fits": limit is None or shared <= limit, "seconds": time.perf_counter() - t0})
-    return rows
-
-
-def compile_command(p, args):
-    """`python kernels.py compile`: build every kernel variant for a GPU architecture; print shared memory."""
-    try:
-        rows = compile_for_gpu(args.arch, args.dtypes, args.head_sizes)
-    except RuntimeError as e:
-        p.error(str(e))
-    limit = SHARED_MEMORY_LIMIT.get(args.arch)
-    print(f"compiled for sm_{args.arch} with Triton {triton.__version__}, no GPU needed; shared memory per block "
-          f"against the limit of {limit:,} bytes" if limit else "(no limit known for this architecture)")
-    for r in rows:
-        flags = ", ".join(f"{k}={v}" for k, v in r["constexprs"].items())
-        print(f"  {r['kernel']:<16} {r['dtype']:<9} {flags:<80} shared {r['shared']:>7,} B"
-              f"{'' if r['fits'] else '  OVER THE LIMIT'}  ({r['seconds']:.1f} s)")
-    over = [r for r in rows if not r["fits"]]
-    print(f"{len(rows)} variants compiled; {len(over)} over the shared-memory limit")
-    if args.json:
-        _write_json(args.json, {"arch": args.arch, "triton": triton.__version__, "limit": limit, "variants": rows})
-    if over:
-        sys.exit(1)
-
-
-def main(argv=None):
-    p = argparse.ArgumentParser(description="Benchmarks of the selective scans: speed (scan) and float32 "
-                                            "precision (precision). Timings are measurements, not tests.")
-    sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("scan", help="time each scan, forward and forward+backward")
-    s.add_argument("--device", default="cpu", help="cpu or cuda")
-    s.add_argument("--lengths", type=int, nargs="+", default=[16, 64, 256, 1024, 4096])
-    # B*D*N = 4096 numbers per step: the default run (eager) takes about 1.5 minutes on one CPU core
-    s.add_argument("--batch", type=int, default=4)
-    s.add_argument("--d", type=int, default=64, help="channels D")
-    s.add_argument("--n", type=int, default=16, help="state size N (Mamba's default, d_state=16)")
-    s.add_argument("--compile", action="store_true", help="also time each scan under torch.compile")
-    s.add_argument("--repeats", type=int, default=5, help="timed runs per point at most (the median is reported)")
-    s.add_argument("--budget", type=float, default=5.0,
-                   help="seconds of timed runs per point; a slower point stops early (at least one run)")
-    s.add_argument("--compile_loop_max", type=int, default=256,
-                   help="longest T at which the sequential scan is compiled (its compile time grows with T)")
-    s.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"])
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--json", help="write the timings and their conditions to this file")
-    s.add_argument("--plot", metavar="DIR", help="write time-vs-length PNGs into DIR")
-    q = sub.add_parser("precision", help="float32 error of each scan vs the float64 sequential reference")
-    q.add_argument("--lengths", type=int, nargs="+", default=[16, 64, 256, 1024, 4096])
-    q.add_argument("--scales", type=float, nargs="+", default=[0.1, 1.0, 10.0],
-                   help="a = exp(-softplus(x) * scale), b ~ N(0, scale^2): larger scales decay faster")
-    q.add_argument("--batch", type=int, default=4)
-    q.add_argument("--d", type=int, default=64)
-    q.add_argument("--n", type=int, default=16)
-    q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--json", help="write the errors and their conditions to this file")
-    q.add_argument("--plot", metavar="DIR", help="write an error-vs-length PNG into DIR")
-    t = sub.add_parser("triton", help="time the Triton kernels against their PyTorch counterparts (needs CUDA)")
-    t.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda (or cpu, "
-                   "only under TRITON_INTERPRET=1, to see the command work)")
-    t.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
-                   help="default bfloat16 on CUDA (the lab's training dtype), float32 on the CPU")
-    t.add_argument("--lengths", type=int, nargs="+", default=[64, 128, 256], help="sequence lengths T")
-    # the lab's shapes: the baseline encoder's width and heads, SwiGLU's hidden size 4C, a batch of 64
-    t.add_argument("--batch", type=int, default=64)
-    t.add_argument("--n_embd", type=int, default=384)
-    t.add_argument("--n_head", type=int, default=6)
-    t.add_argument("--ffn", type=int, default=1536, help="SwiGLU's hidden size")
-    t.add_argument("--repeats", type=int, default=20, help="timed runs per point at most (the median is reported)")
-    t.add_argument("--budget", type=float, default=5.0, help="seconds of timed runs per point at most")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--json", help="write the timings and their conditions to this file")
-    c = sub.add_parser("compile", help="compile every Triton kernel variant for a GPU architecture, without a GPU, "
-                       "and check its shared memory")
-    c.add_argument("--arch", type=int, default=90, help="CUDA compute capability x 10: 90 (H100, H200), 80 (A100), "
-                   "86, 89")
-    c.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16", "float16"])
-    c.add_argument("--head_sizes", type=int, nargs="+", default=[64, 128])
-    c.add_argument("--json", help="write every variant's figures to this file")
-    args = p.parse_args(argv)
-    if args.command == "compile":
-        return compile_command(p, args)
-    if min(args.lengths) < 1:
-        p.error("--lengths must be positive")
-    if args.command == "triton":
-        return triton_command(p, args)
-
-    if args.command == "scan":
-        if args.device.startswith("cuda") and not torch.cuda.is_available():
-            p.error("--device cuda, but torch.cuda.is_available() is False")
-        dtype = getattr(torch, args.dtype)
-        cond = conditions(args.device, dtype)
-        cond.update(batch=args.batch, d=args.d, n=args.n, repeats=args.repeats, budget_s=args.budget, seed=args.seed,
-                    shape=f"(B, T, D, N) = ({args.batch}, T, {args.d}, {args.n})")
-        print("conditions: " + ", ".join(f"{k}={v}" for k, v in cond.items()))
-        results = time_scans(args.lengths, args.batch, args.d, args.n, args.device, dtype, args.repeats,
-                             args.budget, args.compile, args.compile_loop_max, args.seed)
-        goal = {}
-        for mode, by_impl in results.items():
-            for key, title in (("fwd", "forward (no_grad)"), ("fwd_bwd", "forward + backward")):
-                print(f"\n{mode}, {title}, median of {args.repeats} runs after a warm-up "
-                      f"(fewer in parentheses, where a point hit --budget={args.budget:g} s):\n")
-                print("\n".join(time_table(by_impl, args.lengths, key, args.repeats)))
-            errors = {f"{impl} T={T}": r["error"] for impl in SCANS for T, r in by_impl[impl].items() if "error" in r}
-            for where, why in errors.items():
-                print(f"  {mode} {where}: {why}")
-            if GOAL_LENGTH in args.lengths:
-                # the same device and mode for both; where the compiled loop was skipped (too long to
-                # compile), compiled parallel is also set against the eager loop, and says so
-                pairs = [(mode, mode)] + ([("eager", mode)] if mode != "eager" else [])
-                for seq_mode, par_mode in pairs:
-                    seq = results[seq_mode]["sequential"][GOAL_LENGTH]
-                    par = results[par_mode]["parallel"][GOAL_LENGTH]
-                    if seq_mode != par_mode and "fwd" in results[par_mode]["sequential"][GOAL_LENGTH]:
-                        continue  # both compiled: already compared
-                    for key in ("fwd", "fwd_bwd"):
-                        if key in seq and key in par:
-                            ratio = seq[key] / par[key]
-                            goal[f"{seq_mode}_sequential_vs_{par_mode}_parallel_{key}"] = ratio
-                            print(f"goal: {par_mode} parallel >= {GOAL_SPEEDUP:g}x faster than {seq_mode} "
-                                  f"sequential at T={GOAL_LENGTH} ({key}): measured {ratio:.2f}x: "
-                                  f"{'met' if ratio >= GOAL_SPEEDUP else 'NOT met'}")
-        if GOAL_LENGTH not in args.lengths:
-            print(f"(the goal is stated at T={GOAL_LENGTH}, which --lengths leaves out)")
-        if args.json:
-            _write_json(args.json, {"conditions": cond, "lengths": args.lengths, "results": results,
-                                    "goal": {"length": GOAL_LENGTH, "speedup": GOAL_SPEEDUP, "measured": goal}})
-        if args.plot:
-            _plot(plot_times, args.plot, results, args.lengths)
+def static_cache(model, batch_size):
+    """The KV cache of the static (CUDA-graph) decode step: one per batch size (and device, dtype), kept on the
+    model and zeroed for each call, as a new one would start. A CUDA graph replays on the addresses it was
+    recorded with; a new cache per call made the graph record again at every generate (and at every window a
+    char GPT restarts), and past torch's limit of re-recordings it runs without graphs. The whole context
+    long, so that its shape never changes. Held while the model lives: stories260K's is 0.66 MB per row of
+    the batch; `model.__dict__.pop('_static_caches')` lets them go."""
+    caches = model.__dict__.setdefault("_static_caches", {})  # not a submodule: never saved or moved
+    p = model.tok_emb.weight
+    key = (batch_size, p.device, p.dtype)
+    if key not in caches:
+        caches[key] = model.new_cache(batch_size, model.cfg.block_size)
+        for c in caches[key]:  # written in place, never copied
+            torch._dynamo.mark_static_address(c.k)
+            torch._dynamo.mark_static_address(c.v)
     else:
-        cond = conditions("cpu", torch.float32)
-        cond.update(batch=args.batch, d=args.d, n=args.n, seed=args.seed, reference="scan_sequential in float64")
-        print("conditions: " + ", ".join(f"{k}={v}" for k, v in cond.items()))
-        results = measure_precision(args.lengths, args.scales, args.batch, args.d, args.n, args.seed)
-        print("\nfloat32 max abs error / max relative error (max|h - h_ref| / max|h_ref|) vs float64 sequential:\n")
-        print("\n".join(precision_table(results, args.scales, args.lengths)))
-        if args.json:
-            _write_json(args.json, {"conditions": cond, "lengths": args.lengths, "scales": args.scales,
-                                    "results": results})
-        if args.plot:
-            _plot(plot_precision, args.plot, results, args.scales, args.lengths)
+        for c in caches[key]:
+            c.k.zero_()
+            c.v.zero_()
+    return caches[key]
 
 
-if __name__ == "__main__":
-    main()
+def compiled_decoding(model, idx, mask):
+    """model.decode's fast path: (cache, step), the KV cache to decode into and the compiled one-token step,
+    step(token (B, 1), position) -> logits (B, V), for decoding idx (B, total) with key mask `mask` (B, total)
+    (None without padding). The compiled step is built once per model, device type and backend, and kept on the
+    model; the eager steps around it (the prefill, positions 0 and 1) write into the same cache."""
+    B, total = idx.shape
+    dev = idx.device
+    static = dev.type in STATIC_DECODE
+    cache = static_cache(model, B) if static else model.new_cache(B, total)
+    steps = model.__dict__.setdefault("_compiled_steps", {})  # not a submodule: never saved or moved
+    key = (dev.type, static, COMPILE_BACKEND)
+    if key not in steps:
+        steps[key] = compile_step(model.step, static)
+    compiled = steps[key]
+    # each step's input token is copied into a (B, 1) of its own: a column of idx would carry idx's length in
+    # its stride and its position in its offset, and a static graph would be built again for every length
+    tok = idx.new_empty(B, 1)
+    if static:
+        pos = torch.zeros(1, dtype=torch.long, device=dev)  # the position, set in place: no copy from the host
+        real = torch.ones(B, cache[0].k.size(2), dtype=torch.bool, device=dev)
+        if mask is not None:
+            real[:, :total] = mask
+        return cache, lambda token, t: compiled(tok.copy_(token), pos.fill_(t), real, cache)
+    mark_decode_sizes(tok, mask, cache)
+    return cache, lambda token, t: compiled(tok.copy_(token), t, mask, cache)

@@ -1,11 +1,18 @@
 """
 The transformer building blocks of this lab, written out by hand, and the models built from them.
 
-Read top to bottom: norms -> rotary and sinusoidal positions -> attention -> feed-forward -> Mamba's
-selective SSM -> Block -> shared config checks, initialization and FLOPs -> what every model shares
-(`TokenModel`) -> encoder classifier -> causal GPT -> LoRA -> Llama -> the seq2seq families
-(encoder-decoder, Mamba) -> the bag-of-words logistic regression (the non-neural baseline) -> the family
-registry -> checkpoints -> llama2.c's formats.
+Read the shared parts first, top to bottom: norms -> rotary and sinusoidal positions -> attention and its
+key/value cache -> feed-forward -> the one Block -> the table of config choices, initialization and FLOPs -> what
+every model shares (`TokenModel`) -> sampling and decoding. Then each family, whole, in one place:
+    encoder classifier  EncoderConfig, EncoderClassifier: the recurrent-vs-baseline study (and its MLM pretraining)
+    char GPT            GPTConfig, GPT: the embedding-normalization study
+    Llama               LoRA (LoRALinear, add_lora, merge_lora), LlamaConfig, Llama (generate: the shared decode)
+    encoder-decoder     EncDecConfig, EncoderDecoder: the Pig Latin study's transformer
+    Mamba               selective_scan_reference, MambaMixer, MambaState, MambaConfig, Mamba: its other family
+    bag of words        BagOfWordsConfig, BagOfWords: the logistic-regression baseline, no Block
+and last the family registry (FAMILIES, build_model, from_pretrained) and checkpoints. The fast paths the
+switches pick (Triton kernels, the parallel and fused scans, the compiled decode step) are in kernels.py, beside
+their checks; llama2.c's file formats are in export.py.
 
 Glossary (code name -> symbol in the study write-ups)
     B, T, C        batch size, sequence length, model width d
@@ -22,20 +29,17 @@ an argument of Block, dispatched in exactly one place. A run picks its family wi
 with the family's own defaults.
 """
 
+import dataclasses
 import math
 import os
-import struct
-import dataclasses
 from dataclasses import asdict, dataclass, fields
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import kernels
 from configurator import ConfigError, UserError
-
 # -----------------------------------------------------------------------------
 # Normalization layers
 #
@@ -161,22 +165,6 @@ def manual_attention(q, k, v, mask=None, dropout_p=0.0, training=False):
 ATTN_IMPLS = ("sdpa", "manual", "triton")
 
 
-def one_query_attention(q, k, v, mask=None):
-    """Attention of one query per head (incremental decoding) written as broadcast products and sums,
-    the grouped-query heads sharing their key/value head in place: q (B, nh, 1, hs), k and v (B, nkv, S, hs),
-    mask bool broadcastable to (B, 1, 1, S). The same function as manual_attention; what it is for is
-    torch.compile, which fuses it into a loop or two, where SDPA stays an opaque call (on a CPU its flash
-    kernel takes most of a batch-32 decode step). Eagerly, SDPA is the faster of the two."""
-    B, nh, _, hs = q.shape
-    nkv = k.size(1)
-    qg = q.view(B, nkv, nh // nkv, hs)  # (B, nkv, rep, hs): the query heads that share a key/value head
-    scores = (qg[:, :, :, None, :] * k[:, :, None, :, :]).sum(-1) * hs ** -0.5  # (B, nkv, rep, S)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))  # (B, 1, 1, S) broadcast over heads
-    y = (scores.softmax(-1)[..., None] * v[:, :, None, :, :]).sum(-2)  # (B, nkv, rep, hs)
-    return y.reshape(B, nh, 1, hs)
-
-
 class Attention(nn.Module):
     """Multi-head attention with optional grouped-query heads (n_kv_head < n_head), RoPE, key-padding
     masks and a causal flag.
@@ -262,7 +250,7 @@ class Attention(nn.Module):
         if manual:
             y, weights = manual_attention(q, k, v, mask, dropout_p, self.training)
         elif T == 1 and dropout_p == 0 and torch.compiler.is_compiling():  # a compiled decode step
-            y = one_query_attention(q, k, v, mask)
+            y = kernels.one_query_attention(q, k, v, mask)
         elif fused_causal:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, enable_gqa=gqa)
         else:
@@ -341,120 +329,6 @@ class FeedForward(nn.Module):
 
 
 # -----------------------------------------------------------------------------
-# Mamba's selective state-space mixer (Gu & Dao 2023): a Block's other token mixer
-#
-# Glossary (code name -> symbol in the Mamba paper, Algorithm 2 and section 3)
-#     D = d_inner    expanded width E * d (E = expand); the SSM runs on each of the D channels apart
-#     N = d_state    state size per channel
-#     A_log          A = -exp(A_log), (D, N): a diagonal, negative state matrix per channel (S4D-real init)
-#     delta          step size Delta = softplus(dt_proj(x_proj(x)) + bias) > 0, (B, T, D): input-dependent
-#     Bm, Cm         B and C, (B, T, N): input-dependent input and output maps (the "selection")
-#     a_bar, bx_bar  the discretized A-bar_t and B-bar_t x_t, (B, T, D, N)
-#     h              the state, h_t = A-bar_t h_{t-1} + B-bar_t x_t (eq. 2a); y_t = C_t h_t + D x_t (eq. 2b)
-#     D_skip         the skip D of eq. 2b (named so it is not read as the width)
-#     z              the gate branch: the output is y * SiLU(z) (Figure 3)
-
-
-discretize, DISCRETIZATIONS = kernels.discretize, kernels.DISCRETIZATIONS  # (kernels.py's: the scans' inputs)
-
-
-class MambaMixer(nn.Module):
-    """The selective SSM of Mamba (Gu & Dao 2023, Algorithm 2 and Figure 3), on x (B, T, C):
-        x, z = in_proj(x)                          two branches of width D
-        x = SiLU(causal depthwise conv(x))         a short local mix along time (kernel d_conv)
-        delta, B, C = x_proj(x)                    input-dependent: this is what makes it "selective"
-        delta = softplus(dt_proj(delta))           low rank (dt_rank), then one step size per channel
-                                                   (divided by sqrt(n_embd) with cfg.dt_div_sqrt)
-        h_t = A-bar_t h_{t-1} + B-bar_t x_t        the scan (kernels.selective_scan), per channel and state
-        y = C_t h_t + D_skip x_t;  y = y * SiLU(z);  out_proj(y)
-    The scan is picked by cfg.scan ('sequential' reference, 'parallel' Blelloch, 'logspace' Heinsen),
-    the discretization by cfg.discretization. It has the (x, key_mask, rope, ...) -> (y, weights)
-    signature of Attention so Block can hold either; it is causal by construction and reads no
-    positions (the recurrence is the position), and padding must be on the right."""
-
-    def __init__(self, cfg):
-        super().__init__()
-        D, N, R = cfg.d_inner, cfg.d_state, cfg.dt_rank
-        self.cfg = cfg
-        self.in_proj = nn.Linear(cfg.n_embd, 2 * D, bias=cfg.bias)
-        self.conv = nn.Conv1d(D, D, cfg.d_conv, groups=D, padding=cfg.d_conv - 1, bias=True)  # depthwise
-        self.x_proj = nn.Linear(D, R + 2 * N, bias=False)
-        self.dt_proj = nn.Linear(R, D, bias=True)
-        self.A_log = nn.Parameter(torch.log(torch.arange(1, N + 1, dtype=torch.float32)).repeat(D, 1))  # (D, N)
-        self.D_skip = nn.Parameter(torch.ones(D))
-        self.out_proj = nn.Linear(D, cfg.n_embd, bias=cfg.bias)
-
-    def reset_dt(self):
-        """Mamba's step-size initialization (its section 3.6): dt_proj's bias set so that
-        softplus(bias) = Delta_0, with Delta_0 log-uniform in [dt_min, dt_max] per channel.
-        (Called after the model's generic initialization, which zeroes biases.)"""
-        cfg = self.cfg
-        u = torch.rand(cfg.d_inner)
-        dt = torch.exp(u * (math.log(cfg.dt_max) - math.log(cfg.dt_min)) + math.log(cfg.dt_min))
-        with torch.no_grad():
-            self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # the inverse of softplus
-
-    def step_size(self, dt):
-        """Delta (B, T, D), one step size per channel, from the low-rank dt (B, T, R): softplus(dt_proj(dt)),
-        divided by sqrt(n_embd) if cfg.dt_div_sqrt (the Pig Latin write-up's change for stable training)."""
-        delta = F.softplus(self.dt_proj(dt))
-        return delta / math.sqrt(self.cfg.n_embd) if self.cfg.dt_div_sqrt else delta
-
-    def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0):
-        """x (B, T, C) -> (y (B, T, C), None). With cache (a MambaState) the tokens go through the recurrence
-        one at a time from the state the cache holds, which they advance (decoding: `step`)."""
-        if cache is not None:
-            return torch.cat([self.step(x[:, t:t + 1], cache) for t in range(x.size(1))], dim=1), None
-        cfg = self.cfg
-        B, T, _ = x.shape
-        xz = self.in_proj(x)  # (B, T, 2D)
-        x, z = xz.chunk(2, dim=-1)  # (B, T, D) each
-        x = self.conv(x.transpose(1, 2))[..., :T].transpose(1, 2)  # (B, T, D): keep the causal part
-        x = F.silu(x)
-        dt, Bm, Cm = self.x_proj(x).split([cfg.dt_rank, cfg.d_state, cfg.d_state], dim=-1)
-        delta = self.step_size(dt)  # (B, T, D)
-        A = -torch.exp(self.A_log.float())  # (D, N)
-        ssm = (x.float(), delta.float(), A, Bm.float(), Cm.float(), cfg.discretization)
-        if cfg.scan == "triton":  # one kernel forward, one backward: no (B, T, D, N) tensor at all
-            y = kernels.selective_scan_triton(*ssm, chunk=cfg.scan_chunk or 64)
-        elif cfg.scan_chunk:  # the same y, its (B, T, D, N) states held for scan_chunk steps at a time
-            y = kernels.selective_scan_chunked(*ssm, chunk=cfg.scan_chunk, scan=cfg.scan,
-                                               compile=cfg.scan_compile and kernels.CHUNK_COMPILE_BACKEND)
-        else:  # discretize, scan every state (B, T, D, N), y_t = C_t h_t per channel
-            y = kernels.selective_scan_reference(*ssm, scan=cfg.scan)  # (B, T, D)
-        y = (y + self.D_skip * x.float()).to(x.dtype)
-        y = y * F.silu(z)
-        return self.out_proj(y), None
-
-    def step(self, x, state):
-        """One token x (B, 1, C) -> y (B, 1, C), the same function as forward at that position: the
-        convolution reads the inputs `state` keeps, the scan advances its h by one step (Mamba's recurrent
-        mode, Gu & Dao 2023 sec. 3.4: constant time and memory per token)."""
-        cfg = self.cfg
-        x, z = self.in_proj(x).chunk(2, dim=-1)  # (B, 1, D) each
-        window = torch.cat((state.conv, x.transpose(1, 2)), dim=2)  # (B, D, d_conv): the conv's receptive field
-        state.conv = window[:, :, 1:]
-        x = F.silu((window * self.conv.weight[:, 0]).sum(-1) + self.conv.bias)[:, None]  # (B, 1, D)
-        dt, Bm, Cm = self.x_proj(x).split([cfg.dt_rank, cfg.d_state, cfg.d_state], dim=-1)
-        delta = self.step_size(dt)  # (B, 1, D)
-        A = -torch.exp(self.A_log.float())  # (D, N)
-        a_bar, bx_bar = discretize(delta.float(), A, Bm.float(), x.float(), cfg.discretization)  # (B, 1, D, N)
-        state.h = a_bar[:, 0] * state.h + bx_bar[:, 0]  # (B, D, N)
-        y = (state.h @ Cm.float()[:, 0, :, None]).squeeze(-1)[:, None]  # (B, 1, D)
-        y = (y + self.D_skip * x.float()).to(x.dtype)
-        return self.out_proj(y * F.silu(z))
-
-
-class MambaState:
-    """A Mamba layer's recurrent state, for decoding a token at a time: the causal convolution's last
-    d_conv - 1 inputs (B, D, d_conv - 1) and the SSM state h (B, D, N), both zero before the first token."""
-
-    def __init__(self, batch_size, cfg, device, dtype):
-        self.conv = torch.zeros(batch_size, cfg.d_inner, cfg.d_conv - 1, device=device, dtype=dtype)
-        self.h = torch.zeros(batch_size, cfg.d_inner, cfg.d_state, device=device, dtype=torch.float32)
-
-
-# -----------------------------------------------------------------------------
 # The one Block
 
 
@@ -503,41 +377,54 @@ class Block(nn.Module):
 
 
 # -----------------------------------------------------------------------------
-# Config checks and initialization shared by every model family
+# Config checks, initialization and FLOPs shared by every model family
 
 
-def check_block_fields(cfg, positive=(), positions=("rope", "learned", "none")):
-    """Validate the fields every config shares (the ones Block reads, plus embeddings), fill in the
-    0-means-default ones, and raise ConfigError naming the config class on nonsense. `positions`: the
-    position schemes the family offers."""
-    name = type(cfg).__name__
-    for field in ("n_layer", "n_embd", "n_head", *positive):
-        if getattr(cfg, field) < 1:
-            raise ConfigError(f"{name}: {field}={getattr(cfg, field)} must be at least 1")
-    if cfg.n_kv_head < 0 or cfg.ffn_hidden < 0:
-        raise ConfigError(f"{name}: n_kv_head={cfg.n_kv_head} and ffn_hidden={cfg.ffn_hidden} "
-                         f"must be >= 0 (0 picks the default)")
-    if cfg.n_kv_head == 0:
-        cfg.n_kv_head = cfg.n_head
-    if cfg.ffn_hidden == 0:
-        cfg.ffn_hidden = 4 * cfg.n_embd
-    checks = [
-        (cfg.n_embd % cfg.n_head == 0, f"n_embd={cfg.n_embd} is not divisible by n_head={cfg.n_head}"),
-        (cfg.n_head % cfg.n_kv_head == 0, f"n_head={cfg.n_head} is not a multiple of n_kv_head={cfg.n_kv_head}"),
-        (cfg.pos != "rope" or (cfg.n_embd // cfg.n_head) % 2 == 0, "RoPE needs an even head size"),
-        (0.0 <= cfg.dropout < 1.0, f"dropout={cfg.dropout} must be in [0, 1)"),
-        (cfg.ffn in ("swiglu", "gelu"), f"ffn={cfg.ffn!r}: expected 'swiglu' or 'gelu'"),
-        (cfg.norm in ("rms", "layer"), f"norm={cfg.norm!r}: expected 'rms' or 'layer'"),
-        (cfg.emb_norm in ("none", "rms", "layer"), f"emb_norm={cfg.emb_norm!r}: expected 'none', 'rms' or 'layer'"),
-        (cfg.pos in positions, f"pos={cfg.pos!r}: expected one of {positions}"),
-        (cfg.attn_impl in ATTN_IMPLS, f"attn_impl={cfg.attn_impl!r}: expected one of {ATTN_IMPLS}"),
-        (cfg.norm_impl in NORM_IMPLS, f"norm_impl={cfg.norm_impl!r}: expected one of {NORM_IMPLS}"),
-        (cfg.ffn_impl in FFN_IMPLS, f"ffn_impl={cfg.ffn_impl!r}: expected one of {FFN_IMPLS}"),
-        (cfg.ffn_impl != "triton" or cfg.ffn == "swiglu", "ffn_impl='triton' fuses SwiGLU only: use ffn='swiglu'"),
-    ]
+# The values each choice takes, in every config that has it as a field (what a family fixes as a class
+# attribute, such as Llama's pos or Mamba's ffn, is no choice). A config class may widen an entry with its own
+# `choices` (the encoder-decoder's sinusoidal positions); `choice_checks` reads them both.
+CHOICES = {
+    "norm": ("rms", "layer"), "emb_norm": ("none", "rms", "layer"), "ffn": ("swiglu", "gelu"),
+    "pos": ("rope", "learned", "none"), "attn_impl": ATTN_IMPLS, "norm_impl": NORM_IMPLS, "ffn_impl": FFN_IMPLS,
+    "pooling": ("cls", "mean"),  # the encoder classifier's
+    "discretization": kernels.DISCRETIZATIONS, "scan": (*kernels.SCANS, "triton"),  # Mamba's
+    "tf": ("binary", "count", "log"), "doc_norm": ("l2", "l1", "none"),  # the bag of words'
+}
+
+
+def require(cfg, *checks):
+    """Raise ConfigError, naming the config class, with the message of the first (ok, message) not ok."""
     for ok, msg in checks:
         if not ok:
-            raise ConfigError(f"{name}: {msg}")
+            raise ConfigError(f"{type(cfg).__name__}: {msg}")
+
+
+def at_least_one(cfg, *names):
+    """The checks that each of the named fields is at least 1."""
+    return [(getattr(cfg, n) >= 1, f"{n}={getattr(cfg, n)} must be at least 1") for n in names]
+
+
+def choice_checks(cfg):
+    """The checks that each field of cfg that CHOICES (or the class's own `choices`) lists holds one of its values."""
+    table = {**CHOICES, **getattr(cfg, "choices", {})}
+    return [(getattr(cfg, f.name) in table[f.name], f"{f.name}={getattr(cfg, f.name)!r}: expected one of "
+             f"{table[f.name]}") for f in fields(cfg) if f.name in table]
+
+
+def check_block_fields(cfg, *positive):
+    """Validate the fields every config with Blocks shares (the ones Block reads, plus embeddings) and its
+    choices, fill in the 0-means-default ones, and raise ConfigError naming the config class on nonsense.
+    `positive`: the family's own fields that must be at least 1."""
+    require(cfg, *at_least_one(cfg, "n_layer", "n_embd", "n_head", *positive),
+            (cfg.n_kv_head >= 0 and cfg.ffn_hidden >= 0, f"n_kv_head={cfg.n_kv_head} and ffn_hidden={cfg.ffn_hidden} "
+                                                         f"must be >= 0 (0 picks the default)"))
+    cfg.n_kv_head = cfg.n_kv_head or cfg.n_head
+    cfg.ffn_hidden = cfg.ffn_hidden or 4 * cfg.n_embd
+    require(cfg, (cfg.n_embd % cfg.n_head == 0, f"n_embd={cfg.n_embd} is not divisible by n_head={cfg.n_head}"),
+            (cfg.n_head % cfg.n_kv_head == 0, f"n_head={cfg.n_head} is not a multiple of n_kv_head={cfg.n_kv_head}"),
+            (cfg.pos != "rope" or (cfg.n_embd // cfg.n_head) % 2 == 0, "RoPE needs an even head size"),
+            (0.0 <= cfg.dropout < 1.0, f"dropout={cfg.dropout} must be in [0, 1)"), *choice_checks(cfg),
+            (cfg.ffn_impl != "triton" or cfg.ffn == "swiglu", "ffn_impl='triton' fuses SwiGLU only: use ffn='swiglu'"))
 
 
 def register_rope(module, cfg):
@@ -583,14 +470,6 @@ def block_flops(cfg, T, cross_len=0, queries=None):
     cross = (2 * T * C * 2 * C + 2 * cross_len * C * 2 * C + 2 * 2 * T * cross_len * C) if cross_len else 0
     return proj + attn + ffn + cross
 
-
-def mamba_flops(cfg, T):
-    """Forward FLOPs of one Mamba Block on T tokens: its projections (in 2*C*2D, x 2*D*(R+2N), dt 2*R*D,
-    out 2*D*C), the depthwise convolution 2*D*d_conv, and the readout C_t h_t, 2*D*N, per token. The
-    discretization and the scan's elementwise multiply-adds (about 2*D*N per token more) are left out,
-    as norms and softmax are for attention."""
-    C, D, N, R = cfg.n_embd, cfg.d_inner, cfg.d_state, cfg.dt_rank
-    return 2 * T * (C * 2 * D + D * cfg.d_conv + D * (R + 2 * N) + R * D + D * C + D * N)
 
 # -----------------------------------------------------------------------------
 # What every model family shares: the input embedding, parameter accounting, FLOPs, weight decay
@@ -673,6 +552,106 @@ class TokenModel(nn.Module):
 
 
 # -----------------------------------------------------------------------------
+# Sampling and decoding, shared: the next token (every language model's generate), the causal language models'
+# decoding loop (GPT, Llama), and the seq2seq families' greedy decoding (the encoder-decoder, Mamba)
+
+
+def sample_next(logits, temperature=1.0, top_k=None, top_p=None, epsilon=None, generator=None):
+    """The next token (B, 1) from the last position's logits (B, V).
+    temperature 0: the most likely token (greedy, deterministic). Otherwise the logits are divided by
+    the temperature, then cut, each cut renormalizing what is left:
+      top_k    keep the k most likely tokens (Fan et al. 2018);
+      epsilon  drop tokens whose probability is below epsilon (Hewitt et al. 2022, epsilon sampling);
+      top_p    keep the fewest most likely tokens whose probabilities reach p (Holtzman et al. 2020);
+    and a token is drawn with `generator` (a torch.Generator, for reproducible samples). The most
+    likely token always survives the cuts, so something is left to draw."""
+    logits = logits.float()
+    if temperature < 0:
+        raise ValueError(f"temperature={temperature} must be >= 0")
+    if temperature == 0:
+        return logits.argmax(-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k).values[:, -1:]  # (B, 1): the k-th largest
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = F.softmax(logits, -1)
+    if epsilon is not None and epsilon > 0:
+        keep = probs >= epsilon
+        keep.scatter_(-1, probs.argmax(-1, keepdim=True), True)
+        probs = probs * keep
+    if top_p is not None and 0 < top_p < 1:
+        sorted_p, order = probs.sort(-1, descending=True)
+        # a token stays if the mass before it is still short of top_p (so the first always stays)
+        cut = (sorted_p.cumsum(-1) - sorted_p) >= top_p * sorted_p.sum(-1, keepdim=True)
+        probs = probs.scatter(-1, order, sorted_p.masked_fill(cut, 0.0))
+    return torch.multinomial(probs, 1, generator=generator)  # multinomial renormalizes
+
+
+DECODE_MODES = ("eager", "compiled")  # decode's step: eager, or compiled (kernels.compiled_decoding)
+
+
+def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager"):
+    """The decoding loop of the causal language models (Llama, GPT). idx (B, P + steps) holds the prompts
+    in its first P columns, left-padded; mask (B, P + steps) is True on real tokens, None without padding.
+    Fills columns P, P+1, ... with pick(logits (B, V)) -> (B,), the next token of each row, and stops
+    when every row has produced eos_id. Returns the number of columns filled.
+
+    use_cache=False runs the whole sequence again at every step (the reference the cache is tested
+    against). With the cache, the prompt goes through once (prefill), then one token a step, either eagerly
+    (mode 'eager') or through the compiled step of kernels.compiled_decoding (mode 'compiled', the fast path:
+    built once per model and device, and the same tokens come out: tests/test_llama.py holds them equal)."""
+    B, total = idx.shape
+    dev = idx.device
+    cache = compiled = None
+    if use_cache and mode == "compiled":
+        cache, compiled = kernels.compiled_decoding(model, idx, mask)
+    elif use_cache:
+        cache = model.new_cache(B, total)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    end = P
+    for t in range(P, total):
+        key_mask = mask[:, :t] if mask is not None else None
+        if not use_cache:
+            logits = model.step(idx[:, :t], 0, key_mask, None)
+        elif t == P:  # prefill: the whole prompt at once
+            logits = model.step(idx[:, :t], 0, key_mask, cache)
+        elif compiled is None or t - 1 < 2:  # (the compiled step serves positions from 2 on: compile_step)
+            logits = model.step(idx[:, t - 1:t], t - 1, key_mask, cache)
+        else:
+            logits = compiled(idx[:, t - 1:t], t - 1)
+        idx[:, t] = pick(logits)
+        end = t + 1
+        if eos_id is not None:
+            done |= idx[:, t] == eos_id
+            if bool(done.all()):
+                break
+    return end
+
+
+# Sequence to sequence: the Pig Latin study's two families (the encoder-decoder and Mamba). A seq2seq batch is a
+# source (a word and [EOS]) and a target (its translation): the decoder reads [SOS] + target and predicts
+# target + [EOS]. How a family takes the pair is its config's `seq2seq_layout` (data.py cuts the batches so):
+#     'pair'    an encoder reads the source, a decoder the target input (src, src_mask, idx, targets)
+#     'joined'  one causal model reads source and target input as one sequence (idx, targets), and
+#               only the target part is scored (targets -100 elsewhere: cross_entropy's ignore_index)
+
+
+def greedy_extend(next_logits, idx, steps, eos_id):
+    """Greedy decoding shared by the seq2seq families: append the most likely next token to idx (B, T)
+    up to `steps` times, next_logits(idx) giving the last position's logits (B, V), until every row has
+    produced eos_id. Returns only the new tokens (B, <= steps); a row that ended repeats eos_id."""
+    done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
+    start = idx.size(1)
+    for _ in range(steps):
+        nxt = next_logits(idx).argmax(-1).masked_fill(done, eos_id)  # (B,)
+        idx = torch.cat((idx, nxt[:, None]), dim=1)
+        done |= nxt == eos_id
+        if bool(done.all()):
+            break
+    return idx[:, start:]
+
+
+# -----------------------------------------------------------------------------
 # Encoder classifier: the recurrent-vs-baseline study
 
 
@@ -712,19 +691,13 @@ class EncoderConfig:
     tunable = ("dropout", "attn_impl", "norm_impl", "ffn_impl")
 
     def __post_init__(self):
-        check_block_fields(self, ("n_loops", "vocab_size", "block_size"))
+        check_block_fields(self, "n_loops", "vocab_size", "block_size")
         if self.n_classes == 0:
             # A dataset without labels (the MLM corpus) gives 0: the model still gets SST-2's binary head,
             # which pretraining never reads, so it gets no gradient and AdamW leaves it as initialized; a
             # run fine-tuning on SST-2 then starts from it as from a fresh one.
             self.n_classes = 2
-        checks = [
-            (self.n_classes >= 2, f"n_classes={self.n_classes} must be at least 2"),
-            (self.pooling in ("cls", "mean"), f"pooling={self.pooling!r}: expected 'cls' or 'mean'"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ConfigError(f"{type(self).__name__}: {msg}")
+        require(self, (self.n_classes >= 2, f"n_classes={self.n_classes} must be at least 2"))
 
 
 class EncoderClassifier(TokenModel):
@@ -817,171 +790,6 @@ class EncoderClassifier(TokenModel):
 
 
 # -----------------------------------------------------------------------------
-# Sampling the next token (every language model's generate uses this)
-
-
-def sample_next(logits, temperature=1.0, top_k=None, top_p=None, epsilon=None, generator=None):
-    """The next token (B, 1) from the last position's logits (B, V).
-    temperature 0: the most likely token (greedy, deterministic). Otherwise the logits are divided by
-    the temperature, then cut, each cut renormalizing what is left:
-      top_k    keep the k most likely tokens (Fan et al. 2018);
-      epsilon  drop tokens whose probability is below epsilon (Hewitt et al. 2022, epsilon sampling);
-      top_p    keep the fewest most likely tokens whose probabilities reach p (Holtzman et al. 2020);
-    and a token is drawn with `generator` (a torch.Generator, for reproducible samples). The most
-    likely token always survives the cuts, so something is left to draw."""
-    logits = logits.float()
-    if temperature < 0:
-        raise ValueError(f"temperature={temperature} must be >= 0")
-    if temperature == 0:
-        return logits.argmax(-1, keepdim=True)
-    logits = logits / temperature
-    if top_k is not None and top_k < logits.size(-1):
-        kth = torch.topk(logits, top_k).values[:, -1:]  # (B, 1): the k-th largest
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = F.softmax(logits, -1)
-    if epsilon is not None and epsilon > 0:
-        keep = probs >= epsilon
-        keep.scatter_(-1, probs.argmax(-1, keepdim=True), True)
-        probs = probs * keep
-    if top_p is not None and 0 < top_p < 1:
-        sorted_p, order = probs.sort(-1, descending=True)
-        # a token stays if the mass before it is still short of top_p (so the first always stays)
-        cut = (sorted_p.cumsum(-1) - sorted_p) >= top_p * sorted_p.sum(-1, keepdim=True)
-        probs = probs.scatter(-1, order, sorted_p.masked_fill(cut, 0.0))
-    return torch.multinomial(probs, 1, generator=generator)  # multinomial renormalizes
-
-
-DECODE_MODES = ("eager", "compiled")
-STATIC_DECODE = ("cuda",)  # device types whose compiled step has static shapes (CUDA graphs; see compile_step)
-COMPILE_BACKEND = "inductor"  # tests use dynamo's 'eager' backend: the same graph capture, no code generated
-
-
-def compile_step(step, static):
-    """torch.compile of a causal model's one-token decode step, `step(idx, start, key_mask, cache)`, as
-    `decode` calls it: compiled(idx (B, 1), position, mask, cache).
-
-    A small model's token costs calls, not arithmetic: stories260K's step is ~330 PyTorch operations of a
-    few microseconds each. Compiled, the step is a handful of fused kernels called in one go.
-      dynamic (CPU): inductor's C++ kernels, called from its C++ wrapper (no Python between them). The
-           position is an int, the mask the whole (B, L) one (cut to the keys so far inside the graph), and
-           attention reads only the keys written so far; one graph serves every position from 2 on
-           (torch.compile specializes the sizes 0 and 1: `decode` runs those eagerly) and, from batch size 2
-           on, every batch size (`mark_decode_sizes` says which sizes vary).
-      static (CUDA): every token replays one CUDA graph (mode 'reduce-overhead'), which needs the same
-           shapes every time: the position is a (1,) tensor and the whole cache is attended to, its
-           unwritten keys masked out (`real`: True on the cache positions that are not padding). A graph
-           replays on the addresses it was recorded with, so the cache is the model's, kept from call to
-           call (`static_cache`)."""
-    if not static:
-        def dynamic_step(idx, pos, mask, cache):
-            return step(idx, pos, None if mask is None else mask[:, :pos + 1], cache)  # (B, pos + 1): keys so far
-        options = {"cpp_wrapper": True} if COMPILE_BACKEND == "inductor" else None
-        return torch.compile(dynamic_step, backend=COMPILE_BACKEND, fullgraph=True, dynamic=True, options=options)
-
-    def static_step(idx, pos, real, cache):
-        key_mask = real & (torch.arange(real.size(1), device=real.device) <= pos)  # (B, L): written, not padding
-        return step(idx, pos, key_mask, cache)
-    mode = "reduce-overhead" if COMPILE_BACKEND == "inductor" else None
-    return torch.compile(static_step, backend=COMPILE_BACKEND, mode=mode, fullgraph=True, dynamic=False)
-
-
-def mark_decode_sizes(tok, mask, cache):
-    """The sizes a dynamic decode step sees vary or stay, said to torch.compile: the batch, the cache's length
-    and the mask's width vary, each a symbol of its own; the key/value heads and the head size are the model's.
-    Left to dynamic=True alone, sizes that happen to be equal at the first call share one symbol (dynamo's
-    "duck sizing"), and the model's constants then pin them: a first batch of 2 beside 2 key/value heads, of 8
-    beside a head size of 8, or equal to the token's offset in its row, made a graph for that batch alone, and
-    the next batch size compiled again. (maybe_mark_dynamic: a batch of 1 is specialized, as it must be.)"""
-    torch._dynamo.maybe_mark_dynamic(tok, 0)  # (B, 1)
-    if mask is not None:
-        for d in (0, 1):  # (B, L)
-            torch._dynamo.maybe_mark_dynamic(mask, d)
-    for c in cache:
-        for buf in (c.k, c.v):  # (B, nkv, L, hs)
-            for d in (0, 2):
-                torch._dynamo.maybe_mark_dynamic(buf, d)
-            for d in (1, 3):
-                torch._dynamo.mark_static(buf, d)
-
-
-def static_cache(model, batch_size):
-    """The KV cache of the static (CUDA-graph) decode step: one per batch size (and device, dtype), kept on the
-    model and zeroed for each call, as a new one would start. A CUDA graph replays on the addresses it was
-    recorded with; a new cache per call made the graph record again at every generate (and at every window a
-    char GPT restarts), and past torch's limit of re-recordings it runs without graphs. The whole context
-    long, so that its shape never changes. Held while the model lives: stories260K's is 0.66 MB per row of
-    the batch; `model.__dict__.pop('_static_caches')` lets them go."""
-    caches = model.__dict__.setdefault("_static_caches", {})  # not a submodule: never saved or moved
-    p = model.tok_emb.weight
-    key = (batch_size, p.device, p.dtype)
-    if key not in caches:
-        caches[key] = model.new_cache(batch_size, model.cfg.block_size)
-        for c in caches[key]:  # written in place, never copied
-            torch._dynamo.mark_static_address(c.k)
-            torch._dynamo.mark_static_address(c.v)
-    else:
-        for c in caches[key]:
-            c.k.zero_()
-            c.v.zero_()
-    return caches[key]
-
-
-def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager"):
-    """The decoding loop of the causal language models (Llama, GPT). idx (B, P + steps) holds the prompts
-    in its first P columns, left-padded; mask (B, P + steps) is True on real tokens, None without padding.
-    Fills columns P, P+1, ... with pick(logits (B, V)) -> (B,), the next token of each row, and stops
-    when every row has produced eos_id. Returns the number of columns filled.
-
-    use_cache=False runs the whole sequence again at every step (the reference the cache is tested
-    against). With the cache, the prompt goes through once (prefill), then one token a step, either eagerly
-    (mode 'eager') or through `compile_step` (mode 'compiled'; the compiled step is built once per model
-    and device, and the same tokens come out: tests/test_llama.py holds them equal)."""
-    B, total = idx.shape
-    dev = idx.device
-    static = mode == "compiled" and dev.type in STATIC_DECODE
-    cache = compiled = None
-    if use_cache:
-        cache = static_cache(model, B) if static else model.new_cache(B, total)
-    if use_cache and mode == "compiled":
-        steps = model.__dict__.setdefault("_compiled_steps", {})  # not a submodule: never saved or moved
-        key = (dev.type, static, COMPILE_BACKEND)
-        if key not in steps:
-            steps[key] = compile_step(model.step, static)
-        compiled = steps[key]
-        # each step's input token is copied into a (B, 1) of its own: a column of idx would carry idx's length in
-        # its stride and its position in its offset, and a static graph would be built again for every length
-        tok = idx.new_empty(B, 1)
-        if static:
-            pos = torch.zeros(1, dtype=torch.long, device=dev)  # the position, set in place: no copy from the host
-            real = torch.ones(B, cache[0].k.size(2), dtype=torch.bool, device=dev)
-            if mask is not None:
-                real[:, :total] = mask
-        else:
-            mark_decode_sizes(tok, mask, cache)
-    done = torch.zeros(B, dtype=torch.bool, device=dev)
-    end = P
-    for t in range(P, total):
-        key_mask = mask[:, :t] if mask is not None else None
-        if not use_cache:
-            logits = model.step(idx[:, :t], 0, key_mask, None)
-        elif t == P:  # prefill: the whole prompt at once
-            logits = model.step(idx[:, :t], 0, key_mask, cache)
-        elif compiled is None or t - 1 < 2:
-            logits = model.step(idx[:, t - 1:t], t - 1, key_mask, cache)
-        elif static:
-            logits = compiled(tok.copy_(idx[:, t - 1:t]), pos.fill_(t - 1), real, cache)
-        else:
-            logits = compiled(tok.copy_(idx[:, t - 1:t]), t - 1, mask, cache)
-        idx[:, t] = pick(logits)
-        end = t + 1
-        if eos_id is not None:
-            done |= idx[:, t] == eos_id
-            if bool(done.all()):
-                break
-    return end
-
-
-# -----------------------------------------------------------------------------
 # Decoder-only language model: the char-level GPT of the embedding-normalization study
 
 
@@ -1016,7 +824,7 @@ class GPTConfig:
     tunable = ("dropout", "attn_impl", "norm_impl", "ffn_impl")
 
     def __post_init__(self):
-        check_block_fields(self, ("vocab_size", "block_size"))
+        check_block_fields(self, "vocab_size", "block_size")
 
 
 class GPT(TokenModel):
@@ -1102,7 +910,11 @@ class GPT(TokenModel):
 
 
 # -----------------------------------------------------------------------------
-# LoRA: low-rank adapters on frozen projections (Hu et al. 2021)
+# Llama 2 (Touvron et al. 2023), small: the mini-Llama of llama2.c and the NLP course's assignment, with the
+# course's LoRA fine-tuning. (Its generate runs the shared `decode` above; its files, llama2.c's formats, are
+# export.py's.)
+#
+# --- LoRA: low-rank adapters on frozen projections (Hu et al. 2021)
 
 LORA_TARGETS = {"wq": "attn", "wk": "attn", "wv": "attn", "wo": "attn", "w1": "ffn", "w2": "ffn", "w3": "ffn"}
 
@@ -1158,8 +970,7 @@ def merge_lora(model):
     return merged.train(model.training)
 
 
-# -----------------------------------------------------------------------------
-# Llama 2 (Touvron et al. 2023), small: the mini-Llama of llama2.c and the NLP course's assignment
+# --- The model
 
 
 def llama_ffn_hidden(n_embd, multiple_of):
@@ -1204,20 +1015,20 @@ class LlamaConfig:
     def __post_init__(self):
         if self.ffn_hidden == 0 and self.multiple_of >= 1:
             self.ffn_hidden = llama_ffn_hidden(self.n_embd, self.multiple_of)
-        check_block_fields(self, ("vocab_size", "block_size", "multiple_of"))
-        if self.n_classes < 0 or self.n_classes == 1:
-            raise ConfigError(f"LlamaConfig: n_classes={self.n_classes}: 0 (a language model) or at least 2")
+        check_block_fields(self, "vocab_size", "block_size", "multiple_of")
         unknown = set(self.lora_targets.split(",")) - set(LORA_TARGETS)
-        if self.lora_rank < 0 or (self.lora_rank and unknown) or self.lora_alpha <= 0:
-            raise ConfigError(f"LlamaConfig: lora_rank={self.lora_rank} (>= 0), lora_alpha={self.lora_alpha} (> 0), "
-                             f"lora_targets={self.lora_targets!r} (a comma-separated subset of {list(LORA_TARGETS)})")
+        require(self, (self.n_classes == 0 or self.n_classes >= 2,
+                       f"n_classes={self.n_classes}: 0 (a language model) or at least 2"),
+                (not (self.lora_rank < 0 or (self.lora_rank and unknown) or self.lora_alpha <= 0),
+                 f"lora_rank={self.lora_rank} (>= 0), lora_alpha={self.lora_alpha} (> 0), lora_targets="
+                 f"{self.lora_targets!r} (a comma-separated subset of {list(LORA_TARGETS)})"))
 
 
 class Llama(TokenModel):
     """Token embedding -> n_layer causal Blocks (RoPE inside attention) -> final RMSNorm -> logits over
     the vocabulary, or, with n_classes > 0, a linear classifier on the final state of each sequence's
     last real token (the course's LlamaEmbeddingClassifier). Parameter names map to llama2.c's by
-    LLAMA2C_NAMES below; `generate` decodes with a key/value cache."""
+    export.LLAMA2C_NAMES; `generate` decodes with a key/value cache."""
 
     tasks = ("lm", "classification")
 
@@ -1301,27 +1112,7 @@ class Llama(TokenModel):
 
 
 # -----------------------------------------------------------------------------
-# Sequence to sequence: the Pig Latin study's two families. A seq2seq batch is a source (a word and
-# [EOS]) and a target (its translation): the decoder reads [SOS] + target and predicts target + [EOS].
-# How a family takes the pair is its config's `seq2seq_layout` (data.py cuts the batches so):
-#     'pair'    an encoder reads the source, a decoder the target input (src, src_mask, idx, targets)
-#     'joined'  one causal model reads source and target input as one sequence (idx, targets), and
-#               only the target part is scored (targets -100 elsewhere: cross_entropy's ignore_index)
-
-
-def greedy_extend(next_logits, idx, steps, eos_id):
-    """Greedy decoding shared by the seq2seq families: append the most likely next token to idx (B, T)
-    up to `steps` times, next_logits(idx) giving the last position's logits (B, V), until every row has
-    produced eos_id. Returns only the new tokens (B, <= steps); a row that ended repeats eos_id."""
-    done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
-    start = idx.size(1)
-    for _ in range(steps):
-        nxt = next_logits(idx).argmax(-1).masked_fill(done, eos_id)  # (B,)
-        idx = torch.cat((idx, nxt[:, None]), dim=1)
-        done |= nxt == eos_id
-        if bool(done.all()):
-            break
-    return idx[:, start:]
+# Encoder-decoder (Vaswani et al. 2017): the Pig Latin study's transformer, the 'pair' layout
 
 
 @dataclass
@@ -1356,16 +1147,15 @@ class EncDecConfig:
     norm_impl: str = "torch"  # 'torch' (F.layer_norm / F.rms_norm) | 'manual' (written out) | 'triton'
     ffn_impl: str = "torch"  # SwiGLU's SiLU(a) * b: 'torch' | 'triton' (one fused kernel)
     causal = True  # the decoder's self-attention; the encoder's Blocks are built non-causal
+    choices = {"pos": ("sinusoidal", "learned", "rope", "none")}  # CHOICES's, and the sinusoid
     seq2seq_layout = "pair"
     data_fields = ("vocab_size", "block_size")
     tunable = ("dropout", "attn_impl", "norm_impl", "ffn_impl")
 
     def __post_init__(self):
-        if self.n_dec_layer < 0:
-            raise ConfigError(f"EncDecConfig: n_dec_layer={self.n_dec_layer} must be >= 0 (0 means n_layer)")
-        if self.n_dec_layer == 0:
-            self.n_dec_layer = self.n_layer
-        check_block_fields(self, ("vocab_size", "block_size"), ("sinusoidal", "learned", "rope", "none"))
+        require(self, (self.n_dec_layer >= 0, f"n_dec_layer={self.n_dec_layer} must be >= 0 (0 means n_layer)"))
+        self.n_dec_layer = self.n_dec_layer or self.n_layer
+        check_block_fields(self, "vocab_size", "block_size")
 
 
 class EncoderDecoder(TokenModel):
@@ -1471,7 +1261,143 @@ class EncoderDecoder(TokenModel):
         return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size
 
 
-MAMBA_SCANS = (*kernels.SCANS, "triton")
+# -----------------------------------------------------------------------------
+# Mamba (Gu & Dao 2023): the Pig Latin study's other family, the 'joined' layout. Its selective state-space
+# mixer is a Block's other token mixer (cfg.mixer = 'mamba', in place of attention); read here: the scan's
+# reference math, the mixer and its recurrent state, the config and the model. The fast scans it can switch to
+# (parallel, log-space, chunked, Triton) are kernels.py's, beside the sequential loop and the discretizations.
+#
+# Glossary (code name -> symbol in the Mamba paper, Algorithm 2 and section 3)
+#     D = d_inner    expanded width E * d (E = expand); the SSM runs on each of the D channels apart
+#     N = d_state    state size per channel
+#     A_log          A = -exp(A_log), (D, N): a diagonal, negative state matrix per channel (S4D-real init)
+#     delta          step size Delta = softplus(dt_proj(x_proj(x)) + bias) > 0, (B, T, D): input-dependent
+#     Bm, Cm         B and C, (B, T, N): input-dependent input and output maps (the "selection")
+#     a_bar, bx_bar  the discretized A-bar_t and B-bar_t x_t, (B, T, D, N)
+#     h              the state, h_t = A-bar_t h_{t-1} + B-bar_t x_t (eq. 2a); y_t = C_t h_t + D x_t (eq. 2b)
+#     D_skip         the skip D of eq. 2b (named so it is not read as the width)
+#     z              the gate branch: the output is y * SiLU(z) (Figure 3)
+
+
+discretize, DISCRETIZATIONS = kernels.discretize, kernels.DISCRETIZATIONS  # (kernels.py's: the fast scans' inputs)
+
+
+def selective_scan_reference(x, delta, A, Bm, Cm, discretization="zoh_approx", scan="sequential"):
+    """The output of Mamba's selective SSM before its skip and gate, y (B, T, D), the plain way: every
+    state materialized. x, delta: (B, T, D); A: (D, N); Bm, Cm: (B, T, N).
+        a_bar, bx_bar = discretize(delta, A, Bm, x)     (B, T, D, N) each
+        h_t = a_bar_t h_{t-1} + bx_bar_t                 the scan, (B, T, D, N)
+        y_t = sum_n C_t[n] h_t[:, n]                     (B, T, D)
+    What the fused scans (kernels.selective_scan_chunked, kernels.selective_scan_triton) compute without
+    storing h, and `scan` picks the algorithm of the middle step (kernels.SCANS)."""
+    a_bar, bx_bar = discretize(delta, A, Bm, x, discretization)
+    h = kernels.selective_scan(a_bar, bx_bar, scan)  # (B, T, D, N)
+    return (h @ Cm[..., None]).squeeze(-1)  # (B, T, D): C_t h_t, per channel
+
+
+class MambaMixer(nn.Module):
+    """The selective SSM of Mamba (Gu & Dao 2023, Algorithm 2 and Figure 3), on x (B, T, C):
+        x, z = in_proj(x)                          two branches of width D
+        x = SiLU(causal depthwise conv(x))         a short local mix along time (kernel d_conv)
+        delta, B, C = x_proj(x)                    input-dependent: this is what makes it "selective"
+        delta = softplus(dt_proj(delta))           low rank (dt_rank), then one step size per channel
+                                                   (divided by sqrt(n_embd) with cfg.dt_div_sqrt)
+        h_t = A-bar_t h_{t-1} + B-bar_t x_t        the scan (kernels.selective_scan), per channel and state
+        y = C_t h_t + D_skip x_t;  y = y * SiLU(z);  out_proj(y)
+    The scan is picked by cfg.scan ('sequential' reference, 'parallel' Blelloch, 'logspace' Heinsen),
+    the discretization by cfg.discretization. It has the (x, key_mask, rope, ...) -> (y, weights)
+    signature of Attention so Block can hold either; it is causal by construction and reads no
+    positions (the recurrence is the position), and padding must be on the right."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        D, N, R = cfg.d_inner, cfg.d_state, cfg.dt_rank
+        self.cfg = cfg
+        self.in_proj = nn.Linear(cfg.n_embd, 2 * D, bias=cfg.bias)
+        self.conv = nn.Conv1d(D, D, cfg.d_conv, groups=D, padding=cfg.d_conv - 1, bias=True)  # depthwise
+        self.x_proj = nn.Linear(D, R + 2 * N, bias=False)
+        self.dt_proj = nn.Linear(R, D, bias=True)
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, N + 1, dtype=torch.float32)).repeat(D, 1))  # (D, N)
+        self.D_skip = nn.Parameter(torch.ones(D))
+        self.out_proj = nn.Linear(D, cfg.n_embd, bias=cfg.bias)
+
+    def reset_dt(self):
+        """Mamba's step-size initialization (its section 3.6): dt_proj's bias set so that
+        softplus(bias) = Delta_0, with Delta_0 log-uniform in [dt_min, dt_max] per channel.
+        (Called after the model's generic initialization, which zeroes biases.)"""
+        cfg = self.cfg
+        u = torch.rand(cfg.d_inner)
+        dt = torch.exp(u * (math.log(cfg.dt_max) - math.log(cfg.dt_min)) + math.log(cfg.dt_min))
+        with torch.no_grad():
+            self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # the inverse of softplus
+
+    def step_size(self, dt):
+        """Delta (B, T, D), one step size per channel, from the low-rank dt (B, T, R): softplus(dt_proj(dt)),
+        divided by sqrt(n_embd) if cfg.dt_div_sqrt (the Pig Latin write-up's change for stable training)."""
+        delta = F.softplus(self.dt_proj(dt))
+        return delta / math.sqrt(self.cfg.n_embd) if self.cfg.dt_div_sqrt else delta
+
+    def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0):
+        """x (B, T, C) -> (y (B, T, C), None). With cache (a MambaState) the tokens go through the recurrence
+        one at a time from the state the cache holds, which they advance (decoding: `step`)."""
+        if cache is not None:
+            return torch.cat([self.step(x[:, t:t + 1], cache) for t in range(x.size(1))], dim=1), None
+        cfg = self.cfg
+        B, T, _ = x.shape
+        xz = self.in_proj(x)  # (B, T, 2D)
+        x, z = xz.chunk(2, dim=-1)  # (B, T, D) each
+        x = self.conv(x.transpose(1, 2))[..., :T].transpose(1, 2)  # (B, T, D): keep the causal part
+        x = F.silu(x)
+        dt, Bm, Cm = self.x_proj(x).split([cfg.dt_rank, cfg.d_state, cfg.d_state], dim=-1)
+        delta = self.step_size(dt)  # (B, T, D)
+        A = -torch.exp(self.A_log.float())  # (D, N)
+        ssm = (x.float(), delta.float(), A, Bm.float(), Cm.float(), cfg.discretization)
+        if cfg.scan == "triton":  # one kernel forward, one backward: no (B, T, D, N) tensor at all
+            y = kernels.selective_scan_triton(*ssm, chunk=cfg.scan_chunk or 64)
+        elif cfg.scan_chunk:  # the same y, its (B, T, D, N) states held for scan_chunk steps at a time
+            y = kernels.selective_scan_chunked(*ssm, chunk=cfg.scan_chunk, scan=cfg.scan,
+                                               compile=cfg.scan_compile and kernels.CHUNK_COMPILE_BACKEND)
+        else:  # discretize, scan every state (B, T, D, N), y_t = C_t h_t per channel
+            y = selective_scan_reference(*ssm, scan=cfg.scan)  # (B, T, D)
+        y = (y + self.D_skip * x.float()).to(x.dtype)
+        y = y * F.silu(z)
+        return self.out_proj(y), None
+
+    def step(self, x, state):
+        """One token x (B, 1, C) -> y (B, 1, C), the same function as forward at that position: the
+        convolution reads the inputs `state` keeps, the scan advances its h by one step (Mamba's recurrent
+        mode, Gu & Dao 2023 sec. 3.4: constant time and memory per token)."""
+        cfg = self.cfg
+        x, z = self.in_proj(x).chunk(2, dim=-1)  # (B, 1, D) each
+        window = torch.cat((state.conv, x.transpose(1, 2)), dim=2)  # (B, D, d_conv): the conv's receptive field
+        state.conv = window[:, :, 1:]
+        x = F.silu((window * self.conv.weight[:, 0]).sum(-1) + self.conv.bias)[:, None]  # (B, 1, D)
+        dt, Bm, Cm = self.x_proj(x).split([cfg.dt_rank, cfg.d_state, cfg.d_state], dim=-1)
+        delta = self.step_size(dt)  # (B, 1, D)
+        A = -torch.exp(self.A_log.float())  # (D, N)
+        a_bar, bx_bar = discretize(delta.float(), A, Bm.float(), x.float(), cfg.discretization)  # (B, 1, D, N)
+        state.h = a_bar[:, 0] * state.h + bx_bar[:, 0]  # (B, D, N)
+        y = (state.h @ Cm.float()[:, 0, :, None]).squeeze(-1)[:, None]  # (B, 1, D)
+        y = (y + self.D_skip * x.float()).to(x.dtype)
+        return self.out_proj(y * F.silu(z))
+
+
+class MambaState:
+    """A Mamba layer's recurrent state, for decoding a token at a time: the causal convolution's last
+    d_conv - 1 inputs (B, D, d_conv - 1) and the SSM state h (B, D, N), both zero before the first token."""
+
+    def __init__(self, batch_size, cfg, device, dtype):
+        self.conv = torch.zeros(batch_size, cfg.d_inner, cfg.d_conv - 1, device=device, dtype=dtype)
+        self.h = torch.zeros(batch_size, cfg.d_inner, cfg.d_state, device=device, dtype=torch.float32)
+
+
+def mamba_flops(cfg, T):
+    """Forward FLOPs of one Mamba Block on T tokens: its projections (in 2*C*2D, x 2*D*(R+2N), dt 2*R*D,
+    out 2*D*C), the depthwise convolution 2*D*d_conv, and the readout C_t h_t, 2*D*N, per token. The
+    discretization and the scan's elementwise multiply-adds (about 2*D*N per token more) are left out,
+    as norms and softmax are for attention."""
+    C, D, N, R = cfg.n_embd, cfg.d_inner, cfg.d_state, cfg.dt_rank
+    return 2 * T * (C * 2 * D + D * cfg.d_conv + D * (R + 2 * N) + R * D + D * C + D * N)
 
 
 @dataclass
@@ -1516,25 +1442,14 @@ class MambaConfig:
         if self.dt_rank == 0:
             self.dt_rank = math.ceil(self.n_embd / 16)
         self.d_inner = self.expand * self.n_embd  # derived, not a field
-        for field in ("vocab_size", "block_size", "n_layer", "n_embd", "d_state", "d_conv", "expand", "dt_rank"):
-            if getattr(self, field) < 1:
-                raise ConfigError(f"MambaConfig: {field}={getattr(self, field)} must be at least 1")
-        if self.scan_chunk < 0:
-            raise ConfigError(f"MambaConfig: scan_chunk={self.scan_chunk}: 0 (all states at once) or a chunk length")
-        checks = [
-            (0 < self.dt_min <= self.dt_max, f"need 0 < dt_min={self.dt_min} <= dt_max={self.dt_max}"),
-            (self.discretization in DISCRETIZATIONS,
-             f"discretization={self.discretization!r}: expected one of {DISCRETIZATIONS}"),
-            (self.scan in MAMBA_SCANS, f"scan={self.scan!r}: expected one of {MAMBA_SCANS}"),
-            (not (self.scan == "triton" and self.scan_compile), "scan_compile compiles the chunked PyTorch scan; "
-                                                                 "scan='triton' is a kernel already"),
-            (self.norm in ("rms", "layer"), f"norm={self.norm!r}: expected 'rms' or 'layer'"),
-            (self.norm_impl in NORM_IMPLS, f"norm_impl={self.norm_impl!r}: expected one of {NORM_IMPLS}"),
-            (0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ConfigError(f"MambaConfig: {msg}")
+        positive = ("vocab_size", "block_size", "n_layer", "n_embd", "d_state", "d_conv", "expand", "dt_rank")
+        require(self, *at_least_one(self, *positive),
+                (self.scan_chunk >= 0, f"scan_chunk={self.scan_chunk}: 0 (all states at once) or a chunk length"),
+                (0 < self.dt_min <= self.dt_max, f"need 0 < dt_min={self.dt_min} <= dt_max={self.dt_max}"),
+                *choice_checks(self), (not (self.scan == "triton" and self.scan_compile),
+                                       "scan_compile compiles the chunked PyTorch scan; scan='triton' is a kernel "
+                                       "already"),
+                (0.0 <= self.dropout < 1.0, f"dropout={self.dropout} must be in [0, 1)"))
 
 
 class Mamba(TokenModel):
@@ -1650,18 +1565,13 @@ class BagOfWordsConfig:
     tunable = ()  # everything here changes the function; a checkpoint fixes it all
 
     def __post_init__(self):
-        checks = [
-            (self.vocab_size >= 1, f"vocab_size={self.vocab_size} must be at least 1"),
-            (self.n_classes >= 2, f"n_classes={self.n_classes} must be at least 2 (a classifier needs labels)"),
-            (self.ngrams >= 1, f"ngrams={self.ngrams} must be at least 1 (1 = unigrams only)"),
-            # the hash's h * NGRAM_HASH_PRIME stays far inside int64 below 2^31 buckets (more would not fit in memory)
-            (self.ngrams == 1 or 1 <= self.n_buckets <= 2**31, f"n_buckets={self.n_buckets}: 1 .. 2^31 for n-grams"),
-            (self.tf in ("binary", "count", "log"), f"tf={self.tf!r}: expected 'binary', 'count' or 'log'"),
-            (self.doc_norm in ("l2", "l1", "none"), f"doc_norm={self.doc_norm!r}: expected 'l2', 'l1' or 'none'"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ConfigError(f"BagOfWordsConfig: {msg}")
+        # (n_buckets: the hash's h * NGRAM_HASH_PRIME stays far inside int64 below 2^31 buckets, and more would
+        # not fit in memory)
+        require(self, (self.vocab_size >= 1, f"vocab_size={self.vocab_size} must be at least 1"),
+                (self.n_classes >= 2, f"n_classes={self.n_classes} must be at least 2 (a classifier needs labels)"),
+                (self.ngrams >= 1, f"ngrams={self.ngrams} must be at least 1 (1 = unigrams only)"),
+                (self.ngrams == 1 or 1 <= self.n_buckets <= 2**31, f"n_buckets={self.n_buckets}: 1 .. 2^31 for "
+                                                                   f"n-grams"), *choice_checks(self))
         self.n_features = self.vocab_size + (self.n_buckets if self.ngrams > 1 else 0)  # derived, not a field
 
 
@@ -1779,20 +1689,6 @@ def build_model(family, settings, facts):
     return model_cls(cfg_cls(**args))
 
 
-def load_pretrained(path):
-    """A trained model to start from: a checkpoint of ours (any family) or a llama2.c one (.bin, or a
-    .pt holding model_args). Raises CheckpointError if it is neither."""
-    if path.endswith(".bin"):
-        return read_llama2c(path)
-    try:
-        head = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:
-        head = None
-    if isinstance(head, dict) and "model_args" in head and head.get("format") != CKPT_FORMAT:
-        return read_llama2c(path)
-    return load_checkpoint(path)[0]
-
-
 def from_pretrained(pretrained, family, settings, facts):
     """A model of `family` that starts from `pretrained`: its architecture and weights, with the run's
     own `tunable` settings (dropout, LoRA, ...) and the dataset's facts (a classification head sized
@@ -1890,160 +1786,3 @@ def load_checkpoint(path, device="cpu"):
     except RuntimeError as e:
         raise CheckpointError(f"{path}: weights do not match the stored model config ({e})") from None
     return model.to(device).eval(), ckpt
-
-
-# -----------------------------------------------------------------------------
-# llama2.c's formats, both ways: a Llama from Karpathy's llama2.c checkpoints (.pt from its train.py,
-# .bin from its export.py, which its run.c reads) and ours back to them.
-#
-# .pt : torch.save({"model": state dict in llama2.c's names, "model_args": {dim, n_layers, n_heads,
-#       n_kv_heads, vocab_size, hidden_dim, multiple_of, norm_eps, max_seq_len, dropout}, ...})
-# .bin version 0 (legacy; what run.c reads): 7 int32 (dim, hidden_dim, n_layers, n_heads, n_kv_heads,
-#       vocab_size, max_seq_len; a negative vocab_size means the output head is not shared), then
-#       float32 arrays: token table, attention norms, wq, wk, wv, wo, FFN norms, w1, w2, w3, final
-#       norm, the RoPE cos and sin tables (seq_len x head_size/2 each), the output head if not shared.
-# .bin version 1: a 256-byte header (uint32 magic "ak42", int32 version 1, the 7 int32 with a positive
-#       vocab_size, uint8 shared-head flag, zeros), then the arrays in another order: attention norms,
-#       FFN norms, final norm, token table, wq, wk, wv, wo, w1, w2, w3, the head if not shared.
-
-LLAMA2C_MAGIC = 0x616B3432
-LLAMA2C_NAMES = {  # our parameter name -> llama2.c's ({i}: the layer)
-    "tok_emb.weight": "tok_embeddings.weight", "norm_f.weight": "norm.weight", "head.weight": "output.weight",
-    "layers.{i}.norm1.weight": "layers.{i}.attention_norm.weight",
-    "layers.{i}.norm2.weight": "layers.{i}.ffn_norm.weight",
-    **{f"layers.{{i}}.attn.{w}.weight": f"layers.{{i}}.attention.{w}.weight" for w in ("wq", "wk", "wv", "wo")},
-    **{f"layers.{{i}}.ffn.{w}.weight": f"layers.{{i}}.feed_forward.{w}.weight" for w in ("w1", "w2", "w3")},
-}
-
-
-def llama2c_bin_order(n_layer, version):
-    """Our parameter names in the order a .bin of `version` stores them ('rope' marks the RoPE tables
-    of version 0; the output head, when not shared, comes last in both)."""
-    per = lambda name: [name.format(i=i) for i in range(n_layer)]  # noqa: E731
-    linear = [w for name in ("attn.wq", "attn.wk", "attn.wv", "attn.wo") for w in per(f"layers.{{i}}.{name}.weight")]
-    ffn = [w for name in ("w1", "w2", "w3") for w in per(f"layers.{{i}}.ffn.{name}.weight")]
-    if version == 0:
-        return ["tok_emb.weight", *per("layers.{i}.norm1.weight"), *linear, *per("layers.{i}.norm2.weight"), *ffn,
-                "norm_f.weight", "rope"]
-    return [*per("layers.{i}.norm1.weight"), *per("layers.{i}.norm2.weight"), "norm_f.weight", "tok_emb.weight",
-            *linear, *ffn]
-
-
-def read_llama2c(path):
-    """A Llama (eval mode, float32, CPU) from a llama2.c checkpoint: .pt, or .bin of version 0 or 1.
-    Anything else raises CheckpointError saying what was expected."""
-    if not os.path.isfile(path):
-        raise CheckpointError(f"no llama2.c checkpoint at {path}")
-    if path.endswith(".pt"):
-        return _read_llama2c_pt(path)
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(256)
-    if len(head) < 28:
-        raise CheckpointError(f"{path} is too short ({size} bytes) to be a llama2.c .bin checkpoint")
-    if struct.unpack("<I", head[:4])[0] == LLAMA2C_MAGIC:
-        version = struct.unpack("<i", head[4:8])[0]
-        if version != 1:
-            raise CheckpointError(f"{path} is a llama2.c .bin of version {version}; this code reads versions 0 and 1 "
-                                  f"(version 2 is llama2.c's int8-quantized format)")
-        dims, shared, offset = struct.unpack("<7i", head[8:36]), bool(head[36]), 256
-    else:
-        version, dims, offset = 0, struct.unpack("<7i", head[:28]), 28
-        shared = dims[5] > 0
-    dim, hidden, n_layer, n_head, n_kv_head, vocab_size, seq_len = dims
-    vocab_size = abs(vocab_size)
-    sane = (min(dim, hidden, n_layer, n_head, n_kv_head, vocab_size, seq_len) > 0 and dim % n_head == 0
-            and n_head % n_kv_head == 0 and (dim // n_head) % 2 == 0 and max(dims) < 2**24)
-    if not sane:
-        raise CheckpointError(f"{path} does not start with a llama2.c header (read {dims}); expected a .bin from "
-                              f"llama2.c's export.py, version 0 or 1")
-    cfg = LlamaConfig(vocab_size=vocab_size, block_size=seq_len, n_layer=n_layer, n_embd=dim, n_head=n_head,
-                      n_kv_head=n_kv_head, ffn_hidden=hidden, tie_embeddings=shared)
-    with torch.device("meta"):
-        shapes = {k: v.shape for k, v in Llama(cfg).state_dict().items()}
-    shapes["rope"] = (2, seq_len, dim // n_head // 2)
-    order = llama2c_bin_order(n_layer, version) + ([] if shared else ["head.weight"])
-    counts = [math.prod(shapes[name]) for name in order]
-    expected = offset + 4 * sum(counts)
-    if size != expected:
-        raise CheckpointError(f"{path} holds {size} bytes, but a llama2.c version-{version} file with this header "
-                              f"(dim {dim}, {n_layer} layers, vocab {vocab_size}, context {seq_len}) holds "
-                              f"{expected}: truncated, or not such a file")
-    flat = np.fromfile(path, dtype="<f4", offset=offset)
-    state, at = {}, 0
-    for name, n in zip(order, counts):
-        if name != "rope":
-            state[name] = torch.from_numpy(flat[at:at + n].copy()).view(shapes[name])
-        at += n
-    if shared:
-        state["head.weight"] = state["tok_emb.weight"]
-    model = Llama(cfg)
-    model.load_state_dict(state)
-    return model.eval()
-
-
-def _read_llama2c_pt(path):
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise CheckpointError(f"{path} cannot be read with torch.load(weights_only=True) "
-                              f"({type(e).__name__})") from None
-    if not isinstance(ckpt, dict) or not {"model", "model_args"} <= set(ckpt):
-        raise CheckpointError(f"{path} is not a llama2.c .pt checkpoint: expected a dict with 'model' and 'model_args'")
-    sd = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
-    a = ckpt["model_args"]
-    try:
-        n_layer, emb = a["n_layers"], sd["tok_embeddings.weight"]
-        tied = torch.equal(emb, sd.get("output.weight", emb))  # llama2.c ties them by sharing one tensor
-        cfg = LlamaConfig(vocab_size=a["vocab_size"], block_size=a["max_seq_len"], n_layer=n_layer, n_embd=a["dim"],
-                          n_head=a["n_heads"], n_kv_head=a.get("n_kv_heads") or 0, norm_eps=a.get("norm_eps", 1e-5),
-                          ffn_hidden=sd["layers.0.feed_forward.w1.weight"].shape[0], tie_embeddings=tied)
-        names = {ours.format(i=i): theirs.format(i=i) for ours, theirs in LLAMA2C_NAMES.items() for i in range(n_layer)}
-        state = {ours: sd[theirs] for ours, theirs in names.items() if not (ours == "head.weight" and tied)}
-    except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"{path}: model_args or weights are not llama2.c's ({type(e).__name__}: {e})") from None
-    if cfg.tie_embeddings:
-        state["head.weight"] = state["tok_emb.weight"]
-    model = Llama(cfg)
-    try:
-        model.load_state_dict({k: v.float() for k, v in state.items()})
-    except RuntimeError as e:
-        raise CheckpointError(f"{path}: weights do not match its model_args ({e})") from None
-    return model.eval()
-
-
-def write_llama2c(model, path, version=0):
-    """Write a Llama language model in llama2.c's format: version 0 or 1 .bin (run.c reads version 0),
-    or 'pt' (a .pt for llama2.c's Python code). Written atomically. run.c assumes RMSNorm and
-    theta = 10000, so other models are refused."""
-    m = raw_model(model)
-    if isinstance(m, Llama) and m.cfg.lora_rank:
-        m = merge_lora(m)  # llama2.c knows no adapters: fold them into the weights
-    cfg = m.cfg
-    if not isinstance(m, Llama) or cfg.n_classes or cfg.norm != "rms" or cfg.rope_theta != 10000.0:
-        raise ConfigError("llama2.c's formats hold a Llama language model with RMSNorm and RoPE theta 10000")
-    sd = {k: v.detach().float().cpu() for k, v in m.state_dict().items()}
-    tmp = f"{path}.tmp{os.getpid()}"
-    if version == "pt":
-        names = {ours.format(i=i): theirs.format(i=i) for ours, theirs in LLAMA2C_NAMES.items()
-                 for i in range(cfg.n_layer)}
-        args = {"dim": cfg.n_embd, "n_layers": cfg.n_layer, "n_heads": cfg.n_head, "n_kv_heads": cfg.n_kv_head,
-                "vocab_size": cfg.vocab_size, "hidden_dim": cfg.ffn_hidden, "multiple_of": cfg.multiple_of,
-                "norm_eps": cfg.norm_eps, "max_seq_len": cfg.block_size, "dropout": cfg.dropout}
-        torch.save({"model": {theirs: sd[ours] for ours, theirs in names.items()}, "model_args": args}, tmp)
-    elif version in (0, 1):
-        shared = cfg.tie_embeddings
-        dims = (cfg.n_embd, cfg.ffn_hidden, cfg.n_layer, cfg.n_head, cfg.n_kv_head,
-                cfg.vocab_size if (shared or version == 1) else -cfg.vocab_size, cfg.block_size)
-        sd["rope"] = torch.stack(rope_cache(cfg.block_size, cfg.n_embd // cfg.n_head, cfg.rope_theta))
-        order = llama2c_bin_order(cfg.n_layer, version) + ([] if shared else ["head.weight"])
-        with open(tmp, "wb") as f:
-            if version == 1:
-                f.write(struct.pack("<Ii7iB", LLAMA2C_MAGIC, 1, *dims, int(shared)).ljust(256, b"\0"))
-            else:
-                f.write(struct.pack("<7i", *dims))
-            for name in order:
-                f.write(sd[name].numpy().astype("<f4").tobytes())
-    else:
-        raise ConfigError(f"version={version!r}: expected 0, 1 or 'pt'")
-    os.replace(tmp, path)

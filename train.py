@@ -36,8 +36,9 @@ import torch
 import configurator
 import data
 import evaluate
+from export import load_pretrained
 from model import (CKPT_VERSION, FAMILIES, CheckpointError, build_model, family_settings, from_pretrained,
-                   load_checkpoint, load_pretrained, save_checkpoint)
+                   load_checkpoint, save_checkpoint)
 
 # -----------------------------------------------------------------------------
 # default config values (every one may be overridden; the key names are part of the interface)

@@ -1,5 +1,6 @@
 """
-Tests of kernels.py: every fast scan equals the plain reference, forward and gradient.
+Tests of kernels.py: every fast scan equals the plain reference, forward and gradient (and, at the end, the
+scan benchmarks of bench/kernels.py run and say what they measured).
 
 The reference, scan_sequential, is checked against the recurrence unrolled into a sum and against a
 case worked by hand; the fast scans are then checked against it in float64, on odd lengths (1, 3, 7,
@@ -14,7 +15,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import bench.kernels as bench_kernels
 import kernels
+import model
 from kernels import SCANS, scan_sequential, selective_scan
 
 FAST = ("parallel", "logspace")
@@ -207,7 +210,7 @@ def test_chunked_scan_is_the_reference_in_value_and_gradient(method, chunk):
     the gradients of x, Delta, A, B and C equal the materialized reference's (float64, T = 37: several chunks
     and a ragged last one), for each discretization."""
     ins = ssm_inputs()
-    ref = kernels.selective_scan_reference(*ins, method)
+    ref = model.selective_scan_reference(*ins, method)
     gy = torch.randn_like(ref)
     want = torch.autograd.grad(ref, ins, gy)
     y = kernels.selective_scan_chunked(*ins, method, chunk=chunk, scan="parallel")
@@ -239,10 +242,15 @@ def test_zoh_keeps_its_digits_for_small_steps():
     assert ((bx32.double() - bx64) / bx64).abs().max() < 1e-6
     assert ((a32.double() - a64) / a64).abs().max() < 1e-6
 
+
+# -----------------------------------------------------------------------------
+# the benchmarks: `python -m bench.kernels scan` and `precision`
+
+
 def test_scan_benchmark_runs_and_writes_json(tmp_path, capsys):
     path = tmp_path / "scan.json"
-    kernels.main(["scan", "--lengths", "3", "8", "--batch", "1", "--d", "2", "--n", "2", "--repeats", "2",
-                  "--json", str(path)])
+    bench_kernels.main(["scan", "--lengths", "3", "8", "--batch", "1", "--d", "2", "--n", "2", "--repeats", "2",
+                        "--json", str(path)])
     out = capsys.readouterr().out
     assert "| length | sequential ms | parallel ms | logspace ms | speedup parallel vs sequential |" in out
     assert "conditions: device=cpu" in out and "leaves out" in out  # T=1024, the goal's length, not run
@@ -258,8 +266,8 @@ def test_scan_benchmark_states_the_goal(tmp_path, capsys):
     """At T=1024 the benchmark prints the measured parallel/sequential ratio and whether the 10x goal
     is met, whichever it is (one number per step here, so it is quick)."""
     path = tmp_path / "goal.json"
-    kernels.main(["scan", "--lengths", "1024", "--batch", "1", "--d", "1", "--n", "1", "--repeats", "1",
-                  "--json", str(path)])
+    bench_kernels.main(["scan", "--lengths", "1024", "--batch", "1", "--d", "1", "--n", "1", "--repeats", "1",
+                        "--json", str(path)])
     goal_lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("goal:")]
     assert len(goal_lines) == 2  # forward, and forward + backward
     measured = json.loads(path.read_text())["goal"]["measured"]
@@ -278,19 +286,19 @@ def test_scan_benchmark_survives_a_failing_compile(monkeypatch):
 
     monkeypatch.setattr(torch, "compile", broken_compile)
     monkeypatch.setattr(torch.compiler, "reset", lambda: None)  # nothing compiled; spares importing dynamo
-    results = kernels.time_scans([3, 8], 1, 2, 2, repeats=1, compile=True, compile_loop_max=4)
+    results = bench_kernels.time_scans([3, 8], 1, 2, 2, repeats=1, compile=True, compile_loop_max=4)
     compiled = results["compiled"]
     assert "no compiler here" in compiled["logspace"][3]["error"]
     assert compiled["sequential"][8]["error"].startswith("skipped")
     assert compiled["sequential"][3]["fwd"] > 0 and compiled["parallel"][8]["fwd_bwd"] > 0
-    table = "\n".join(kernels.time_table(compiled, [3, 8], "fwd", repeats=1))
+    table = "\n".join(bench_kernels.time_table(compiled, [3, 8], "fwd", repeats=1))
     assert "failed" in table and "skipped" in table
 
 
 def test_precision_benchmark(tmp_path, capsys):
     path = tmp_path / "precision.json"
-    kernels.main(["precision", "--lengths", "5", "64", "--scales", "1", "--batch", "1", "--d", "2", "--n", "2",
-                  "--json", str(path)])
+    bench_kernels.main(["precision", "--lengths", "5", "64", "--scales", "1", "--batch", "1", "--d", "2", "--n", "2",
+                        "--json", str(path)])
     assert "| scale | length |" in capsys.readouterr().out
     result = json.loads(path.read_text())["results"]["1.0"]
     for T in ("5", "64"):

@@ -10,8 +10,11 @@ import struct
 import pytest
 import torch
 
+import export
+import kernels
 import model
-from model import KVCache, Llama, LlamaConfig, read_llama2c, sample_next, write_llama2c
+from export import read_llama2c, write_llama2c
+from model import KVCache, Llama, LlamaConfig, sample_next
 
 STORIES260K = os.path.join(os.environ["DATA_MIRROR"], "tinyllamas", "stories260K", "stories260K.bin")
 
@@ -148,7 +151,7 @@ def test_one_query_attention_is_manual_attention(nkv):
     rep = nh // nkv
     for m in (None, mask):
         want, _ = model.manual_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), m)
-        torch.testing.assert_close(model.one_query_attention(q, k, v, m), want, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(kernels.one_query_attention(q, k, v, m), want, atol=1e-6, rtol=1e-5)
 
 
 @pytest.fixture
@@ -157,10 +160,10 @@ def traced_compile(monkeypatch):
     dynamic or static shapes, its guards) without inductor's code generation, which takes half a minute
     (`test_stories260k_greedy_golden_compiled_by_inductor` does that, on request). Yields a switch to
     the static (CUDA graphs) path on the CPU."""
-    monkeypatch.setattr(model, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(kernels, "COMPILE_BACKEND", "eager")
 
     def static(on):
-        monkeypatch.setattr(model, "STATIC_DECODE", ("cpu", "cuda") if on else ("cuda",))
+        monkeypatch.setattr(kernels, "STATIC_DECODE", ("cpu", "cuda") if on else ("cuda",))
     return static
 
 
@@ -355,11 +358,9 @@ def test_llama2c_export_folds_lora_adapters(tmp_path):
 
 
 def test_export_from_the_command_line(tmp_path, capsys):
-    """evaluate.py --ckpt ckpt.pt --export PATH: a LoRA-tuned language model of ours in each of llama2.c's
+    """export.py --ckpt ckpt.pt --export PATH: a LoRA-tuned language model of ours in each of llama2.c's
     formats (the version from --export_version, or the path), its logits read back equal; an existing file
     kept, a classifier refused."""
-    import evaluate
-
     lora = tiny_llama(lora_rank=2)
     with torch.no_grad():
         lora.layers[1].attn.wv.lora_B.normal_(0, 0.3)
@@ -367,17 +368,17 @@ def test_export_from_the_command_line(tmp_path, capsys):
     model.save_checkpoint(ckpt, lora, data={"task": "lm"}, config={})
     idx = torch.randint(0, 40, (2, 9))
     for name, version in [("m.bin", []), ("m1.bin", ["--export_version", "1"]), ("m.pt", [])]:
-        r = evaluate.main(["--ckpt", ckpt, "--export", str(tmp_path / name), *version])
+        r = export.main(["--ckpt", ckpt, "--export", str(tmp_path / name), *version])
         torch.testing.assert_close(read_llama2c(str(tmp_path / name))(idx)[0], lora(idx)[0], atol=1e-5, rtol=1e-5)
         assert r["version"] == {"m.bin": 0, "m1.bin": 1, "m.pt": "pt"}[name] and r["max_logit_difference"] < 1e-5
     assert (tmp_path / "m1.bin").read_bytes()[:4] == b"24ka" and "wrote" in capsys.readouterr().out
     before = (tmp_path / "m.bin").read_bytes()
     with pytest.raises(SystemExit, match="already there; it is not replaced"):
-        evaluate.main(["--ckpt", ckpt, "--export", str(tmp_path / "m.bin"), "--export_version", "1"])
+        export.main(["--ckpt", ckpt, "--export", str(tmp_path / "m.bin"), "--export_version", "1"])
     assert (tmp_path / "m.bin").read_bytes() == before
     model.save_checkpoint(str(tmp_path / "cls.pt"), tiny_llama(n_classes=2), data={"task": "classification"}, config={})
     with pytest.raises(SystemExit, match="writes Llama language models; .* is a classifier"):
-        evaluate.main(["--ckpt", str(tmp_path / "cls.pt"), "--export", str(tmp_path / "c.bin")])
+        export.main(["--ckpt", str(tmp_path / "cls.pt"), "--export", str(tmp_path / "c.bin")])
 
 
 def test_llama2c_bin_layout_by_hand(tmp_path):
@@ -403,7 +404,7 @@ def test_llama2c_bad_files_are_refused_clearly(tmp_path):
     good = (tmp_path / "good.bin").read_bytes()
     cases = {"missing.bin": None, "short.bin": good[:20], "truncated.bin": good[:-4],
              "noise.bin": bytes(range(256)) * 4,
-             "v2.bin": struct.pack("<Ii", model.LLAMA2C_MAGIC, 2) + good[28:]}
+             "v2.bin": struct.pack("<Ii", export.LLAMA2C_MAGIC, 2) + good[28:]}
     messages = {"missing.bin": "no llama2.c checkpoint", "short.bin": "too short", "truncated.bin": "truncated",
                 "noise.bin": "does not start with a llama2.c header", "v2.bin": "version 2.*int8"}
     for name, payload in cases.items():

@@ -166,9 +166,9 @@ def test_the_compiled_step_decodes_as_the_eager_one(monkeypatch, static):
     """mode='compiled' (graph capture by dynamo's 'eager' backend: no code generated, which takes half a
     minute) gives the eager tokens, within the context and across its restarts, learned positions read at a
     tensor position in the static scheme."""
-    import model as model_module
-    monkeypatch.setattr(model_module, "COMPILE_BACKEND", "eager")
-    monkeypatch.setattr(model_module, "STATIC_DECODE", ("cpu", "cuda") if static else ("cuda",))
+    import kernels
+    monkeypatch.setattr(kernels, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(kernels, "STATIC_DECODE", ("cpu", "cuda") if static else ("cuda",))
     torch._dynamo.reset()
     model = lively_gpt()
     prompt = torch.tensor([[1, 2, 3], [4, 5, 6]])

@@ -5,15 +5,16 @@ On a machine without CUDA the kernels run in Triton's interpreter (tests/conftes
 before anything imports triton) on CPU tensors; with CUDA they run compiled, on the GPU. The whole module
 skips where triton is not installed.
 
-The references (kernels.*_reference) are first checked against model.py's own hand-written math; the kernels
-are then compared with the references run in float64 on the same inputs, so the measured error is the
-kernel's alone. Sizes are odd on purpose: widths 37 and 48 (not powers of two: masked columns), sequences of
-7 and 37 (ragged last tiles; in the interpreter the attention tiles are 16, so 37 spans three), head sizes
-16, 48, 64 (48 pads to 64). Tolerances are normwise, max |x - x_ref| <= tol * max(max |x_ref|, 1). Measured
-in the interpreter, over every value and gradient here: float32 at most 6e-7 (tolerance 1e-4, room for a
-GPU's approximate exp2 and rsqrt); float16 6e-4 (tolerance 5e-3) and bfloat16 8e-3 (tolerance 3e-2), set by
-rounding the outputs, and attention's probabilities before their matmul, to 11 and 8 bits. The selective
-scan also runs in float64 (its kernels compute in float64 then): at most 6e-14 (tolerance 1e-12).
+The references are model.py's own written-out paths (norm_impl='manual', FeedForward's SwiGLU, manual_attention,
+selective_scan_reference), called through small adapters with the kernels' signatures, which are first checked
+against model.py's modules; the kernels are then compared with the references run in float64 on the same inputs,
+so the measured error is the kernel's alone. Sizes are odd on purpose: widths 37 and 48 (not powers of two:
+masked columns), sequences of 7 and 37 (ragged last tiles; in the interpreter the attention tiles are 16, so 37
+spans three), head sizes 16, 48, 64 (48 pads to 64). Tolerances are normwise, max |x - x_ref| <= tol * max(max
+|x_ref|, 1). Measured in the interpreter, over every value and gradient here: float32 at most 6e-7 (tolerance
+1e-4, room for a GPU's approximate exp2 and rsqrt); float16 6e-4 (tolerance 5e-3) and bfloat16 8e-3 (tolerance
+3e-2), set by rounding the outputs, and attention's probabilities before their matmul, to 11 and 8 bits. The
+selective scan also runs in float64 (its kernels compute in float64 then): at most 6e-14 (tolerance 1e-12).
 """
 
 import json
@@ -27,6 +28,7 @@ import torch
 
 pytest.importorskip("triton", reason="the Triton kernels need triton (pip install triton; Linux)")
 
+import bench.kernels as bench_kernels  # noqa: E402
 import kernels  # noqa: E402
 import model  # noqa: E402
 
@@ -87,11 +89,44 @@ def check_against_float64(triton_fn, reference_fn, inputs, names, dtype=torch.fl
 
 
 # -----------------------------------------------------------------------------
-# the references are the model's math
+# the references are the model's math: model.py's written-out paths, with the kernels' signatures
+
+
+def rms_norm_reference(x, w, eps):
+    """model.RMSNorm's written-out path (norm_impl='manual'), its weight an input (so it gets a gradient)."""
+    return torch.func.functional_call(model.RMSNorm(x.shape[-1], eps, impl="manual"), {"weight": w}, (x,))
+
+
+def layer_norm_reference(x, w, b, eps):
+    """model.LayerNorm's written-out path (norm_impl='manual'); b None: a LayerNorm without bias."""
+    norm = model.LayerNorm(x.shape[-1], eps, bias=b is not None, impl="manual")
+    return torch.func.functional_call(norm, {"weight": w} if b is None else {"weight": w, "bias": b}, (x,))
+
+
+def swiglu_reference(gate, value):
+    """model.FeedForward's SwiGLU, SiLU(W1 x) * W3 x, of gate = W1 x and value = W3 x."""
+    return torch.nn.functional.silu(gate) * value
+
+
+def attention_reference(q, k, v, key_mask=None, causal=False):
+    """model.manual_attention with what model.Attention builds around it: the key/value heads repeated to the
+    query heads, and one bool mask from the key mask and the causal tril(Tk - Tq). A row with no allowed key (all
+    padding, or a query placed before every key), where manual_attention's softmax is NaN, gives 0 and passes no
+    gradient, as the kernel does."""
+    B, nh, Tq, hs = q.shape
+    Tk, rep = k.shape[2], nh // k.shape[1]
+    allowed = torch.ones(B, 1, Tq, Tk, dtype=torch.bool, device=q.device)  # (B, 1, Tq, Tk)
+    if key_mask is not None:
+        allowed = allowed & key_mask[:, None, None, :]
+    if causal:
+        allowed = allowed & torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril(Tk - Tq)
+    empty = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, Tq, 1): rows with nothing to attend to
+    y, _ = model.manual_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), allowed | empty)
+    return y.masked_fill(empty, 0.0)  # (B, nh, Tq, hs)
 
 
 def test_references_match_model():
-    """kernels' references compute what model.py's hand-written RMSNorm, LayerNorm (norm_impl='manual') and
+    """The references above compute what model.py's hand-written RMSNorm, LayerNorm (norm_impl='manual') and
     manual_attention do (where the latter is defined: every query row has a key), so the kernels tested
     against them below stand in for the model's own paths."""
     x, w, b = randn(2, 5, 37, seed=1), randn(37, seed=2), randn(37, seed=3)
@@ -103,16 +138,16 @@ def test_references_match_model():
             m.weight.copy_(w)
             m.impl = "manual"  # the hand-written math (norm_impl='manual'), not F.rms_norm / F.layer_norm
         ln.bias.copy_(b)
-        torch.testing.assert_close(kernels.rms_norm_reference(x, w, 1e-5), rms(x))
-        torch.testing.assert_close(kernels.layer_norm_reference(x, w, b, 1e-5), ln(x))
-        torch.testing.assert_close(kernels.layer_norm_reference(x, w, None, 1e-5), ln_nobias(x))
+        torch.testing.assert_close(rms_norm_reference(x, w, 1e-5), rms(x))
+        torch.testing.assert_close(layer_norm_reference(x, w, b, 1e-5), ln(x))
+        torch.testing.assert_close(layer_norm_reference(x, w, None, 1e-5), ln_nobias(x))
         # attention: 4 query heads reading 2 kv heads; causal, Tq < Tk, the second sequence padded
         q, k, v = randn(2, 4, 5, 16, seed=4), randn(2, 2, 37, 16, seed=5), randn(2, 2, 37, 16, seed=6)
         key_mask = torch.ones(2, 37, dtype=torch.bool, device=DEVICE)
         key_mask[1, 27:] = False
         mask = key_mask[:, None, None, :] & torch.ones(5, 37, dtype=torch.bool, device=DEVICE).tril(37 - 5)
         expected, _ = model.manual_attention(q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1), mask)
-        torch.testing.assert_close(kernels.attention_reference(q, k, v, key_mask, causal=True), expected)
+        torch.testing.assert_close(attention_reference(q, k, v, key_mask, causal=True), expected)
 
 
 # -----------------------------------------------------------------------------
@@ -128,10 +163,10 @@ def norm_case(kind, shape, seed=0):
     eps = 1e-5
     if kind == "rms":
         return ((x, w), "xw", lambda x, w: kernels.rms_norm_triton(x, w, eps),
-                lambda x, w: kernels.rms_norm_reference(x, w, eps))
+                lambda x, w: rms_norm_reference(x, w, eps))
     bias = b if kind == "layer" else None
     return ((x, w, bias), "xwb", lambda x, w, b: kernels.layer_norm_triton(x, w, b, eps),
-            lambda x, w, b: kernels.layer_norm_reference(x, w, b, eps))
+            lambda x, w, b: layer_norm_reference(x, w, b, eps))
 
 
 NORMS = ("rms", "layer", "layer_no_bias")
@@ -159,7 +194,7 @@ def test_norm_bfloat16_input_float32_weight():
     x, w = randn(4, 37, seed=20, dtype=torch.bfloat16), randn(37, seed=21)
     grad = randn(4, 37, seed=22, dtype=torch.bfloat16)
     y, (dx, dw) = value_and_grads(lambda x, w: kernels.rms_norm_triton(x, w, 1e-5), (x, w), grad)
-    y_ref, (dx_ref, dw_ref) = value_and_grads(lambda x, w: kernels.rms_norm_reference(x, w, 1e-5), (x, w), grad,
+    y_ref, (dx_ref, dw_ref) = value_and_grads(lambda x, w: rms_norm_reference(x, w, 1e-5), (x, w), grad,
                                               torch.float64)
     assert (y.dtype, dx.dtype, dw.dtype) == (torch.bfloat16, torch.bfloat16, torch.float32)
     for got, want, what in ((y, y_ref, "y"), (dx, dx_ref, "dx"), (dw, dw_ref, "dw")):
@@ -171,7 +206,7 @@ def test_norm_bfloat16_input_float32_weight():
 def test_swiglu_matches_reference(shape, dtype):
     """(2, 7, 384) is 5,376 elements: five full blocks of 1,024 and a ragged sixth."""
     gate, value = randn(*shape, seed=30) * 3, randn(*shape, seed=31)  # gates well into silu's curved range
-    check_against_float64(kernels.swiglu_triton, kernels.swiglu_reference, (gate, value), ("gate", "value"), dtype)
+    check_against_float64(kernels.swiglu_triton, swiglu_reference, (gate, value), ("gate", "value"), dtype)
 
 
 def test_norms_reject_a_weight_of_another_width():
@@ -221,7 +256,7 @@ def attention_inputs(nkv, Tq, Tk, hs, padded, seed=0, B=2, nh=4):
 
 def attention_fns(key_mask, causal):
     return (lambda q, k, v: kernels.flash_attention_triton(q, k, v, key_mask=key_mask, causal=causal),
-            lambda q, k, v: kernels.attention_reference(q, k, v, key_mask=key_mask, causal=causal))
+            lambda q, k, v: attention_reference(q, k, v, key_mask=key_mask, causal=causal))
 
 
 @pytest.mark.parametrize("nkv, Tq, Tk, hs, padded, causal", ATTENTION_CASES)
@@ -309,7 +344,7 @@ def scan_regimes(delta, A):
 
 def scan_fns(discretization, chunk):
     return (lambda *a: kernels.selective_scan_triton(*a, discretization=discretization, chunk=chunk),
-            lambda *a: kernels.selective_scan_reference(*a, discretization=discretization))
+            lambda *a: model.selective_scan_reference(*a, discretization=discretization))
 
 
 @pytest.mark.parametrize("discretization", kernels.DISCRETIZATIONS)
@@ -382,7 +417,7 @@ def test_selective_scan_bfloat16_inputs_float32_A():
     inputs = [t.to(torch.bfloat16) for t in (x, delta)] + [A.float()] + [t.to(torch.bfloat16) for t in (Bm, Cm)]
     grad = randn(2, 5, 5, seed=41)
     y, grads = value_and_grads(kernels.selective_scan_triton, inputs, grad)
-    y_ref, grads_ref = value_and_grads(kernels.selective_scan_reference, inputs, grad, torch.float64)
+    y_ref, grads_ref = value_and_grads(model.selective_scan_reference, inputs, grad, torch.float64)
     assert y.dtype == torch.float32
     assert_close(y, y_ref, TOL[torch.float32], "y")
     for name, t, g, g_ref in zip(SCAN_NAMES, inputs, grads, grads_ref):
@@ -417,11 +452,12 @@ def test_selective_scan_rejects_bad_input():
 
 def test_import_without_triton():
     """`import kernels` works where triton is missing (macOS, CPU installs); the Triton functions then say
-    how to install it, and the references still run. In a fresh interpreter, with triton blocked."""
+    how to install it, and the references (model.py's written-out paths) still run. In a fresh interpreter,
+    with triton blocked."""
     code = ("import sys; sys.modules['triton'] = None\n"
-            "import torch, kernels\n"
+            "import torch, kernels, model\n"
             "assert not kernels.triton_available()\n"
-            "print(kernels.rms_norm_reference(torch.ones(2, 3), torch.ones(3), 1e-5).shape)\n"
+            "print(model.RMSNorm(3, impl='manual')(torch.ones(2, 3)).shape)\n"
             "try:\n"
             "    kernels.rms_norm_triton(torch.ones(2, 3), torch.ones(3), 1e-5)\n"
             "except RuntimeError as e:\n"
@@ -439,7 +475,7 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch, capsys):
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
         kernels.rms_norm_triton(torch.ones(2, 3), torch.ones(3), 1e-5)
     with pytest.raises(SystemExit):
-        kernels.main(["triton", "--device", "cpu"])
+        bench_kernels.main(["triton", "--device", "cpu"])
     assert "interpreter" in capsys.readouterr().err
 
 
@@ -448,11 +484,11 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch, capsys):
 
 
 def test_triton_benchmark_command(tmp_path, capsys):
-    """`python kernels.py triton` at a tiny size: one table row per kernel, and the Triton outputs agree with
+    """`python -m bench.kernels triton` at a tiny size: one table row per kernel, and the Triton outputs agree with
     the PyTorch ops they are timed against."""
     path = tmp_path / "triton.json"
-    kernels.main(["triton", "--device", DEVICE, "--dtype", "float32", "--batch", "1", "--lengths", "16",
-                  "--n_embd", "32", "--n_head", "2", "--ffn", "48", "--repeats", "1", "--json", str(path)])
+    bench_kernels.main(["triton", "--device", DEVICE, "--dtype", "float32", "--batch", "1", "--lengths", "16",
+                        "--n_embd", "32", "--n_head", "2", "--ffn", "48", "--repeats", "1", "--json", str(path)])
     out = capsys.readouterr().out
     saved = json.loads(path.read_text())
     names = ["rms_norm", "layer_norm", "swiglu", "attention", "attention, key mask", "attention, causal"]
@@ -466,7 +502,7 @@ def test_triton_benchmark_command(tmp_path, capsys):
 
 
 def test_every_kernel_compiles_for_an_h100(tmp_path):
-    """The interpreter runs the kernels' arithmetic but does not compile them. `python kernels.py compile`
+    """The interpreter runs the kernels' arithmetic but does not compile them. `python -m bench.kernels compile`
     builds every variant the launchers use with Triton's real compiler, for an H100 (sm_90), with no GPU
     present (Triton's wheel brings ptxas), and checks each one's shared memory against the H100's limit.
     In a process of its own: this one runs the interpreter, and a process chooses once."""
@@ -474,8 +510,8 @@ def test_every_kernel_compiles_for_an_h100(tmp_path):
     env["TRITON_DEFAULT_FP_FUSION"] = "1"  # Triton 3.9's default, said out loud (it warns otherwise)
     out = tmp_path / "compiled.json"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    run = subprocess.run([sys.executable, os.path.join(root, "kernels.py"), "compile", "--arch", "90", "--dtypes",
-                          "bfloat16", "--head_sizes", "48", "--json", str(out)], env=env, capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "bench.kernels", "compile", "--arch", "90", "--dtypes", "bfloat16",
+                          "--head_sizes", "48", "--json", str(out)], cwd=root, env=env, capture_output=True,
                          text=True, timeout=300)
     if run.returncode and "ptxas" in run.stderr:
         pytest.skip(f"this Triton has no ptxas to compile with: {run.stderr[-300:]}")
