@@ -439,8 +439,8 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys):
 
 # Every module of ours, by the layer it sits on: a module imports only modules of lower layers (on layer 0, any
 # other module of layer 0). The lesson's files at the bottom, the tooling (lab/) beside and above them, study.py on top.
-LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "lab.stats": 0, "data": 1, "evaluate": 2, "train": 3,
-          "lab.plan": 4, "lab.runs": 5, "lab.cells": 5, "lab.plots": 6, "lab.report": 7, "study": 8}
+LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "tokenizer": 0, "lab.stats": 0, "data": 1, "evaluate": 2,
+          "train": 3, "lab.plan": 4, "lab.runs": 5, "lab.cells": 5, "lab.plots": 6, "lab.report": 7, "study": 8}
 
 
 def module_imports(path):
@@ -455,7 +455,7 @@ def module_imports(path):
 
 
 def test_imports_run_one_way():
-    """configurator, model, kernels <- data <- evaluate <- train <- lab's plan, runs, cells, plots, report <- study:
+    """configurator, model, kernels, tokenizer <- data <- evaluate <- train <- lab's plan, runs, cells, plots, report <- study:
     a module imports only modules of a lower layer (evaluate.py never imports train.py; nothing imports study.py),
     and every module of ours is in LAYERS."""
     ours = {os.path.relpath(p, REPO_ROOT)[:-3].replace(os.sep, ".") for p in
