@@ -26,7 +26,8 @@ from configurator import ConfigError, UserError
 
 
 class DataError(UserError, RuntimeError):
-    """Missing, corrupt or mismatched data files, with what to do about them."""
+    """Missing, corrupt or mismatched data files, with what to do about them. Defined here, in the lowest
+    module that raises it (a tokenizer.bin is a data file too); data.py raises it as data.DataError."""
 
 
 # -----------------------------------------------------------------------------
@@ -67,10 +68,17 @@ def bpe(enc, text):
 
 
 def id_map_from_vocab(gpt2_ids, n_bpe=50257):
-    """Array mapping every GPT-2 id to our id; ids outside the vocabulary map to [UNK]."""
+    """Array mapping every GPT-2 id to our id; ids outside the vocabulary map to [UNK]. gpt2_ids: the
+    compact vocabulary (GPT-2 ids, increasing) or 'full' (all n_bpe of them)."""
+    gpt2_ids = range(n_bpe) if isinstance(gpt2_ids, str) else gpt2_ids  # "full"
     m = np.full(n_bpe, UNK, dtype=np.int64)
     m[np.asarray(gpt2_ids, dtype=np.int64)] = np.arange(N_SPECIAL, N_SPECIAL + len(gpt2_ids))
     return m
+
+
+def cls_ids(id_map, ids, max_len):
+    """A classifier's sequence: [CLS], then the first max_len - 1 of the GPT-2 ids `ids`, mapped to ours."""
+    return np.concatenate([[CLS], id_map[ids[: max_len - 1]]]).astype(np.int64)
 
 
 class TextEncoder:
@@ -79,8 +87,7 @@ class TextEncoder:
     def __init__(self, meta):
         self.enc = get_tokenizer()
         self.max_len = meta["max_len"]
-        vocab = meta["vocab"]
-        self.id_map = id_map_from_vocab(range(self.enc.n_vocab) if vocab == "full" else vocab, self.enc.n_vocab)
+        self.id_map = id_map_from_vocab(meta["vocab"], self.enc.n_vocab)
 
     def __call__(self, text, truncate=True):
         """Token ids of one text. Over-long text is cut to max_len (as in data preparation), or with
@@ -93,9 +100,10 @@ class TextEncoder:
         if self.was_truncated and not truncate:
             raise ConfigError(f"text has {len(ids)} tokens but this model reads at most {self.max_len - 1} "
                               f"(plus [CLS]); shorten it, or let it be cut to the first {self.max_len - 1}")
-        return np.concatenate([[CLS], self.id_map[ids[: self.max_len - 1]]]).astype(np.int64)
+        return cls_ids(self.id_map, ids, self.max_len)
 
 
+# -----------------------------------------------------------------------------
 # Llama 2's SentencePiece BPE, read from llama2.c's tokenizer.bin (encodes and decodes as its run.c does)
 
 _WORD = re.compile(r" *[^ ]*")  # what every piece looks like for word-by-word merging to be exact
