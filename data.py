@@ -220,7 +220,8 @@ class PairList:
 
 
 # -----------------------------------------------------------------------------
-# Sources: canonical URLs, the files they hold, and their sha256 (see shared/data/SOURCES.md)
+# Sources: canonical URLs, the files they hold, and their sha256 (see shared/data/SOURCES.md); the
+# downloads and the local mirror; the Llama tokenizers and checkpoints that are read by name
 
 _MINLLAMA = "https://raw.githubusercontent.com/neubig/minllama-assignment/main/data"  # one file per URL
 _MINLLAMA_FILES = {  # name -> sha256. cfimdb-test.txt is left out: its labels are placeholders (all 0)
@@ -555,9 +556,8 @@ def subset_splits(splits, subset, seed):
 
 
 def write_classification(out_dir, splits, label_names, vocab, max_len, verbose=True, **record):
-    """Tokenize {split: (texts, labels)} (clean_text, GPT-2 BPE, [CLS] first, cut to max_len), write the
-    splits' .bin files and meta.json (with `record`: dataset, protocol, seed, sources ...) into out_dir,
-    print the counts and return the meta. vocab 'compact' keeps the BPE ids seen in train, 'full' all."""
+    """Tokenize {split: (texts, labels)} (tokenizer.cls_ids of the GPT-2 BPE ids), write the splits and
+    meta.json (with `record`: dataset, protocol, seed, sources ...) into out_dir and return the meta."""
     enc = get_tokenizer()
     bpe_ids = {k: [bpe(enc, s) for s in texts] for k, (texts, _) in splits.items()}
     if vocab == "compact":
@@ -1283,8 +1283,7 @@ class Dataset:
         return {"dir": self.folder, **{k: v for k, v in self.meta.items() if k not in ("counts", "sources")}}
 
     def check_matches(self, info, what):
-        """Raise DataError if `info` (a checkpoint's data record) was made with another vocabulary,
-        tokenizer or truncation length than this folder."""
+        """DataError if `info` (a checkpoint's data record) was made with other data than this folder."""
         words = {"task": "task", "tokenizer": "tokenizer", "vocab": "vocabulary", "max_len": "max_len"}
         differ = [w for k, w in words.items() if k in info and info[k] != self.meta.get(k)]
         if differ:
@@ -1334,7 +1333,7 @@ def to_device(t, device):
     """A CPU tensor on `device`. To a GPU through pinned (page-locked) memory with a non-blocking copy: the
     host goes on building the next batch while this one travels, and a copy from pinned memory is one DMA
     with no staging. (The pinned buffer stays reserved until the copy is done: torch's pinned-memory
-    allocator records the copy's stream.) On any other device, t.to(device), as before."""
+    allocator records the copy's stream.)"""
     if str(device).startswith("cuda"):
         return t.pin_memory().to(device, non_blocking=True)
     return t.to(device)
