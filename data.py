@@ -24,17 +24,14 @@ meta.json for the folder. A language-modelling split S is one file S.bin of toke
 seq2seq split S is S_src.bin and S_tgt.bin with their S_src_offsets.bin and S_tgt_offsets.bin. A
 masked-language-model split is a classification split whose labels are all 0.
 
-Token ids. tiktoken's GPT-2 BPE has no [CLS]/[PAD], so our ids put three specials first:
-    0 = [PAD], 1 = [UNK], 2 = [CLS], then GPT-2 ids.
-With --vocab full, GPT-2 id g becomes g + 3 (50,260 rows). With --vocab compact (the default), only
-the GPT-2 ids seen in the training split get rows, in increasing order; unseen ids map to [UNK].
-Every sequence starts with [CLS], whose final hidden state the classifier reads.
+Text becomes token ids by tokenizer.py's functions (the special ids, the text cleaning, GPT-2 BPE with
+our compact or full vocabulary, the Llama tokenizer, characters), the same in preparation and at inference.
 
-Read top to bottom: the .bin format -> sources and downloads -> text cleaning and tokenization ->
-classification splits -> SST-2 -> subsets and the one classification writer -> IMDB, Yelp polarity and
-the three-domain sets -> tinyshakespeare -> Pig Latin -> SST-5/CFIMDB -> the encoder's MLM
-corpus -> the dataset registry (DATASETS: name -> preparer and task) and `load_dataset` -> batch streams (one per task;
-each batch a pure function of the seed and its position, so a resumed run sees exactly the batches
+Read top to bottom: the .bin format and the splits written in it -> sources and downloads -> SST-2 ->
+subsets and the one classification writer -> IMDB, Yelp polarity and the three-domain sets -> Tiny
+Shakespeare -> Pig Latin -> the Llama's sets (SST-5, CFIMDB, IMDB reviews) -> the encoder's MLM corpus ->
+the dataset registry (DATASETS: name -> preparer and task) and `load_dataset` -> batch streams (one per
+task; each batch a pure function of the seed and its position, so a resumed run sees exactly the batches
 it would have seen).
 """
 
@@ -57,7 +54,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from configurator import ConfigError, UserError
+from configurator import UserError
+from tokenizer import (CLS, N_SPECIAL, PAD, PREPROCESSING, UNK, CharCodec, DataError, LlamaTextEncoder,
+                       LlamaTokenizer, TextEncoder, bpe, clean_text, cls_ids, get_tokenizer, id_map_from_vocab)
 
 # -----------------------------------------------------------------------------
 # The .bin array format
@@ -67,10 +66,6 @@ VERSION = 1
 HEADER = struct.Struct("<8sIIQI4x")  # 32 bytes
 DTYPES = {1: np.uint16, 2: np.uint32, 3: np.int64}
 DTYPE_CODES = {np.dtype(v): k for k, v in DTYPES.items()}
-
-
-class DataError(UserError, RuntimeError):
-    """Missing, corrupt or mismatched data files, with what to do about them."""
 
 
 def write_bin(path, array):
@@ -114,8 +109,119 @@ def read_bin(path, verify=True):
     return arr
 
 
+def write_seqs(folder, name, seqs, dtype):
+    """Sequences of ids as name.bin (concatenated, in `dtype`) and name_offsets.bin (int64, n + 1)."""
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(s) for s in seqs])
+    write_bin(os.path.join(folder, f"{name}.bin"), np.concatenate(seqs).astype(dtype) if seqs else np.zeros(0, dtype))
+    write_bin(os.path.join(folder, f"{name}_offsets.bin"), offsets)
+
+
+def read_seqs(folder, name, verify):
+    """What write_seqs wrote: the tokens (memory-mapped) and the offsets (small: copied into memory)."""
+    return (read_bin(os.path.join(folder, f"{name}.bin"), verify),
+            np.array(read_bin(os.path.join(folder, f"{name}_offsets.bin"), verify)))
+
+
+def write_json(path, obj, indent=None):
+    """Write a JSON file atomically (temporary file, then rename): readers never see half a file."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=indent)
+    os.replace(tmp, path)
+
+
+def write_meta(folder, meta):
+    """meta.json, written last: its presence means the folder is complete."""
+    write_json(os.path.join(folder, "meta.json"), meta)
+
+
+def load_meta(folder):
+    path = os.path.join(folder, "meta.json")
+    if not os.path.isfile(path):
+        raise DataError(f"no prepared dataset in {folder} (meta.json missing): run `python data.py ...`")
+    with open(path) as f:
+        return json.load(f)
+
+
 # -----------------------------------------------------------------------------
-# Sources: canonical URLs, the files they hold, and their sha256 (see shared/data/SOURCES.md)
+# The splits of a prepared folder, read back: one class per task's files (a masked-language-model corpus is
+# read as a ClassificationSplit)
+
+
+class ClassificationSplit:
+    """One split read back from disk: len(split), split[i] -> (token ids, label)."""
+
+    def __init__(self, folder, split, verify=True):
+        self.tokens, self.offsets = read_seqs(folder, split, verify)
+        self.labels = np.array(read_bin(os.path.join(folder, f"{split}_labels.bin"), verify))
+        if len(self.offsets) != len(self.labels) + 1 or (len(self.offsets) and self.offsets[-1] != len(self.tokens)):
+            raise DataError(f"{folder}: {split} offsets, labels and tokens disagree; rebuild with python data.py")
+        self.lengths = np.diff(self.offsets)
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return np.asarray(self.tokens[self.offsets[i]:self.offsets[i + 1]], dtype=np.int64), int(self.labels[i])
+
+
+def write_split(folder, split, seqs, labels, dtype):
+    write_seqs(folder, split, seqs, dtype)
+    write_bin(os.path.join(folder, f"{split}_labels.bin"), np.asarray(labels, dtype=np.int64))
+
+
+class TokenSplit:
+    """A language-modelling split read back from disk: one long uint16 array of token ids."""
+
+    def __init__(self, folder, split, verify=True):
+        self.tokens = read_bin(os.path.join(folder, f"{split}.bin"), verify)
+
+    def __len__(self):
+        return len(self.tokens)
+
+
+class PairSplit:
+    """A seq2seq split read back from disk: len(split), split[i] -> (source ids, target ids) without
+    special tokens; `lengths` are the source lengths (for batching by length); `vocab` the characters
+    the ids index (the folder's meta.json)."""
+
+    def __init__(self, folder, split, verify=True):
+        self.vocab = load_meta(folder).get("vocab")
+        self.src, self.src_offsets = read_seqs(folder, f"{split}_src", verify)
+        self.tgt, self.tgt_offsets = read_seqs(folder, f"{split}_tgt", verify)
+        if (len(self.src_offsets) != len(self.tgt_offsets) or self.src_offsets[-1] != len(self.src)
+                or self.tgt_offsets[-1] != len(self.tgt)):
+            raise DataError(f"{folder}: {split} sources, targets and offsets disagree; rebuild with python data.py")
+        self.lengths = np.diff(self.src_offsets)
+
+    def __len__(self):
+        return len(self.lengths)
+
+    def __getitem__(self, i):
+        src = np.asarray(self.src[self.src_offsets[i]:self.src_offsets[i + 1]], dtype=np.int64)
+        return src, np.asarray(self.tgt[self.tgt_offsets[i]:self.tgt_offsets[i + 1]], dtype=np.int64)
+
+
+class PairList:
+    """An in-memory seq2seq split with PairSplit's interface: (source ids, target ids) pairs, and the
+    characters they index (vocab) if known."""
+
+    def __init__(self, pairs, vocab=None):
+        self.pairs = [(np.asarray(s, dtype=np.int64), np.asarray(t, dtype=np.int64)) for s, t in pairs]
+        self.lengths = np.array([len(s) for s, _ in self.pairs], dtype=np.int64)
+        self.vocab = vocab
+
+    def __len__(self):
+        return len(self.pairs)
+
+    def __getitem__(self, i):
+        return self.pairs[i]
+
+
+# -----------------------------------------------------------------------------
+# Sources: canonical URLs, the files they hold, and their sha256 (see shared/data/SOURCES.md); the
+# downloads and the local mirror; the Llama tokenizers and checkpoints that are read by name
 
 _MINLLAMA = "https://raw.githubusercontent.com/neubig/minllama-assignment/main/data"  # one file per URL
 _MINLLAMA_FILES = {  # name -> sha256. cfimdb-test.txt is left out: its labels are placeholders (all 0)
@@ -129,9 +235,17 @@ _MINLLAMA_FILES = {  # name -> sha256. cfimdb-test.txt is left out: its labels a
 }
 
 
+_TINYLLAMAS = "https://huggingface.co/karpathy/tinyllamas/resolve/main/stories260K"
+
+
+def one_file_each(base, files):
+    """A source of plain files {path: sha256}, each downloaded from base/<its file name>."""
+    return {"urls": {rel: f"{base}/{os.path.basename(rel)}" for rel in files}, "files": files}
+
+
 def _minllama_source(prefix):
-    files = {f"minllama_sst_cfimdb/{k}": v for k, v in _MINLLAMA_FILES.items() if k.startswith(prefix)}
-    return {"urls": {rel: f"{_MINLLAMA}/{os.path.basename(rel)}" for rel in files}, "files": files}
+    return one_file_each(_MINLLAMA, {f"minllama_sst_cfimdb/{k}": v for k, v in _MINLLAMA_FILES.items()
+                                     if k.startswith(prefix)})
 
 
 SOURCES = {
@@ -143,18 +257,13 @@ SOURCES = {
         },
     },
     # llama2.c's tokenizers and its smallest model (karpathy/llama2.c and the HF tinyllamas repository)
-    "tok512": {"urls": {"tinyllamas/stories260K/tok512.bin":
-                        "https://huggingface.co/karpathy/tinyllamas/resolve/main/stories260K/tok512.bin"},
-               "files": {"tinyllamas/stories260K/tok512.bin":
-                         "037cb335abb25d1fa9e8ecae30ed2a3a8ace9302862ebcdc05d51a6bbb10c312"}},
-    "llama2_tokenizer": {"urls": {"llama2_tokenizer/tokenizer.bin":
-                                  "https://github.com/karpathy/llama2.c/raw/master/tokenizer.bin"},
-                         "files": {"llama2_tokenizer/tokenizer.bin":
-                                   "50a52ef822ee9e83de5ce9d0be0a025a773d019437f58b5ff9dcafb063ece361"}},
-    "stories260K": {"urls": {"tinyllamas/stories260K/stories260K.bin":
-                             "https://huggingface.co/karpathy/tinyllamas/resolve/main/stories260K/stories260K.bin"},
-                    "files": {"tinyllamas/stories260K/stories260K.bin":
-                              "b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d00299f2696"}},
+    "tok512": one_file_each(_TINYLLAMAS, {"tinyllamas/stories260K/tok512.bin":
+                                          "037cb335abb25d1fa9e8ecae30ed2a3a8ace9302862ebcdc05d51a6bbb10c312"}),
+    "llama2_tokenizer": one_file_each("https://github.com/karpathy/llama2.c/raw/master",
+                                      {"llama2_tokenizer/tokenizer.bin":
+                                       "50a52ef822ee9e83de5ce9d0be0a025a773d019437f58b5ff9dcafb063ece361"}),
+    "stories260K": one_file_each(_TINYLLAMAS, {"tinyllamas/stories260K/stories260K.bin":
+                                               "b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d00299f2696"}),
     # SST-5 and CFIMDB in the NLP course's format (see the minllama section below)
     "sst5": _minllama_source("sst-"),
     "cfimdb": _minllama_source("cfimdb-"),
@@ -234,11 +343,19 @@ def download_once(url, local):
                         f"mirror: --mirror DIR or DATA_MIRROR=DIR") from None
 
 
+def cached(name, rel, cache_dir):
+    """Where a download of source `name` keeps its file `rel`: a file of its own (a source of `urls`), or
+    the source's one download (the file itself, or the archive holding it)."""
+    src = SOURCES[name]
+    if "urls" in src:
+        return os.path.join(cache_dir, name, os.path.basename(rel))
+    return os.path.join(cache_dir, src.get("cache_name", os.path.basename(src["url"])))
+
+
 def fetch(name, mirror=None, cache_dir="data/_downloads"):
-    """Return {relative path: bytes} for the files of source `name`, each verified against its sha256.
-    With a mirror folder the files are read from mirror/<relative path>. Otherwise they are downloaded
-    once into cache_dir: the source's one `url` (an archive holding the files, or the file itself), or
-    its `urls`, one per file."""
+    """{relative path: bytes} of the files of source `name`, each checked against its sha256: read from
+    mirror/<relative path>, or downloaded once into cache_dir (its `urls`, or its one `url`: the file
+    itself or an archive holding the files)."""
     src = SOURCES[name]
     out, where = {}, {}
     if mirror:
@@ -250,12 +367,12 @@ def fetch(name, mirror=None, cache_dir="data/_downloads"):
                 out[rel] = f.read()
     elif "urls" in src:  # several plain files, each at its own address
         for rel, url in src["urls"].items():
-            where[rel] = os.path.join(cache_dir, name, os.path.basename(rel))
+            where[rel] = cached(name, rel, cache_dir)
             download_once(url, where[rel])
             with open(where[rel], "rb") as f:
                 out[rel] = f.read()
     else:
-        local = os.path.join(cache_dir, src.get("cache_name", os.path.basename(src["url"])))
+        local = cached(name, None, cache_dir)
         download_once(src["url"], local)
         where = dict.fromkeys(src["files"], local)
         if not local.endswith(".zip"):  # a single plain file: the download is the file
@@ -281,11 +398,7 @@ def source_file(name, rel, mirror=None, cache_dir="data/_downloads"):
     """The path of one verified file of source `name`: in the mirror, or downloaded into cache_dir
     (for what reads a path, such as a tokenizer)."""
     fetch(name, mirror, cache_dir)  # downloads if needed and checks every file's sha256
-    if mirror:
-        return os.path.join(mirror, rel)
-    src = SOURCES[name]
-    return os.path.join(cache_dir, name, os.path.basename(rel)) if "urls" in src else \
-        os.path.join(cache_dir, src.get("cache_name", os.path.basename(src["url"])))
+    return os.path.join(mirror, rel) if mirror else cached(name, rel, cache_dir)
 
 
 def archive_file(name, mirror=None, cache_dir="data/_downloads"):
@@ -308,271 +421,6 @@ def archive_file(name, mirror=None, cache_dir="data/_downloads"):
         raise DataError(f"{name}: {path} has sha256 {h.hexdigest()}, expected {digest} (corrupt or a different "
                         f"version); delete it and run again")
     return path
-
-
-def read_imdb(path, half):
-    """The labelled reviews of one half ('train' or 'test') of an IMDB archive: [(text, label, rating)],
-    label 1 = pos (rating >= 7), 0 = neg (rating <= 4), sorted by (label, review id) so the order does
-    not depend on the archive's. '<br />' line breaks become newlines."""
-    found = re.compile(rf"aclImdb/{half}/(pos|neg)/(\d+)_(\d+)\.txt")
-    rows = []
-    try:
-        with tarfile.open(path, "r:gz") as tar:
-            for member in tar:
-                if member.isfile() and (m := found.fullmatch(member.name)):
-                    text = tar.extractfile(member).read().decode("utf-8").replace("<br />", "\n")
-                    rows.append((m[1] == "pos", int(m[2]), text, int(m[3])))
-    except (tarfile.TarError, EOFError, OSError) as e:
-        raise DataError(f"{path} is not a readable IMDB archive ({e}); delete it and run again") from None
-    if not rows:
-        raise DataError(f"{path} holds no aclImdb/{half}/{{pos,neg}}/<id>_<rating>.txt reviews")
-    return [(text, int(pos), rating) for pos, _, text, rating in sorted(rows)]
-
-
-def prepare_imdb_lm(tokenizer="tok512", mirror=None, out_dir=None, seed=1337, n_val=500, verbose=True, **_ignored):
-    """Build data/imdb_lm_<tokenizer>, a language-modelling corpus of movie reviews for pretraining a Llama:
-    each review as [BOS] + its Llama token ids, one after another (as llama2.c pretokenizes), a seeded
-    n_val reviews for val.bin and the rest for train.bin. The reviews are IMDB's test half (25,000), not
-    its train half: CFIMDB's reviews come from the train half (286 of its train and dev texts appear
-    there verbatim, one of its unscored test texts in the test half), so a model pretrained here has
-    not read the texts it is later fine-tuned and scored on."""
-    out_dir = out_dir or dataset_dir("imdb_lm", tokenizer=tokenizer)
-    reviews = [text for text, _, _ in read_imdb(archive_file("imdb", mirror), "test")]
-    if not 0 < n_val < len(reviews):
-        raise DataError(f"n_val={n_val}: the archive holds {len(reviews)} test-half reviews; keep some for training")
-    order = np.random.default_rng(seed).permutation(len(reviews))
-    splits = {"train": sorted(order[n_val:]), "val": sorted(order[:n_val])}
-    tok = load_llama_tokenizer(tokenizer, mirror)
-    os.makedirs(out_dir, exist_ok=True)
-    counts = {}
-    for k, idx in splits.items():
-        ids = np.fromiter((t for i in idx for t in tok.encode(reviews[i], bos=True)), dtype=np.uint16)
-        write_bin(os.path.join(out_dir, f"{k}.bin"), ids)
-        counts[k] = {"reviews": len(idx), "tokens": len(ids)}
-    meta = {"dataset": "imdb_lm", "task": "lm", "tokenizer": f"llama2c:{tokenizer}", "vocab": tokenizer,
-            "vocab_size": tok.vocab_size, "seed": seed, "preprocessing": "'<br />' -> newline",
-            "specials": {"bos": tok.bos_id}, "counts": counts, "sources": SOURCES["imdb"]}
-    write_meta(out_dir, meta)
-    if verbose:
-        print(f"imdb_lm ({tokenizer} tokenizer, {tok.vocab_size:,} ids) -> {out_dir}")
-        for k, c in counts.items():
-            print(f"  {k:5s} {c['reviews']:6,d} reviews  {c['tokens']:,} tokens")
-    return meta
-
-
-# -----------------------------------------------------------------------------
-# Preprocessing and tokenization (the same functions serve data prep, training and inference)
-
-PREPROCESSING = "lower+html+url+punct+ws v2"  # stored in meta.json and checkpoints; v2: tags must start with a letter
-_HTML = re.compile(r"</?[a-zA-Z][^<>]*>")  # a tag starts with a letter: 'a < b and c > d' survives
-_URL = re.compile(r"(?:https?://|www\.)\S+")
-_REPEAT_PUNCT = re.compile(r"([!?.,;:\-*~])\1+")
-_WS = re.compile(r"\s+")
-
-
-def clean_text(text):
-    """The seed's preprocessing: lowercase; remove HTML tags and URLs; collapse runs of the same
-    punctuation mark ('!!!' -> '!', '...' -> '.'); collapse whitespace."""
-    t = text.lower()
-    t = _HTML.sub(" ", t)
-    t = _URL.sub(" ", t)
-    t = _REPEAT_PUNCT.sub(r"\1", t)
-    return _WS.sub(" ", t).strip()
-
-
-PAD, UNK, CLS = 0, 1, 2
-N_SPECIAL = 3
-
-
-def get_tokenizer():
-    import tiktoken
-
-    return tiktoken.get_encoding("gpt2")
-
-
-def bpe(enc, text):
-    """GPT-2 BPE ids of cleaned text. A leading space is added so the first word gets the same id it
-    has mid-sentence (GPT-2 folds the preceding space into each word's token)."""
-    cleaned = clean_text(text)
-    return enc.encode_ordinary(" " + cleaned) if cleaned else []
-
-
-def id_map_from_vocab(gpt2_ids, n_bpe=50257):
-    """Array mapping every GPT-2 id to our id; ids outside the vocabulary map to [UNK]."""
-    m = np.full(n_bpe, UNK, dtype=np.int64)
-    m[np.asarray(gpt2_ids, dtype=np.int64)] = np.arange(N_SPECIAL, N_SPECIAL + len(gpt2_ids))
-    return m
-
-
-class TextEncoder:
-    """Text -> our token ids ([CLS] + mapped BPE ids, truncated to max_len), from a dataset's meta."""
-
-    def __init__(self, meta):
-        self.enc = get_tokenizer()
-        self.max_len = meta["max_len"]
-        vocab = meta["vocab"]
-        self.id_map = id_map_from_vocab(range(self.enc.n_vocab) if vocab == "full" else vocab, self.enc.n_vocab)
-
-    def __call__(self, text, truncate=True):
-        """Token ids of one text. Over-long text is cut to max_len (as in data preparation), or with
-        truncate=False refused; empty text is refused too, each with a ConfigError (bad input: the caller's
-        text). `self.was_truncated` tells whether it was cut."""
-        ids = bpe(self.enc, text)
-        if not ids:
-            raise ConfigError(f"text {text!r} is empty after preprocessing; give at least one word")
-        self.was_truncated = len(ids) > self.max_len - 1
-        if self.was_truncated and not truncate:
-            raise ConfigError(f"text has {len(ids)} tokens but this model reads at most {self.max_len - 1} "
-                              f"(plus [CLS]); shorten it, or let it be cut to the first {self.max_len - 1}")
-        return np.concatenate([[CLS], self.id_map[ids[: self.max_len - 1]]]).astype(np.int64)
-
-
-# -----------------------------------------------------------------------------
-# Llama 2's SentencePiece BPE, read from llama2.c's tokenizer.bin (encodes and decodes as its run.c does)
-
-_WORD = re.compile(r" *[^ ]*")  # what every piece looks like for word-by-word merging to be exact
-_WORDS = re.compile(r" *[^ ]+| +")  # a text cut into words: each run of spaces with the non-spaces after it
-_BYTE_PIECE = re.compile(r"<0x([0-9A-F]{2})>")
-_NO_MERGE = -1e10  # run.c's starting "best score": only a piece scoring strictly above it is ever merged
-
-
-class LlamaTokenizer:
-    """SentencePiece-style BPE with byte fallback (Sennrich et al. 2016; Kudo & Richardson 2018), run the
-    way llama2.c's run.c runs it, so that ids match a model trained on its tokens. (SentencePiece's own
-    encode differs where a .model normalizes whitespace, as tok512.model does by stripping and collapsing
-    spaces, and on a literal '▁' in the text, which it reads as a space.)
-
-    tokenizer.bin (written by llama2.c's tokenizer.py from a SentencePiece .model), little-endian:
-        max_token_length i32, then for every piece: score f32 | byte length i32 | the piece's UTF-8 bytes
-    The vocabulary size is not stored: pieces run to the end of the file (so a file cut exactly between
-    two pieces reads as a smaller vocabulary; compare vocab_size with the model's). The exporter writes
-    SentencePiece's '▁' as a plain space and BOS/EOS as '\\n<s>\\n' and '\\n</s>\\n'. Ids 0, 1, 2 are
-    <unk>, BOS, EOS; ids 3..258 are the byte pieces '<0x00>'..'<0xFF>', so byte b falls back to id b + 3.
-    SentencePiece's BPE trainer scores its i-th learnt piece -i: merging the highest-scoring pair first
-    replays the merges in the order training found them.
-    """
-
-    bos_id, eos_id = 1, 2  # fixed by run.c; the file does not name them
-
-    def __init__(self, vocab, scores):
-        if len(vocab) < 259 or any(vocab[3 + b] != f"<0x{b:02X}>" for b in range(256)):
-            raise DataError(f"expected the byte pieces '<0x00>'..'<0xFF>' at ids 3..258 (SentencePiece byte "
-                            f"fallback, which run.c assumes); got {len(vocab)} pieces starting {vocab[:5]}")
-        self.vocab, self.scores, self.vocab_size = list(vocab), list(scores), len(vocab)
-        self.ids = {piece: i for i, piece in enumerate(self.vocab)}  # run.c binary-searches a sorted copy
-        # what each id prints: a byte piece is its raw byte, which may be only part of a UTF-8 character
-        self._bytes = [bytes([int(m[1], 16)]) if (m := _BYTE_PIECE.fullmatch(p)) else p.encode() for p in self.vocab]
-        # When no piece holds a space after a non-space (true of tok512 and Llama 2's 32k: spaces only lead
-        # a piece), no merge can cross the start of a word's run of spaces, so each word merges on its
-        # own: the same ids as merging the whole text (the merges inside one word keep their order), in
-        # time linear in the text, and a word seen before is looked up (_word_ids caches it).
-        self.by_words = all(_WORD.fullmatch(p) for p in self.vocab)
-        self._word_ids = {}
-
-    @classmethod
-    def from_file(cls, path):
-        """Read a tokenizer.bin; anything else raises DataError saying what was expected."""
-        expected = f"{path}: expected llama2.c's tokenizer.bin (i32 max_token_length, then per piece f32 score, " \
-                   f"i32 length, the bytes)"
-        if not os.path.isfile(path):
-            raise DataError(f"no tokenizer file at {path}: llama2.c's tokenizer.py writes one from a "
-                            f"SentencePiece tokenizer.model")
-        with open(path, "rb") as f:
-            raw = f.read()
-        if len(raw) < 4:
-            raise DataError(f"{expected}; it holds only {len(raw)} bytes")
-        (max_len,), pos = struct.unpack_from("<i", raw), 4
-        vocab, scores = [], []
-        while pos < len(raw):
-            if pos + 8 > len(raw):
-                raise DataError(f"{expected}; piece {len(vocab)}'s score and length are cut off at byte {pos}")
-            score, n = struct.unpack_from("<fi", raw, pos)
-            pos += 8
-            if not 0 <= n <= max_len or pos + n > len(raw):
-                raise DataError(f"{expected}; piece {len(vocab)} claims {n} bytes at byte {pos}, but "
-                                f"max_token_length is {max_len} and {len(raw) - pos} bytes remain")
-            try:
-                vocab.append(raw[pos:pos + n].decode("utf-8"))
-            except UnicodeDecodeError:
-                raise DataError(f"{expected}; piece {len(vocab)} is not UTF-8") from None
-            scores.append(score)
-            pos += n
-        try:
-            return cls(vocab, scores)
-        except DataError as e:
-            raise DataError(f"{path}: {e}") from None
-
-    def encode(self, text, bos=True, eos=False):
-        """Token ids of `text`, as run.c's encode: [BOS] + a dummy-prefix space (when text is non-empty)
-        + one piece per character (its UTF-8 bytes as byte pieces when the character is not a piece),
-        then merges: while some adjacent pair concatenates to a piece, merge the pair whose piece scores
-        highest (the leftmost on a tie, as run.c's strict '>'), then [EOS].
-
-        Cost: merging rescans the pair scores after each merge, O(n^2) in the length merged at once; word
-        by word (see by_words) that is a word's length, so a long text costs time linear in its length,
-        and a word seen before costs a lookup: IMDB's 25,000 test-half reviews (tok512) take under a minute
-        on one core (Python 3.11), reading the archive included."""
-        ids = [self.bos_id] if bos else []
-        # SentencePiece's add_dummy_prefix: the first word gets the space-led pieces it gets mid-sentence.
-        text = " " + text if text else text
-        if not self.by_words:
-            return self.merge(ids + self.pieces(text)) + ([self.eos_id] if eos else [])
-        for word in _WORDS.findall(text):  # ' the', '  quick', ...: a run of spaces, then non-spaces
-            if (done := self._word_ids.get(word)) is None:
-                if len(self._word_ids) > 100_000:
-                    self._word_ids.clear()
-                done = self._word_ids[word] = self.merge(self.pieces(word))
-            ids.extend(done)
-        return ids + [self.eos_id] if eos else ids
-
-    def pieces(self, text):
-        """One id per character: its piece, or its UTF-8 bytes as byte pieces (byte fallback). (A
-        vocabulary without ' ' gets the byte for the dummy prefix; run.c would write id -1.)"""
-        ids = []
-        for ch in text:
-            i = self.ids.get(ch)
-            ids.extend([i] if i is not None else [b + 3 for b in ch.encode("utf-8")])
-        return ids
-
-    def merge(self, ids):
-        """run.c's merge loop over a list of ids (changed in place and returned): while some adjacent
-        pair concatenates to a piece, merge the pair whose piece scores highest, leftmost on a tie."""
-        vocab, lookup, scores = self.vocab, self.ids, self.scores
-
-        def pair_score(k):  # the score of merging ids[k] and ids[k + 1]; BOS takes part, as in run.c
-            j = lookup.get(vocab[ids[k]] + vocab[ids[k + 1]])
-            return _NO_MERGE if j is None else scores[j]
-
-        pair = [pair_score(k) for k in range(len(ids) - 1)]
-        while pair and (best := max(pair)) > _NO_MERGE:
-            k = pair.index(best)  # the first maximum: the leftmost pair on a tie
-            ids[k] = lookup[vocab[ids[k]] + vocab[ids[k + 1]]]
-            del ids[k + 1], pair[k]  # the pair is one token now; rescore its neighbours
-            if k < len(pair):
-                pair[k] = pair_score(k)
-            if k > 0:
-                pair[k - 1] = pair_score(k - 1)
-        return ids
-
-    def decode_piece(self, prev_id, id):
-        """The bytes run.c prints for token `id` after `prev_id` (for streaming): right after BOS the
-        piece loses its leading space (the dummy prefix), and a byte piece is its raw byte."""
-        b = self._bytes[id]
-        return b[1:] if prev_id == self.bos_id and self.vocab[id].startswith(" ") else b
-
-    def decode(self, ids):
-        """Text of token ids: decode_piece's bytes joined, read as UTF-8 only at the end so a character
-        split over byte pieces comes out whole (a broken one becomes U+FFFD). BOS and EOS print nothing,
-        as SentencePiece drops control pieces (run.c stops at BOS before printing it). Without a BOS the
-        dummy-prefix space stays, as in run.c: decode(encode(s)) == s needs bos=True."""
-        out, prev = bytearray(), None
-        for i in map(int, ids):
-            if not 0 <= i < self.vocab_size:
-                raise ValueError(f"token id {i} is outside this vocabulary of {self.vocab_size}")
-            if i not in (self.bos_id, self.eos_id):
-                out += self.decode_piece(prev, i)
-            prev = i
-        return out.decode("utf-8", errors="replace")
 
 
 LLAMA_TOKENIZERS = {  # name -> (source, file): the tokenizers of llama2.c's models
@@ -603,56 +451,12 @@ def load_llama_tokenizer(name, mirror=None):
     return LlamaTokenizer.from_file(name)
 
 
-# -----------------------------------------------------------------------------
-# Classification splits on disk
-
-
-class ClassificationSplit:
-    """One split read back from disk: len(split), split[i] -> (token ids, label)."""
-
-    def __init__(self, folder, split, verify=True):
-        self.tokens = read_bin(os.path.join(folder, f"{split}.bin"), verify)
-        self.offsets = np.array(read_bin(os.path.join(folder, f"{split}_offsets.bin"), verify))  # small: copy
-        self.labels = np.array(read_bin(os.path.join(folder, f"{split}_labels.bin"), verify))
-        if len(self.offsets) != len(self.labels) + 1 or (len(self.offsets) and self.offsets[-1] != len(self.tokens)):
-            raise DataError(f"{folder}: {split} offsets, labels and tokens disagree; rebuild with python data.py")
-        self.lengths = np.diff(self.offsets)
-
-    def __len__(self):
-        return len(self.labels)
-
-    def __getitem__(self, i):
-        return np.asarray(self.tokens[self.offsets[i]:self.offsets[i + 1]], dtype=np.int64), int(self.labels[i])
-
-
-def write_split(folder, split, seqs, labels, dtype):
-    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([len(s) for s in seqs])
-    tokens = np.concatenate(seqs).astype(dtype) if seqs else np.zeros(0, dtype)
-    write_bin(os.path.join(folder, f"{split}.bin"), tokens)
-    write_bin(os.path.join(folder, f"{split}_offsets.bin"), offsets)
-    write_bin(os.path.join(folder, f"{split}_labels.bin"), np.asarray(labels, dtype=np.int64))
-
-
-def write_json(path, obj, indent=None):
-    """Write a JSON file atomically (temporary file, then rename): readers never see half a file."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=indent)
-    os.replace(tmp, path)
-
-
-def write_meta(folder, meta):
-    """meta.json, written last: its presence means the folder is complete."""
-    write_json(os.path.join(folder, "meta.json"), meta)
-
-
-def load_meta(folder):
-    path = os.path.join(folder, "meta.json")
-    if not os.path.isfile(path):
-        raise DataError(f"no prepared dataset in {folder} (meta.json missing): run `python data.py ...`")
-    with open(path) as f:
-        return json.load(f)
+def text_encoder(meta):
+    """The text -> token ids function a classification dataset (or a checkpoint's record of it) was
+    made with: GPT-2 BPE with our vocabulary, or a Llama tokenizer."""
+    if str(meta.get("tokenizer", "")).startswith("llama2c:"):
+        return LlamaTextEncoder(meta, load_llama_tokenizer(meta["tokenizer"].removeprefix("llama2c:")))
+    return TextEncoder(meta)
 
 
 # -----------------------------------------------------------------------------
@@ -752,9 +556,8 @@ def subset_splits(splits, subset, seed):
 
 
 def write_classification(out_dir, splits, label_names, vocab, max_len, verbose=True, **record):
-    """Tokenize {split: (texts, labels)} (clean_text, GPT-2 BPE, [CLS] first, cut to max_len), write the
-    splits' .bin files and meta.json (with `record`: dataset, protocol, seed, sources ...) into out_dir,
-    print the counts and return the meta. vocab 'compact' keeps the BPE ids seen in train, 'full' all."""
+    """Tokenize {split: (texts, labels)} (tokenizer.cls_ids of the GPT-2 BPE ids), write the splits and
+    meta.json (with `record`: dataset, protocol, seed, sources ...) into out_dir and return the meta."""
     enc = get_tokenizer()
     bpe_ids = {k: [bpe(enc, s) for s in texts] for k, (texts, _) in splits.items()}
     if vocab == "compact":
@@ -775,7 +578,7 @@ def write_classification(out_dir, splits, label_names, vocab, max_len, verbose=T
                 dropped += 1
                 continue
             truncated += len(ids) > max_len - 1
-            seqs.append(np.concatenate([[CLS], id_map[ids[: max_len - 1]]]))
+            seqs.append(cls_ids(id_map, ids, max_len))
             keep_labels.append(lab)
         if not seqs:
             raise DataError(f"the {k} split is empty; choose a larger subset")
@@ -802,7 +605,32 @@ def write_classification(out_dir, splits, label_names, vocab, max_len, verbose=T
 # -----------------------------------------------------------------------------
 # The encoder study's other datasets: IMDB (long reviews), Yelp polarity, and the three-domain task
 
+def read_imdb(path, half):
+    """The labelled reviews of one half ('train' or 'test') of an IMDB archive: [(text, label, rating)],
+    label 1 = pos (rating >= 7), 0 = neg (rating <= 4), sorted by (label, review id) so the order does
+    not depend on the archive's. '<br />' line breaks become newlines."""
+    found = re.compile(rf"aclImdb/{half}/(pos|neg)/(\d+)_(\d+)\.txt")
+    rows = []
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for member in tar:
+                if member.isfile() and (m := found.fullmatch(member.name)):
+                    text = tar.extractfile(member).read().decode("utf-8").replace("<br />", "\n")
+                    rows.append((m[1] == "pos", int(m[2]), text, int(m[3])))
+    except (tarfile.TarError, EOFError, OSError) as e:
+        raise DataError(f"{path} is not a readable IMDB archive ({e}); delete it and run again") from None
+    if not rows:
+        raise DataError(f"{path} holds no aclImdb/{half}/{{pos,neg}}/<id>_<rating>.txt reviews")
+    return [(text, int(pos), rating) for pos, _, text, rating in sorted(rows)]
+
+
 STANDARD_SIZES = {"train": 54_576, "val": 6_822, "test": 6_823}  # the seed's sizes: SST-2's standard protocol
+
+
+def holdout(n, n_val, seed):
+    """Indices 0..n-1 cut by one seeded permutation: (the rest, sorted; its first n_val, sorted)."""
+    order = np.random.default_rng(seed).permutation(n)
+    return sorted(order[n_val:]), sorted(order[:n_val])
 
 
 def prepare_imdb(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337, n_val=2500,
@@ -812,9 +640,8 @@ def prepare_imdb(vocab="compact", max_len=256, subset="", mirror=None, out_dir=N
     out_dir = out_dir or dataset_dir("imdb", vocab=vocab, subset=subset, max_len=max_len)
     path = archive_file("imdb", mirror)
     train, test = (read_imdb(path, half) for half in ("train", "test"))
-    order = np.random.default_rng(seed).permutation(len(train))
-    splits = {"train": [train[i] for i in sorted(order[n_val:])], "val": [train[i] for i in sorted(order[:n_val])],
-              "test": test}
+    fit, val = holdout(len(train), n_val, seed)
+    splits = {"train": [train[i] for i in fit], "val": [train[i] for i in val], "test": test}
     splits = {k: ([text for text, _, _ in rows], [label for _, label, _ in rows]) for k, rows in splits.items()}
     return write_classification(out_dir, subset_splits(splits, subset, seed), ["negative", "positive"], vocab,
                                 max_len, verbose, dataset="imdb", seed=seed, subset=subset,
@@ -930,28 +757,9 @@ def prepare_multidomain_uci(vocab="compact", max_len=256, subset="", mirror=None
 # Tiny Shakespeare, characters as tokens (the char-level GPT study)
 
 
-class CharCodec:
-    """Characters <-> ids of a character vocabulary (meta["vocab"], a list of characters: itos)."""
-
-    def __init__(self, chars):
-        self.itos = list(chars)
-        self.stoi = {c: i for i, c in enumerate(self.itos)}
-
-    def encode(self, text):
-        unknown = sorted(set(text) - set(self.stoi))
-        if unknown:
-            raise ValueError(f"characters {''.join(unknown)!r} are not in this model's vocabulary of "
-                             f"{len(self.itos)} characters")
-        return np.array([self.stoi[c] for c in text], dtype=np.int64)
-
-    def decode(self, ids):
-        return "".join(self.itos[int(i)] for i in ids)
-
-
 def prepare_shakespeare_char(mirror=None, out_dir=None, verbose=True, **_ignored):
     """Build data/shakespeare_char: the sorted set of characters is the vocabulary (65 of them), the
-    first 90 % of the text is train.bin and the rest val.bin, uint16 ids. Returns the meta dict.
-    (Keyword arguments of the classification preparers, such as protocol, do not apply and are ignored.)"""
+    first 90 % of the text is train.bin and the rest val.bin, uint16 ids. Returns the meta dict."""
     out_dir = out_dir or dataset_dir("shakespeare_char")
     (raw,) = fetch("shakespeare_char", mirror).values()
     text = raw.decode("utf-8")
@@ -970,16 +778,6 @@ def prepare_shakespeare_char(mirror=None, out_dir=None, verbose=True, **_ignored
         print(f"Tiny Shakespeare: {len(text):,} characters, vocabulary {len(chars)} -> {out_dir}")
         print(f"  train {len(splits['train']):,} tokens, val {len(splits['val']):,} tokens")
     return meta
-
-
-class TokenSplit:
-    """A language-modelling split read back from disk: one long uint16 array of token ids."""
-
-    def __init__(self, folder, split, verify=True):
-        self.tokens = read_bin(os.path.join(folder, f"{split}.bin"), verify)
-
-    def __len__(self):
-        return len(self.tokens)
 
 
 # -----------------------------------------------------------------------------
@@ -1038,13 +836,18 @@ def novel_words(text):
     return sorted({w for w in found if _PIG_WORD.fullmatch(w)})
 
 
+def source_words(split):
+    """The source words of a Pig Latin split (PairSplit or PairList), decoded."""
+    codec = CharCodec(PIG_LATIN_VOCAB)
+    return [codec.decode(split[i][0]) for i in range(len(split))]
+
+
 def pig_latin_rules(split):
     """The Pig Latin rule (pig_latin_rule) of each source word of a seq2seq split, or None for a split
     whose vocabulary (its `vocab`) is not Pig Latin's characters."""
     if getattr(split, "vocab", None) != PIG_LATIN_VOCAB:
         return None
-    codec = CharCodec(PIG_LATIN_VOCAB)
-    return [pig_latin_rule(codec.decode(split[i][0])) for i in range(len(split))]
+    return [pig_latin_rule(w) for w in source_words(split)]
 
 
 def word_pieces(word):
@@ -1103,53 +906,12 @@ def hyphen_parts(word, taught):
 
 
 def hyphen_part_groups(split):
-    """hyphen_parts of each source word of a Pig Latin split that knows what was taught (its `taught`, the
-    pieces of its dataset's training words, which Dataset sets on the held-out splits); else None."""
+    """hyphen_parts of each source word of a Pig Latin split that knows what was taught (`taught`, set by
+    Dataset on the held-out splits); else None."""
     taught = getattr(split, "taught", None)
     if taught is None or getattr(split, "vocab", None) != PIG_LATIN_VOCAB:
         return None
-    codec = CharCodec(PIG_LATIN_VOCAB)
-    return [hyphen_parts(codec.decode(split[i][0]), taught) for i in range(len(split))]
-
-
-class PairSplit:
-    """A seq2seq split read back from disk: len(split), split[i] -> (source ids, target ids) without
-    special tokens; `lengths` are the source lengths (for batching by length); `vocab` the characters
-    the ids index (the folder's meta.json)."""
-
-    def __init__(self, folder, split, verify=True):
-        self.vocab = load_meta(folder).get("vocab")
-        self.src = read_bin(os.path.join(folder, f"{split}_src.bin"), verify)
-        self.src_offsets = np.array(read_bin(os.path.join(folder, f"{split}_src_offsets.bin"), verify))
-        self.tgt = read_bin(os.path.join(folder, f"{split}_tgt.bin"), verify)
-        self.tgt_offsets = np.array(read_bin(os.path.join(folder, f"{split}_tgt_offsets.bin"), verify))
-        if (len(self.src_offsets) != len(self.tgt_offsets) or self.src_offsets[-1] != len(self.src)
-                or self.tgt_offsets[-1] != len(self.tgt)):
-            raise DataError(f"{folder}: {split} sources, targets and offsets disagree; rebuild with python data.py")
-        self.lengths = np.diff(self.src_offsets)
-
-    def __len__(self):
-        return len(self.lengths)
-
-    def __getitem__(self, i):
-        src = np.asarray(self.src[self.src_offsets[i]:self.src_offsets[i + 1]], dtype=np.int64)
-        return src, np.asarray(self.tgt[self.tgt_offsets[i]:self.tgt_offsets[i + 1]], dtype=np.int64)
-
-
-class PairList:
-    """An in-memory seq2seq split with PairSplit's interface: (source ids, target ids) pairs, and the
-    characters they index (vocab) if known."""
-
-    def __init__(self, pairs, vocab=None):
-        self.pairs = [(np.asarray(s, dtype=np.int64), np.asarray(t, dtype=np.int64)) for s, t in pairs]
-        self.lengths = np.array([len(s) for s, _ in self.pairs], dtype=np.int64)
-        self.vocab = vocab
-
-    def __len__(self):
-        return len(self.pairs)
-
-    def __getitem__(self, i):
-        return self.pairs[i]
+    return [hyphen_parts(w, taught) for w in source_words(split)]
 
 
 def hyphen_compounds(train, share, seed, block_size, exclude=()):
@@ -1181,23 +943,10 @@ def hyphen_compounds(train, share, seed, block_size, exclude=()):
     return PairList([(codec.encode(w), codec.encode(t)) for w, t in pairs + made], train.vocab)
 
 
-def write_pairs(folder, split, pairs, codec):
-    """Write (word, translation) pairs as split_src.bin / split_tgt.bin with their offsets (uint16 ids)."""
-    for side, texts in (("src", [w for w, _ in pairs]), ("tgt", [t for _, t in pairs])):
-        seqs = [codec.encode(t) for t in texts]
-        offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
-        offsets[1:] = np.cumsum([len(q) for q in seqs])
-        write_bin(os.path.join(folder, f"{split}_{side}.bin"), np.concatenate(seqs).astype(np.uint16))
-        write_bin(os.path.join(folder, f"{split}_{side}_offsets.bin"), offsets)
-
-
 def prepare_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS, verbose=True, **_ignored):
     """Build data/piglatin from the distinct words of Pride and Prejudice: each word with its Pig Latin,
-    split 80/10/10 by word (split_novel: seeded, and a word that is part of another word always trains),
-    so no word is in two splits and no validation or test word occurs inside another word of the novel.
-    Beside them, `unseen`: n_unseen words of the IMDB reviews (both halves) that occur nowhere in the novel,
-    not even inside a word (unseen_words), to tell a model that learnt the rules from one that
-    learnt the novel's words. Characters are the tokens: [PAD], [SOS], [EOS], '-', a-z (30 ids).
+    split 80/10/10 by word (split_novel), and `unseen`, n_unseen IMDB review words the novel lacks
+    (unseen_words), to tell a model that learnt the rules from one that learnt the novel's words.
     block_size in meta.json is the longest sequence a model reads: word [EOS] [SOS] translation, the
     decoder-only layout. Returns the meta dict."""
     out_dir = out_dir or dataset_dir("piglatin")
@@ -1215,7 +964,8 @@ def prepare_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS
     counts = {}
     for k, chosen in split.items():
         pairs = [(w, pig_latin(w)) for w in chosen]
-        write_pairs(out_dir, k, pairs, codec)
+        write_seqs(out_dir, f"{k}_src", [codec.encode(w) for w, _ in pairs], np.uint16)
+        write_seqs(out_dir, f"{k}_tgt", [codec.encode(t) for _, t in pairs], np.uint16)
         rules = [pig_latin_rule(w) for w, _ in pairs]
         counts[k] = {"n": len(pairs), "rules": {r: rules.count(r) for r in sorted(set(rules))},
                      "max_word": max(len(w) for w, _ in pairs), "max_translation": max(len(t) for _, t in pairs)}
@@ -1267,33 +1017,6 @@ def parse_minllama(raw, name):
     return texts, labels
 
 
-class LlamaTextEncoder:
-    """Text -> [BOS] + the Llama tokenizer's ids, cut to max_len; the counterpart of TextEncoder for
-    a dataset tokenized for a Llama (meta["tokenizer"] = 'llama2c:<name>')."""
-
-    def __init__(self, meta, tokenizer=None):
-        self.tok = tokenizer or load_llama_tokenizer(meta["tokenizer"].removeprefix("llama2c:"))
-        self.max_len = meta["max_len"]
-
-    def __call__(self, text, truncate=True):
-        ids = self.tok.encode(text.strip(), bos=True)
-        if len(ids) < 2:
-            raise ConfigError(f"text {text!r} is empty; give at least one word")
-        self.was_truncated = len(ids) > self.max_len
-        if self.was_truncated and not truncate:
-            raise ConfigError(f"text has {len(ids)} tokens but this model reads at most {self.max_len}; shorten "
-                              f"it, or let it be cut to the first {self.max_len}")
-        return np.asarray(ids[:self.max_len], dtype=np.int64)
-
-
-def text_encoder(meta):
-    """The text -> token ids function a classification dataset (or a checkpoint's record of it) was
-    made with: GPT-2 BPE with our vocabulary, or a Llama tokenizer."""
-    if str(meta.get("tokenizer", "")).startswith("llama2c:"):
-        return LlamaTextEncoder(meta)
-    return TextEncoder(meta)
-
-
 def prepare_minllama(dataset, tokenizer="llama2", max_len=256, mirror=None, out_dir=None, seed=1337, verbose=True,
                      **_ignored):
     """Build data/<sst5|cfimdb>_<tokenizer>: each text as [BOS] + Llama token ids, cut to max_len.
@@ -1310,10 +1033,9 @@ def prepare_minllama(dataset, tokenizer="llama2", max_len=256, mirror=None, out_
         splits = {"train": parts["train"], "val": parts["dev"], "test": parts["test"]}
     else:
         texts, labels = parts["train"]
-        perm = np.random.default_rng(seed).permutation(len(texts))
-        n_val = len(parts["dev"][0])
+        fit, val = holdout(len(texts), len(parts["dev"][0]), seed)
         pick = lambda idx: ([texts[i] for i in idx], [labels[i] for i in idx])  # noqa: E731
-        splits = {"train": pick(sorted(perm[n_val:])), "val": pick(sorted(perm[:n_val])), "test": parts["dev"]}
+        splits = {"train": pick(fit), "val": pick(val), "test": parts["dev"]}
     tok = load_llama_tokenizer(tokenizer, mirror)
     os.makedirs(out_dir, exist_ok=True)
     counts = {}
@@ -1340,6 +1062,36 @@ def prepare_minllama(dataset, tokenizer="llama2", max_len=256, mirror=None, out_
     return meta
 
 
+def prepare_imdb_lm(tokenizer="tok512", mirror=None, out_dir=None, seed=1337, n_val=500, verbose=True, **_ignored):
+    """Build data/imdb_lm_<tokenizer>, a language-modelling corpus of movie reviews for pretraining a Llama:
+    each review as [BOS] + its Llama token ids, one after another (as llama2.c pretokenizes), a seeded
+    n_val reviews for val.bin and the rest for train.bin. The reviews are IMDB's test half (25,000), not
+    its train half: CFIMDB's reviews come from the train half (286 of its train and dev texts appear
+    there verbatim, one of its unscored test texts in the test half), so a model pretrained here has
+    not read the texts it is later fine-tuned and scored on."""
+    out_dir = out_dir or dataset_dir("imdb_lm", tokenizer=tokenizer)
+    reviews = [text for text, _, _ in read_imdb(archive_file("imdb", mirror), "test")]
+    if not 0 < n_val < len(reviews):
+        raise DataError(f"n_val={n_val}: the archive holds {len(reviews)} test-half reviews; keep some for training")
+    splits = dict(zip(("train", "val"), holdout(len(reviews), n_val, seed)))
+    tok = load_llama_tokenizer(tokenizer, mirror)
+    os.makedirs(out_dir, exist_ok=True)
+    counts = {}
+    for k, idx in splits.items():
+        ids = np.fromiter((t for i in idx for t in tok.encode(reviews[i], bos=True)), dtype=np.uint16)
+        write_bin(os.path.join(out_dir, f"{k}.bin"), ids)
+        counts[k] = {"reviews": len(idx), "tokens": len(ids)}
+    meta = {"dataset": "imdb_lm", "task": "lm", "tokenizer": f"llama2c:{tokenizer}", "vocab": tokenizer,
+            "vocab_size": tok.vocab_size, "seed": seed, "preprocessing": "'<br />' -> newline",
+            "specials": {"bos": tok.bos_id}, "counts": counts, "sources": SOURCES["imdb"]}
+    write_meta(out_dir, meta)
+    if verbose:
+        print(f"imdb_lm ({tokenizer} tokenizer, {tok.vocab_size:,} ids) -> {out_dir}")
+        for k, c in counts.items():
+            print(f"  {k:5s} {c['reviews']:6,d} reviews  {c['tokens']:,} tokens")
+    return meta
+
+
 # -----------------------------------------------------------------------------
 # Masked-language-model pretraining of the encoder: in-domain text in SST-2's own vocabulary
 
@@ -1355,14 +1107,12 @@ def prepare_sst2_mlm(protocol="glue", vocab="compact", max_len=128, mirror=None,
                      verbose=True, **_ignored):
     """Build data/sst2_mlm_<protocol>_<vocab>, unlabelled text to pretrain the encoder on by masked-language
     modelling (MLMStream) before it is fine-tuned on SST-2: the training sentences of SST-2's split of the
-    same protocol and seed (never its val or test sentences) and the reviews of IMDB's train half (its test
-    half is a classification test set elsewhere), each as [CLS] + its ids cut to max_len, with a seeded
-    n_val texts held out for val (labels all 0: the splits are ClassificationSplits). A text whose cleaned
-    form is an SST-2 val or test sentence is left out too: GLUE's train file repeats some sentences, so
-    47 of the glue protocol's train sentences are also val or test sentences. The ids are those of the
-    SST-2 folder of the same protocol and vocab (prepared first if missing), so vocab_size is the
-    classifier's and a pretrained checkpoint fine-tunes on SST-2 as it is; a word outside that
-    vocabulary (in IMDB's reviews) is [UNK]. Returns the meta dict."""
+    same protocol and seed and the reviews of IMDB's train half (its test half is a classification test set
+    elsewhere), a seeded n_val texts held out for val (labels all 0). A text whose cleaned form is an SST-2
+    val or test sentence is left out: GLUE's train file repeats some sentences, so 47 of the glue protocol's
+    train sentences are also val or test sentences. The ids are those of the SST-2 folder of the same
+    protocol and vocab (prepared first if missing), so a pretrained checkpoint fine-tunes on SST-2 as it is
+    (a word outside that vocabulary is [UNK]). Returns the meta dict."""
     out_dir = out_dir or dataset_dir("sst2_mlm", protocol, vocab)
     sst2_dir = dataset_dir("sst2", protocol, vocab)
     if not os.path.isfile(os.path.join(sst2_dir, "meta.json")):
@@ -1379,7 +1129,7 @@ def prepare_sst2_mlm(protocol="glue", vocab="compact", max_len=128, mirror=None,
 
     enc = get_tokenizer()
     kept = sst2_meta["vocab"]
-    id_map = id_map_from_vocab(range(enc.n_vocab) if kept == "full" else kept, enc.n_vocab)
+    id_map = id_map_from_vocab(kept, enc.n_vocab)
     rows, left_out = [], {"sst2_val_or_test_sentence": 0, "empty": 0}  # rows: (source, BPE ids)
     for source, text in texts:
         if clean_text(text) in held_out:
@@ -1390,14 +1140,13 @@ def prepare_sst2_mlm(protocol="glue", vocab="compact", max_len=128, mirror=None,
             left_out["empty"] += 1
     if not 0 < n_val < len(rows):
         raise DataError(f"n_val={n_val}: the corpus holds {len(rows)} texts; keep some for training")
-    order = np.random.default_rng(seed).permutation(len(rows))
-    parts = {"train": sorted(order[n_val:]), "val": sorted(order[:n_val])}
+    parts = dict(zip(("train", "val"), holdout(len(rows), n_val, seed)))
 
     vocab_size = sst2_meta["vocab_size"]
     os.makedirs(out_dir, exist_ok=True)
     counts = {}
     for k, idx in parts.items():
-        seqs = [np.concatenate([[CLS], id_map[rows[i][1][:max_len - 1]]]) for i in idx]
+        seqs = [cls_ids(id_map, rows[i][1], max_len) for i in idx]
         write_split(out_dir, k, seqs, np.zeros(len(seqs), np.int64), np.uint16 if vocab_size <= 65535 else np.uint32)
         by_source = {src: {"texts": 0, "tokens": 0} for src in ("sst2", "imdb")}
         for i, s in zip(idx, seqs):
@@ -1461,10 +1210,8 @@ DEFAULT_MAX_LEN = 256  # the study's truncation; a folder prepared with another 
 
 
 def dataset_dir(dataset, protocol=None, vocab=None, tokenizer=None, subset="", max_len=None):
-    """Where a dataset is prepared by default: data/<dataset> followed by the settings that make a
-    variant of it: data/sst2_<protocol>_<vocab>, data/sst5_<tokenizer>, data/shakespeare_char; for a
-    dataset that takes subsets, then the subset and a max_len other than 256: data/sst2_glue_compact_frac10,
-    data/imdb_compact_len128."""
+    """Where a dataset is prepared by default: data/<dataset>, then the settings of its variant, then (with
+    subsets) the subset and a max_len other than 256: data/sst2_glue_compact_frac10, data/sst5_llama2."""
     spec = DATASETS.get(dataset)
     settings = {"protocol": protocol, "vocab": vocab, "tokenizer": tokenizer}
     variant = spec.variant if spec is not None else ("protocol", "vocab")
@@ -1515,8 +1262,7 @@ class Dataset:
         self.splits = {s: reader(folder, s) for s in names}
         if self.meta.get("vocab") == PIG_LATIN_VOCAB:  # each held-out split knows what was taught, to group its
             # compounds by whether their parts occur in training (hyphen_part_groups)
-            train, codec = self.splits["train"], CharCodec(PIG_LATIN_VOCAB)
-            taught = pieces_of(codec.decode(train[i][0]) for i in range(len(train)))
+            taught = pieces_of(source_words(self.splits["train"]))
             for name, split in self.splits.items():
                 if name != "train":
                     split.taught = taught
@@ -1537,8 +1283,7 @@ class Dataset:
         return {"dir": self.folder, **{k: v for k, v in self.meta.items() if k not in ("counts", "sources")}}
 
     def check_matches(self, info, what):
-        """Raise DataError if `info` (a checkpoint's data record) was made with another vocabulary,
-        tokenizer or truncation length than this folder."""
+        """DataError if `info` (a checkpoint's data record) was made with other data than this folder."""
         words = {"task": "task", "tokenizer": "tokenizer", "vocab": "vocabulary", "max_len": "max_len"}
         differ = [w for k, w in words.items() if k in info and info[k] != self.meta.get(k)]
         if differ:
@@ -1547,10 +1292,9 @@ class Dataset:
 
 
 def load_dataset(cfg):
-    """The Dataset a run config names (keys dataset, data_dir, protocol, vocab, max_len), prepared
-    first if its folder is missing (from $DATA_MIRROR when set, else downloaded). The default folder's
-    name does not hold max_len, so one prepared with another max_len than the run's is an error; a
-    data_dir given explicitly is read as it was prepared."""
+    """The Dataset a run config names (keys dataset, data_dir, protocol, vocab, tokenizer, subset, max_len),
+    prepared first if its folder is missing (from $DATA_MIRROR when set, else downloaded). A data_dir
+    given explicitly is read as it was prepared."""
     name = cfg["dataset"]
     tokenizer = resolve_tokenizer(name, cfg.get("tokenizer", ""))
     subset = cfg.get("subset", "")
@@ -1589,7 +1333,7 @@ def to_device(t, device):
     """A CPU tensor on `device`. To a GPU through pinned (page-locked) memory with a non-blocking copy: the
     host goes on building the next batch while this one travels, and a copy from pinned memory is one DMA
     with no staging. (The pinned buffer stays reserved until the copy is done: torch's pinned-memory
-    allocator records the copy's stream.) On any other device, t.to(device), as before."""
+    allocator records the copy's stream.)"""
     if str(device).startswith("cuda"):
         return t.pin_memory().to(device, non_blocking=True)
     return t.to(device)
@@ -1608,23 +1352,31 @@ def shard(micro_batches, rank, world):
     return micro_batches[rank::world]
 
 
+def on_device(inputs, device):
+    """A batch's inputs {name: CPU tensor or None} on `device`, the Nones left out."""
+    return {k: to_device(v, device) for k, v in inputs.items() if v is not None}
+
+
+def pad_rows(rows, value):
+    """Lists of ids -> a (B, longest) int64 tensor, padded on the right with value."""
+    out = np.full((len(rows), max(len(r) for r in rows)), value, dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+    return torch.from_numpy(out)
+
+
 def collate(items, device):
     """[(ids, label), ...] -> idx (B, T) padded with [PAD] to the longest sequence in the batch,
     key_mask (B, T) True on real tokens, labels (B,)."""
-    T = max(len(ids) for ids, _ in items)
-    idx = np.full((len(items), T), PAD, dtype=np.int64)
-    for i, (ids, _) in enumerate(items):
-        idx[i, :len(ids)] = ids
-    idx = torch.from_numpy(idx)
+    idx = pad_rows([ids for ids, _ in items], PAD)
     mask = idx != PAD
     labels = torch.tensor([lab for _, lab in items], dtype=torch.long)
     return to_device(idx, device), to_device(mask, device), to_device(labels, device)
 
 
 def epoch_batches(split, batch_size, seed, epoch, bucket=True):
-    """The list of index batches for one epoch, a pure function of (seed, epoch), so a resumed run
-    sees exactly the batches it would have seen. With bucket=True, each window of 50 batches is
-    sorted by length before cutting, so a batch holds similar lengths, then the batches are shuffled."""
+    """The index batches of one epoch, a pure function of (seed, epoch). With bucket=True each window of
+    50 batches is sorted by length before cutting (a batch holds similar lengths), then batches shuffle."""
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(len(split))
     if bucket:
@@ -1660,7 +1412,7 @@ class ClassificationStream:
         micro-batch's place, (epoch, step, index in the step), for a subclass that draws at random."""
         idx, mask, labels = collate(items, "cpu")
         inputs = {"idx": idx, "key_mask": mask_if_padded(mask), "targets": labels}
-        return {k: to_device(v, device) for k, v in inputs.items() if v is not None}, len(items), int(mask.sum())
+        return on_device(inputs, device), len(items), int(mask.sum())
 
 
 def seq2seq_collate(pairs, layout, device):
@@ -1679,15 +1431,7 @@ def seq2seq_collate(pairs, layout, device):
         out = {"idx": pad_rows([r[0] for r in rows], PAD), "targets": pad_rows([r[1] for r in rows], -100)}
     else:
         raise ValueError(f"seq2seq layout {layout!r}: expected 'pair' or 'joined'")
-    return {k: to_device(v, device) for k, v in out.items()}
-
-
-def pad_rows(rows, value):
-    """Lists of ids -> a (B, longest) int64 tensor, padded on the right with value."""
-    out = np.full((len(rows), max(len(r) for r in rows)), value, dtype=np.int64)
-    for i, r in enumerate(rows):
-        out[i, :len(r)] = r
-    return torch.from_numpy(out)
+    return on_device(out, device)
 
 
 class Seq2SeqStream(ClassificationStream):
@@ -1704,7 +1448,7 @@ class Seq2SeqStream(ClassificationStream):
         inputs = seq2seq_collate(items, self.layout, "cpu")
         n_tokens = sum(len(src) + len(tgt) + 2 for src, tgt in items)  # with [EOS] and [SOS]
         n_scored = int((inputs["targets"] != -100).sum())
-        return {k: to_device(v, device) for k, v in inputs.items()}, n_scored, n_tokens
+        return on_device(inputs, device), n_scored, n_tokens
 
 
 def mlm_mask(idx, vocab_size, rng, rate=MLM_RATE):
@@ -1713,9 +1457,8 @@ def mlm_mask(idx, vocab_size, rng, rate=MLM_RATE):
     are chosen at random to be predicted; [PAD], [CLS] and [UNK] never are (an [UNK] has no word to
     recover). Of the chosen, 80 % become MASK, 10 % a random word id, 10 % stay as they are, so the model
     cannot tell from the input which positions are scored and must model every word. Returns (inputs,
-    targets), both (B, T): targets hold the original id where chosen and -100 (cross_entropy's
-    ignore_index) elsewhere. Every random number comes from rng (a numpy Generator): the mask is a pure
-    function of its seed."""
+    targets): targets hold the original id where chosen and -100 elsewhere. Every random number comes
+    from rng: the mask is a pure function of its seed."""
     words = idx >= N_SPECIAL  # (B, T)
     n = words.sum(1)
     k = np.minimum(n, np.maximum(1, np.rint(rate * n))).astype(np.int64)  # (B,) targets per row
@@ -1729,11 +1472,10 @@ def mlm_mask(idx, vocab_size, rng, rate=MLM_RATE):
 
 class MLMStream(ClassificationStream):
     """Shuffled epochs over an unlabelled split, batched by length as ClassificationStream does, each
-    micro-batch masked by `mlm_mask` with a generator seeded by (seed, epoch, step, micro-batch): the
-    masks, like the batches, are a pure function of their place, so a resumed run sees exactly the masks
-    it would have seen. A micro-batch's count of examples is its count of masked tokens: the loss is a
-    mean per masked token, so train_step weights micro-batches by those, and the gradient of a step is
-    the mean over all its masked tokens, however they are cut into micro-batches."""
+    micro-batch masked by `mlm_mask` with a generator seeded by (seed, epoch, step, micro-batch), so a
+    resumed run sees exactly the masks it would have seen. A micro-batch's count of examples is its count
+    of masked tokens: the loss is a mean per masked token, so the gradient of a step is the mean over all
+    its masked tokens, however they are cut into micro-batches."""
 
     def __init__(self, split, vocab_size, batch_size, grad_accum, seed, bucket=True):
         super().__init__(split, batch_size, grad_accum, seed, bucket)
@@ -1745,22 +1487,19 @@ class MLMStream(ClassificationStream):
         inputs, targets = mlm_mask(idx.numpy(), self.vocab_size, np.random.default_rng([self.seed, *where]))
         targets = torch.from_numpy(targets)
         batch = {"idx": torch.from_numpy(inputs), "key_mask": mask_if_padded(mask), "mlm_targets": targets}
-        return ({k: to_device(v, device) for k, v in batch.items() if v is not None}, int((targets != -100).sum()),
-                int(mask.sum()))
+        return on_device(batch, device), int((targets != -100).sum()), int(mask.sum())
 
 
 def lm_windows(tokens, starts, block_size, device):
-    """Inputs x (B, T) = tokens[s : s+T] and targets y (B, T) = tokens[s+1 : s+T+1] for each start s,
-    copied out of the memory-mapped split as int64."""
+    """Inputs x (B, T) = tokens[s : s+T] and targets y (B, T) = tokens[s+1 : s+T+1] for each start s."""
     x = np.stack([tokens[s:s + block_size] for s in starts]).astype(np.int64)
     y = np.stack([tokens[s + 1:s + 1 + block_size] for s in starts]).astype(np.int64)
     return to_device(torch.from_numpy(x), device), to_device(torch.from_numpy(y), device)
 
 
 def lm_batch(tokens, block_size, batch_size, seed, step, device):
-    """A batch of random windows for language modelling: x = tokens[i : i+T], y = tokens[i+1 : i+T+1]
-    (the next token at every position) for batch_size uniformly drawn starts i. The starts are a
-    pure function of (seed, step), so a resumed run draws exactly the batches it would have drawn."""
+    """lm_windows at batch_size uniformly drawn starts, a pure function of (seed, step), so a resumed run
+    draws exactly the batches it would have drawn."""
     if len(tokens) < block_size + 2:
         raise DataError(f"a split of {len(tokens)} tokens is too short for windows of {block_size}")
     rng = np.random.default_rng([seed, *np.atleast_1d(step)])

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import data
+import tokenizer
 from conftest import need_tokenizer, sha256_file
 
 # -----------------------------------------------------------------------------
@@ -131,13 +132,13 @@ def test_split_files_must_agree(tmp_path):
     ("", ""),
 ])
 def test_clean_text(raw, clean):
-    assert data.clean_text(raw) == clean
+    assert tokenizer.clean_text(raw) == clean
 
 
 @pytest.fixture(scope="module")
 def full_vocab_encoder():
     need_tokenizer()
-    return data.TextEncoder({"max_len": 6, "vocab": "full"})
+    return tokenizer.TextEncoder({"max_len": 6, "vocab": "full"})
 
 
 @pytest.mark.parametrize("text", ["", "   ", "\n\t", "<br />"])
@@ -160,7 +161,7 @@ def test_text_encoder_truncates_with_cls_first(full_vocab_encoder):
 
 
 def test_compact_vocab_maps_unseen_ids_to_unk():
-    m = data.id_map_from_vocab([5, 9, 100], n_bpe=200)
+    m = tokenizer.id_map_from_vocab([5, 9, 100], n_bpe=200)
     assert m[5] == 3 and m[9] == 4 and m[100] == 5
     assert m[6] == data.UNK and m[0] == data.UNK and m.shape == (200,)
 
@@ -391,7 +392,7 @@ def test_real_sst2_splits(real_prepared, real_mirror, protocol):
     sents = data.split_sst2(*parsed, protocol, meta["seed"])
     assert np.array_equal(splits["train"].labels, sents["train"][1])
     assert np.array_equal(splits["test"].labels, sents["test"][1])
-    encoder = data.TextEncoder(meta)
+    encoder = tokenizer.TextEncoder(meta)
     rng = np.random.default_rng(0)
     for k in ("train", "test"):
         for i in list(range(50)) + rng.choice(len(splits[k]), 150, replace=False).tolist():

@@ -499,13 +499,13 @@ from evaluate import STORIES260K_GREEDY as GOLDEN_260K  # noqa: E402  (llama2.c'
 def test_stories260k_greedy_golden():
     """Greedy decoding from BOS reproduces llama2.c's output for 200 positions, with the cache and
     without it (the documented first sentence, and the rest of its test's expected text)."""
-    import data
+    import tokenizer
 
     tok_path = os.path.join(os.path.dirname(STORIES260K), "tok512.bin")
     if not (os.path.isfile(STORIES260K) and os.path.isfile(tok_path)):
         pytest.skip("no stories260K in the mirror")
     m = read_llama2c(STORIES260K)
-    tok = data.LlamaTokenizer.from_file(tok_path)
+    tok = tokenizer.LlamaTokenizer.from_file(tok_path)
     out = m.generate([[tok.bos_id]], 200, temperature=0)[0]
     text = tok.decode([tok.bos_id] + out)
     assert text.startswith("Once upon a time, there was a little girl named Lily. She loved to play outside in the park.")

@@ -16,6 +16,7 @@ import torch
 import configurator
 import data
 import evaluate
+import tokenizer
 import train
 from conftest import fake_downloads
 from model import GPT, GPTConfig, LayerNorm, RMSNorm, load_checkpoint
@@ -218,7 +219,7 @@ def test_shakespeare_char_from_the_real_mirror(tmp_path):
         pytest.skip(f"no tinyshakespeare in {mirror}")
     meta = data.prepare_shakespeare_char(mirror=mirror, out_dir=str(tmp_path), verbose=False)
     assert meta["vocab_size"] == 65 and meta["counts"] == {"train": 1_003_854, "val": 111_540}
-    codec = data.CharCodec(meta["vocab"])
+    codec = tokenizer.CharCodec(meta["vocab"])
     tr, va = data.TokenSplit(str(tmp_path), "train"), data.TokenSplit(str(tmp_path), "val")
     assert tr.tokens.dtype == np.uint16 and len(tr) == 1_003_854 and len(va) == 111_540
     with open(os.path.join(mirror, "tinyshakespeare", "input.txt")) as f:
@@ -258,7 +259,7 @@ def test_shakespeare_char_corrupt_mirror_file(char_mirror, tmp_path):
 
 
 def test_char_codec_refuses_unknown_characters():
-    codec = data.CharCodec("abc\n")
+    codec = tokenizer.CharCodec("abc\n")
     assert codec.decode(codec.encode("cab\n")) == "cab\n"
     with pytest.raises(ValueError, match="'z'"):
         codec.encode("az")

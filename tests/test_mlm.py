@@ -19,6 +19,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import data
 import evaluate
 import model
+import tokenizer
 import train
 from conftest import need_tokenizer
 from model import EncoderClassifier, EncoderConfig
@@ -298,7 +299,7 @@ def test_corpus_is_sst2_train_and_imdb_train_in_the_classifiers_vocabulary(corpu
                                for f in ("train", "dev")), "glue", 1337)
     held_out = set(splits["val"][0]) | set(splits["test"][0])
     reviews = [t for t, _, _ in data.read_imdb(os.path.join(mirror, "aclImdb_labelled.tar.gz"), "train")]
-    encode = data.TextEncoder({**sst2, "max_len": 64})
+    encode = tokenizer.TextEncoder({**sst2, "max_len": 64})
     expected = sorted(encode(s).tolist() for s in splits["train"][0] + reviews if s not in held_out)
     got = sorted(split[i][0].tolist() for split in corpus.splits.values() for i in range(len(split)))
     assert got == expected

@@ -22,6 +22,7 @@ import torch
 import data
 import evaluate
 import model as M
+import tokenizer
 import train
 from conftest import fake_downloads
 
@@ -121,7 +122,7 @@ def test_novel_words_keeps_plain_and_hyphenated_words_only():
 
 
 def split_words(ds):
-    codec = data.CharCodec(data.PIG_LATIN_VOCAB)
+    codec = tokenizer.CharCodec(data.PIG_LATIN_VOCAB)
     return {k: [codec.decode(s[i][0]) for i in range(len(s))] for k, s in ds.splits.items()}
 
 
@@ -205,7 +206,7 @@ def test_unseen_split_holds_review_words_the_novel_lacks(pig_data):
     compound) and that fits the context, with its translation; its composition by rule in meta.json."""
     ds = data.Dataset(pig_data)
     assert list(ds.splits) == ["train", "val", "test", "unseen"]
-    codec, split = data.CharCodec(data.PIG_LATIN_VOCAB), ds.splits["unseen"]
+    codec, split = tokenizer.CharCodec(data.PIG_LATIN_VOCAB), ds.splits["unseen"]
     pairs = [(codec.decode(s), codec.decode(t)) for s, t in (split[i] for i in range(len(split)))]
     words = [w for w, _ in pairs]
     assert all(t == data.pig_latin(w) for w, t in pairs)
@@ -224,7 +225,7 @@ def test_unseen_split_holds_review_words_the_novel_lacks(pig_data):
 
 
 def test_unseen_sample_is_seeded_and_leaves_the_novel_split_alone(novel_mirror, tmp_path):
-    codec = data.CharCodec(data.PIG_LATIN_VOCAB)
+    codec = tokenizer.CharCodec(data.PIG_LATIN_VOCAB)
 
     def words(seed, n_unseen):
         out = str(tmp_path / f"{seed}_{n_unseen}")
@@ -253,7 +254,7 @@ def test_prepare_splits_are_disjoint_and_decode(pig_data):
     ds = data.Dataset(pig_data)
     assert ds.task == "seq2seq" and ds.meta["vocab"] == data.PIG_LATIN_VOCAB
     assert ds.facts()["vocab_size"] == 30 and ds.meta["specials"] == {"pad": 0, "sos": 1, "eos": 2}
-    codec = data.CharCodec(ds.meta["vocab"])
+    codec = tokenizer.CharCodec(ds.meta["vocab"])
     seen = {}
     for name, split in ds.splits.items():
         if name == "unseen":
@@ -275,7 +276,7 @@ def test_prepare_splits_are_disjoint_and_decode(pig_data):
 def test_prepare_is_deterministic_and_seeded(novel_mirror, tmp_path):
     def words(out, seed):
         data.prepare_piglatin(mirror=novel_mirror, out_dir=out, seed=seed, verbose=False)
-        split, codec = data.Dataset(out).splits["val"], data.CharCodec(data.PIG_LATIN_VOCAB)
+        split, codec = data.Dataset(out).splits["val"], tokenizer.CharCodec(data.PIG_LATIN_VOCAB)
         return [codec.decode(split[i][0]) for i in range(len(split))]
 
     a, b = words(str(tmp_path / "a"), 1), words(str(tmp_path / "b"), 1)
@@ -657,7 +658,7 @@ def test_train_and_evaluate_seq2seq(pig_data, tmp_path, family, capsys):
 
 def test_hyphen_compounds_are_made_of_training_words_and_teach_no_held_out_word():
     words = ["brown", "is", "quite", "mr", "yellow", "self", "conceit", "ill-bred"]
-    codec = data.CharCodec(data.PIG_LATIN_VOCAB)
+    codec = tokenizer.CharCodec(data.PIG_LATIN_VOCAB)
     train_split = data.PairList([(codec.encode(w), codec.encode(data.pig_latin(w))) for w in words],
                                 data.PIG_LATIN_VOCAB)
     made = data.hyphen_compounds(train_split, 2.0, seed=3, block_size=30, exclude=["self-conceit", "is-mr"])
@@ -688,7 +689,7 @@ def test_the_run_keeps_held_out_words_out_of_its_compounds():
     plain = ["brown", "is", "mr", "quite", "self", "yellow"]
     pairs = [f"{a}-{b}" for a in plain for b in plain if a < b]  # 15 compounds of training words
     held_out = {"val": pairs[0::3], "test": pairs[1::3], "unseen": pairs[2::3]}
-    codec = data.CharCodec(data.PIG_LATIN_VOCAB)
+    codec = tokenizer.CharCodec(data.PIG_LATIN_VOCAB)
     split = lambda words: data.PairList([(codec.encode(w), codec.encode(data.pig_latin(w))) for w in words],  # noqa
                                         data.PIG_LATIN_VOCAB)
     dataset = SimpleNamespace(splits={"train": split(plain), **{k: split(v) for k, v in held_out.items()}})
@@ -717,7 +718,7 @@ def test_training_with_compounds(pig_data, tmp_path, capsys):
     stream = train.TASKS["seq2seq"].stream(ds, M.EncDecConfig(vocab_size=30, block_size=43), cfg)
     n_train = len(ds.splits["train"])
     assert len(stream.split) == n_train + round(0.5 * n_train)
-    codec = data.CharCodec(data.PIG_LATIN_VOCAB)
+    codec = tokenizer.CharCodec(data.PIG_LATIN_VOCAB)
     held_out = {codec.decode(s[i][0]) for k, s in ds.splits.items() if k != "train" for i in range(len(s))}
     taught = {codec.decode(stream.split[i][0]) for i in range(len(stream.split))}
     assert not data.pieces_of(taught) & held_out and sum("-" in w for w in taught) >= round(0.5 * n_train)
@@ -787,7 +788,7 @@ class RuleModel(torch.nn.Module):
     position, a logit of CONFIDENCE (every other logit 0; past the end of its answer, all 0)."""
 
     CONFIDENCE = 3.0
-    codec = data.CharCodec(data.PIG_LATIN_VOCAB)
+    codec = tokenizer.CharCodec(data.PIG_LATIN_VOCAB)
 
     def __init__(self):
         super().__init__()
@@ -894,7 +895,7 @@ def test_prepared_held_out_splits_know_what_was_taught(pig_data):
     """Dataset gives each held-out split the pieces of the training words; meta.json counts each held-out
     split's compounds of known and of new parts as the evaluator groups them."""
     ds = data.Dataset(pig_data)
-    codec = data.CharCodec(data.PIG_LATIN_VOCAB)
+    codec = tokenizer.CharCodec(data.PIG_LATIN_VOCAB)
     train_words = [codec.decode(ds.splits["train"][i][0]) for i in range(len(ds.splits["train"]))]
     assert not hasattr(ds.splits["train"], "taught")
     for name in ("val", "test", "unseen"):

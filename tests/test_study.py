@@ -440,9 +440,9 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys):
 # Every module of ours, by the layer it sits on: a module imports only modules of lower layers (on layer 0, any
 # other module of layer 0). The lesson's files at the bottom, the tooling (bench/, lab/) beside and above them,
 # study.py on top. (bench.same_training runs train.py in subprocesses only: it imports nothing of ours.)
-LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "lab.stats": 0, "bench.timing": 0, "bench.same_training": 0,
-          "data": 1, "bench.kernels": 1, "export": 2, "evaluate": 3, "train": 4, "lab.plan": 5, "gpu_check": 5,
-          "lab.runs": 6, "lab.cells": 6, "lab.plots": 7, "lab.report": 8, "study": 9}
+LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "tokenizer": 0, "lab.stats": 0, "bench.timing": 0,
+          "bench.same_training": 0, "data": 1, "bench.kernels": 1, "export": 2, "evaluate": 3, "train": 4,
+          "lab.plan": 5, "gpu_check": 5, "lab.runs": 6, "lab.cells": 6, "lab.plots": 7, "lab.report": 8, "study": 9}
 
 
 def module_imports(path):
@@ -457,9 +457,14 @@ def module_imports(path):
 
 
 def test_imports_run_one_way():
+<<<<<<< HEAD
     """configurator, model, kernels <- data <- export <- evaluate <- train <- lab's plan, runs, cells, plots,
     report <- study, with bench's timing and kernel benchmarks low beside them: a module imports only modules of a
     lower layer (evaluate.py never imports train.py; model.py never imports export.py; nothing imports study.py),
+=======
+    """configurator, model, kernels, tokenizer <- data <- evaluate <- train <- lab's plan, runs, cells, plots, report <- study:
+    a module imports only modules of a lower layer (evaluate.py never imports train.py; nothing imports study.py),
+>>>>>>> restructure-data
     and every module of ours is in LAYERS."""
     ours = {os.path.relpath(p, REPO_ROOT)[:-3].replace(os.sep, ".") for p in
             glob.glob(os.path.join(REPO_ROOT, "*.py")) + glob.glob(os.path.join(REPO_ROOT, "lab", "*.py"))

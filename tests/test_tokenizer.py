@@ -1,5 +1,5 @@
 """
-data.LlamaTokenizer against llama2.c: the tokenizer.bin reader, encode ids equal to run.c's on the two real
+tokenizer.LlamaTokenizer against llama2.c: the tokenizer.bin reader, encode ids equal to run.c's on the two real
 vocabularies (tinyllamas' 512 pieces and Llama 2's 32,000), decode inverting encode, the merge rules on a
 hand-made vocabulary, and DataError on files that are not a tokenizer.bin.
 
@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import data
+import tokenizer
 
 FILES = {
     512: "tinyllamas/stories260K/tok512.bin",
@@ -34,7 +35,7 @@ def real(vocab_size):
     if not os.path.isfile(path):
         pytest.skip(f"no {path} (set DATA_MIRROR to a copy of shared/data)")
     if vocab_size not in _loaded:
-        _loaded[vocab_size] = data.LlamaTokenizer.from_file(path)
+        _loaded[vocab_size] = tokenizer.LlamaTokenizer.from_file(path)
     return _loaded[vocab_size]
 
 
@@ -134,7 +135,7 @@ def test_merge_order_highest_score_then_leftmost(tmp_path):
     def pieces_of(score_ab, score_ba):
         scores = [0.0] * 259 + [-5.0, -6.0, -7.0, score_ab, score_ba, -4.0]
         path = write_tokenizer_bin(tmp_path / "t.bin", pieces, scores)
-        tok = data.LlamaTokenizer.from_file(str(path))
+        tok = tokenizer.LlamaTokenizer.from_file(str(path))
         return [tok.vocab[i] for i in tok.encode("aba", bos=False)]  # starts as ' ', 'a', 'b', 'a'
 
     # 'ba' outscores 'ab', so it merges first although it is to the right; then neither ' a' nor 'aba'
@@ -161,7 +162,7 @@ def test_a_piece_with_an_inner_space_merges_the_whole_text(tmp_path):
     once, as run.c does, and still finds that piece."""
     pieces = SPECIALS + BYTES + [" ", "a", "b", "a ", "a b"]
     path = write_tokenizer_bin(tmp_path / "t.bin", pieces, [0.0] * 259 + [-5.0, -6.0, -7.0, -2.0, -1.0])
-    tok = data.LlamaTokenizer.from_file(str(path))
+    tok = tokenizer.LlamaTokenizer.from_file(str(path))
     assert not tok.by_words
     assert [tok.vocab[i] for i in tok.encode("a b", bos=False)] == [" ", "a b"]
 
@@ -256,7 +257,7 @@ def run_c_encode(exe, path, vocab_size, jobs):
     """run.c's encode(text, bos, eos) for each (text, bos, eos) in jobs: the jobs cut into one contiguous
     batch per core, each batch through one harness process. (run.c's merge loop rescans every pair with
     sprintf and a binary search after each merge: all of SST-2 costs it about 15 s of CPU with tok512 and
-    37 s with Llama 2's 32,000 pieces (gcc 12 -O2, one core), against 1 s for data.LlamaTokenizer.)"""
+    37 s with Llama 2's 32,000 pieces (gcc 12 -O2, one core), against 1 s for tokenizer.LlamaTokenizer.)"""
 
     def batch(part):
         stdin = b"".join(b"%d %d %d\n" % (len(b), bos, eos) + b for b, bos, eos in
@@ -332,18 +333,18 @@ def test_decode_joins_byte_pieces_and_streams_like_run_c():
 
 
 def test_missing_file_raises(tmp_path):
-    with pytest.raises(data.DataError, match="no tokenizer file"):
-        data.LlamaTokenizer.from_file(str(tmp_path / "nope.bin"))
+    with pytest.raises(tokenizer.DataError, match="no tokenizer file"):
+        tokenizer.LlamaTokenizer.from_file(str(tmp_path / "nope.bin"))
 
 
 def test_bad_files_raise(tmp_path):
     pieces = SPECIALS + BYTES + [" ", "a", "b"]
     good = write_tokenizer_bin(tmp_path / "good.bin", pieces, [0.0] * len(pieces)).read_bytes()
-    assert data.LlamaTokenizer.from_file(str(tmp_path / "good.bin")).vocab == pieces
+    assert tokenizer.LlamaTokenizer.from_file(str(tmp_path / "good.bin")).vocab == pieces
 
     def load(raw):
         (tmp_path / "bad.bin").write_bytes(raw)
-        return data.LlamaTokenizer.from_file(str(tmp_path / "bad.bin"))
+        return tokenizer.LlamaTokenizer.from_file(str(tmp_path / "bad.bin"))
 
     cases = {
         "cut in the header": (good[:2], "expected llama2.c's tokenizer.bin"),
@@ -356,7 +357,7 @@ def test_bad_files_raise(tmp_path):
         "not UTF-8": (good[:-1] + b"\xff", "not UTF-8"),
     }
     for name, (raw, message) in cases.items():
-        with pytest.raises(data.DataError, match=message):
+        with pytest.raises(tokenizer.DataError, match=message):
             load(raw)
             pytest.fail(f"{name} was accepted")
 
