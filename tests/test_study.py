@@ -457,14 +457,9 @@ def module_imports(path):
 
 
 def test_imports_run_one_way():
-<<<<<<< HEAD
-    """configurator, model, kernels <- data <- export <- evaluate <- train <- lab's plan, runs, cells, plots,
-    report <- study, with bench's timing and kernel benchmarks low beside them: a module imports only modules of a
-    lower layer (evaluate.py never imports train.py; model.py never imports export.py; nothing imports study.py),
-=======
-    """configurator, model, kernels, tokenizer <- data <- evaluate <- train <- lab's plan, runs, cells, plots, report <- study:
-    a module imports only modules of a lower layer (evaluate.py never imports train.py; nothing imports study.py),
->>>>>>> restructure-data
+    """configurator, model, kernels, tokenizer <- data <- export <- evaluate <- train <- lab's plan, runs, cells,
+    plots, report <- study, with bench's timing and kernel benchmarks low beside them: a module imports only modules
+    of a lower layer (evaluate.py never imports train.py; model.py never imports export.py; nothing imports study.py),
     and every module of ours is in LAYERS."""
     ours = {os.path.relpath(p, REPO_ROOT)[:-3].replace(os.sep, ".") for p in
             glob.glob(os.path.join(REPO_ROOT, "*.py")) + glob.glob(os.path.join(REPO_ROOT, "lab", "*.py"))
