@@ -26,9 +26,9 @@ a bug and keeps its traceback.
 (`evaluate.py --study ...` is the old spelling of `study.py ...`, the multi-seed study runner; it
 still works and runs study.py.)
 
-Timing follows the usual rules for honest numbers: warm-up passes first, device synchronization
-around every timed region, the median of several repeats, and the conditions (device, dtype, torch
-version, threads) printed and stored with the figures.
+Timing follows the usual rules for honest numbers (bench/timing.py): warm-up passes first, device
+synchronization around every timed region, the median of several repeats, and the conditions (device,
+dtype, torch version, threads) printed and stored with the figures.
 """
 
 import argparse
@@ -51,118 +51,9 @@ import torch.nn.functional as F
 import configurator
 import data
 import kernels
+from bench.timing import conditions, peak_flops, sync, timed
 from model import (DECODE_MODES, CheckpointError, Llama, LlamaConfig, build_model, family_settings,
                    load_checkpoint, raw_model, read_llama2c, write_llama2c)
-
-# -----------------------------------------------------------------------------
-# devices and precision (train.py uses these too)
-
-
-def available_devices():
-    """The devices this machine has, as --device names them: cpu, then cuda:0 .. cuda:n-1 and mps when
-    torch can use them."""
-    names = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0)]
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        names.append("mps")
-    return names
-
-
-def resolve_device(name):
-    """'auto' picks cuda, then mps, then cpu; 'cpu', 'cuda', 'cuda:N' and 'mps' are taken as given when this
-    machine has them. A device it lacks is a ConfigError that lists the devices it has, raised here, before
-    any work: torch's own complaint would come later, as "Torch not compiled with CUDA enabled", or under
-    torchrun as an AttributeError from torch.cuda.set_device (train.py's processes() calls this first)."""
-    have = available_devices()
-    if name == "auto":
-        return "cuda" if "cuda:0" in have else "mps" if "mps" in have else "cpu"
-    if name in have or (name == "cuda" and "cuda:0" in have):
-        return name
-    here = f"the devices here: {', '.join(have)}"
-    kind, _, index = str(name).partition(":")
-    if kind == "cuda" and (not index or index.isdigit()):
-        if "cuda:0" not in have:
-            build = "" if torch.version.cuda else ", a build without CUDA"
-            raise configurator.ConfigError(f"device={name!r}: torch sees no CUDA GPU on this machine (torch "
-                                           f"{torch.__version__}{build}); {here}")
-        n_gpus = sum(d.startswith("cuda") for d in have)
-        raise configurator.ConfigError(f"device={name!r}: this machine has {n_gpus} CUDA GPU(s); {here}")
-    if name == "mps":
-        raise configurator.ConfigError(f"device='mps': this machine has no Apple GPU that torch can use; {here}")
-    raise configurator.ConfigError(f"device={name!r}: expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; {here}")
-
-
-def resolve_dtype(name, device_type):
-    """'auto' is bfloat16 on a GPU that has it, else float32."""
-    if name != "auto":
-        if name not in ("float32", "bfloat16", "float16"):
-            raise configurator.ConfigError(f"dtype={name!r}: expected 'auto', 'float32', 'bfloat16' or 'float16'")
-        return name
-    return "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
-
-
-def peak_flops(device, dtype_name):
-    """(peak FLOP/s, its source) of one GPU for matmuls in `dtype_name`, dense (without 2:4 sparsity, which
-    the datasheets' headline figures assume), looked up by torch.cuda.get_device_name; None for a CPU, an
-    MPS device or a GPU not in the table, or a dtype the GPU has no tensor cores for. 'float32' is the
-    TF32 tensor-core rate where the GPU has one (train.py allows TF32 on CUDA), else the plain FP32 rate.
-    The denominator of MFU (model FLOPs utilization, PaLM, Chowdhery et al. 2022, appendix B)."""
-    import re  # only here: the rest of this file needs no patterns
-
-    if not str(device).startswith("cuda"):
-        return None
-    name = torch.cuda.get_device_name(device)
-    # (pattern in the device name, TFLOP/s by dtype, source); the first match wins, so the specific
-    # variants (PCIe, NVL) come before their family. The datasheets print sparse figures with an
-    # asterisk; the dense ones are half of those.
-    table = [
-        (r"H100.*PCIe", {"bfloat16": 756, "float16": 756, "float32": 378}, "NVIDIA H100 datasheet, H100 PCIe"),
-        (r"H100 NVL", {"bfloat16": 835, "float16": 835, "float32": 418}, "NVIDIA H100 datasheet, H100 NVL"),
-        (r"H200 NVL", {"bfloat16": 835, "float16": 835, "float32": 418}, "NVIDIA H200 datasheet, H200 NVL"),
-        (r"GH200", {"bfloat16": 989, "float16": 989, "float32": 494}, "NVIDIA GH200 datasheet"),
-        (r"H200", {"bfloat16": 989, "float16": 989, "float32": 494}, "NVIDIA H200 datasheet, H200 SXM"),
-        (r"H100", {"bfloat16": 989, "float16": 989, "float32": 494}, "NVIDIA H100 datasheet, H100 SXM"),
-        (r"A100", {"bfloat16": 312, "float16": 312, "float32": 156}, "NVIDIA A100 datasheet"),
-        (r"\bL4\b", {"bfloat16": 121, "float16": 121, "float32": 60}, "NVIDIA L4 datasheet"),
-        (r"\bA10\b", {"bfloat16": 125, "float16": 125, "float32": 62.5}, "NVIDIA A10 datasheet"),
-        (r"RTX 4090", {"bfloat16": 165.2, "float16": 165.2, "float32": 82.6},
-         "NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090, FP32 accumulate"),
-        (r"V100S", {"float16": 130, "float32": 16.4}, "NVIDIA V100 datasheet, V100S PCIe"),  # Volta: no bf16, no TF32
-        (r"V100.*PCIE", {"float16": 112, "float32": 14}, "NVIDIA V100 datasheet, V100 PCIe"),
-        (r"V100", {"float16": 125, "float32": 15.7}, "NVIDIA V100 datasheet, V100 SXM2"),
-        (r"\bT4\b", {"float16": 65, "float32": 8.1}, "NVIDIA T4 datasheet"),  # Turing: no bf16, no TF32
-    ]
-    for pattern, tflops, source in table:
-        if re.search(pattern, name, re.IGNORECASE):
-            if dtype_name not in tflops:
-                return None
-            # a GPU with bf16 tensor cores (Ampere on) has TF32 ones too: its float32 rate is TF32's
-            what = "TF32" if dtype_name == "float32" and "bfloat16" in tflops else dtype_name
-            return float(round(tflops[dtype_name] * 1e12)), f"{source}, {what} dense ({name})"
-    return None
-
-
-def autocast_context(device_type, dtype_name):
-    """Mixed precision: matmuls in bf16/fp16, the rest (norm statistics, softmax, loss) in fp32."""
-    if dtype_name == "float32":
-        return nullcontext()
-    return torch.autocast(device_type=device_type, dtype=getattr(torch, dtype_name))
-
-
-def sync(device):
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    elif device == "mps":
-        torch.mps.synchronize()
-
-
-def timed(fn, device):
-    """Seconds that fn() takes, with the device synchronized before and after (kernels are async)."""
-    sync(device)
-    t0 = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - t0
-
 
 # -----------------------------------------------------------------------------
 # metrics: what each evaluator reports, how tables name it, and which way is better
@@ -396,7 +287,7 @@ def label_log_likelihoods(model, prompts, label_ids, device, batch_size=32):
 
 
 # -----------------------------------------------------------------------------
-# speed
+# speed: latency and throughput of a checkpoint (timed as bench/timing.py times everything)
 
 
 @torch.no_grad()
@@ -1614,7 +1505,7 @@ def piglatin_bench(args, device, lengths=(32, 128), batch=128):
 def run_bench(args, device):
     """--bench: every case (or those whose name contains --cases), a table each, with the conditions."""
     dtype = args.dtype
-    ctx = autocast_context(device.split(":")[0], dtype)
+    ctx = configurator.autocast_context(device.split(":")[0], dtype)
     cases = [c for c in BENCH_CASES if not args.cases or any(s in c.name for s in args.cases)]
     generate = args.cases is not None and any("generate" in s for s in args.cases)
     piglatin = args.cases is not None and any("piglatin" in s for s in args.cases)
@@ -1623,7 +1514,7 @@ def run_bench(args, device):
                                        f"{[c.name for c in BENCH_CASES] + ['generate', 'piglatin']}")
     nanogpt = load_nanogpt(args.nanogpt) if args.nanogpt else None
     peak = peak_flops(device, dtype)
-    cond = kernels.conditions(device, dtype)
+    cond = conditions(device, dtype)
     try:
         import transformers
         cond["transformers"] = transformers.__version__
@@ -1922,7 +1813,7 @@ def export_llama2c(args):
 
 def evaluate_checkpoints(args, device):
     """Each --ckpt's report (by its task, or zero-shot), the table, and --json."""
-    ctx = autocast_context(device.split(":")[0], args.dtype)
+    ctx = configurator.autocast_context(device.split(":")[0], args.dtype)
     results, to_time = [], []
     for path in args.ckpt or []:
         if path in data.PRETRAINED and not os.path.exists(path):  # a name: 'stories260K'
@@ -1974,13 +1865,14 @@ def main(argv=None):
         return run_study_script(argv)
     try:
         args = parse_args(argv)
-        device = resolve_device(args.device)
+        device = configurator.resolve_device(args.device)
         if args.bench:
             return run_bench(args, device)
         if args.export is not None:
             return export_llama2c(args)
         if args.text is not None:
-            return classify_text(args.ckpt, args, device, autocast_context(device.split(":")[0], args.dtype))
+            ctx = configurator.autocast_context(device.split(":")[0], args.dtype)
+            return classify_text(args.ckpt, args, device, ctx)
         return evaluate_checkpoints(args, device)
     except configurator.UserError as e:
         sys.exit(f"error: {e}")

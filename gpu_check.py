@@ -35,7 +35,8 @@ goes on. A section writes its figures as it goes, so one stopped at its budget k
 status: 0 when every check passed, 1 when one failed, 2 when this machine cannot run the check.
 
 This file is tooling, not the lesson: what it runs lives in kernels.py (the Triton kernels, their references,
-their timing), evaluate.py (the generation benchmark and the device helpers) and train.py (training).
+their timing), evaluate.py (the generation benchmark), configurator.py (the device helpers) and train.py
+(training).
 """
 
 import argparse
@@ -367,6 +368,7 @@ def counting_caches():
 def section_decode(run):
     import torch._dynamo  # (its counters)
 
+    import configurator
     import data
     import evaluate
     import model
@@ -413,7 +415,7 @@ def section_decode(run):
         if not run.fits(f"speed, {dtype_name}", 20):
             continue
         with item(run, f"speed, {dtype_name}"):
-            with evaluate.autocast_context(run.device, dtype_name):
+            with configurator.autocast_context(run.device, dtype_name):
                 tables = evaluate.generation_bench(args, run.device, run.sizes["gen_tokens"], run.sizes["gen_batches"])
             speed[dtype_name] = {batch: {name: {k: f[k] for k in ("tokens_per_s", "same_tokens", "compile_s") if k in f}
                                          for name, f in table.items()} for batch, table in tables["tables"].items()}

@@ -36,6 +36,7 @@ import torch
 import configurator
 import data
 import evaluate
+from bench import timing
 from model import (CKPT_VERSION, FAMILIES, CheckpointError, build_model, family_settings, from_pretrained,
                    load_checkpoint, load_pretrained, save_checkpoint)
 
@@ -95,7 +96,7 @@ device = "auto"  # 'auto' picks cuda, then mps, then cpu
 dtype = "auto"  # 'float32', 'bfloat16', 'float16'; 'auto' = bfloat16 on a GPU that has it, else float32
 compile = False  # torch.compile the model
 peak_tflops = 0.0  # one device's peak TFLOP/s, the denominator of the MFU in the progress lines; 0 = look the GPU
-# up (evaluate.peak_flops); a CPU or an unknown GPU has none, and then no MFU is shown
+# up (bench/timing.py's peak_flops); a CPU or an unknown GPU has none, and then no MFU is shown
 seed = 1337  # the same in every process of a DDP run, so that they all start from the same weights
 # -----------------------------------------------------------------------------
 DEFAULTS = {k: v for k, v in globals().items()  # the lower-case names above (not imported CONSTANTS)
@@ -467,7 +468,7 @@ def processes(cfg):
     DDP_JOIN_TIMEOUT seconds), silences the other ranks' prints, and at the end waits for all the processes
     (rank 0 may still be scoring the test split) and leaves the group, which it also leaves on an error.
     A plain run: just the device."""
-    dev = evaluate.resolve_device(cfg["device"])
+    dev = configurator.resolve_device(cfg["device"])
     env = torchrun_env()
     if env is None:
         yield Processes(device=dev)
@@ -560,10 +561,10 @@ def compiled(model, cfg, task):
 
 def device_peak(cfg, dev, dtype_name):
     """(one device's peak FLOP/s, its source) for the MFU, or None: the peak_tflops setting, or the GPU's
-    datasheet figure (evaluate.peak_flops)."""
+    datasheet figure (bench/timing.py's peak_flops)."""
     if cfg["peak_tflops"] > 0:
         return cfg["peak_tflops"] * 1e12, "the peak_tflops setting"
-    return evaluate.peak_flops(dev, dtype_name)
+    return timing.peak_flops(dev, dtype_name)
 
 
 # -----------------------------------------------------------------------------
@@ -860,8 +861,8 @@ def train(cfg):
     check_settings(cfg)
     with out_dir_lock(cfg), processes(cfg) as procs:
         device_type = procs.device.split(":")[0]
-        dtype_name = evaluate.resolve_dtype(cfg["dtype"], device_type)
-        ctx = evaluate.autocast_context(device_type, dtype_name)
+        dtype_name = configurator.resolve_dtype(cfg["dtype"], device_type)
+        ctx = configurator.autocast_context(device_type, dtype_name)
         if device_type == "cuda":
             # TF32 tensor cores for float32 matmuls (a 10-bit mantissa, several times float32's rate from the
             # A100 on): the float32 runs, and what bf16 autocast leaves in float32. cuDNN's convolutions use

@@ -21,6 +21,7 @@ import data
 import evaluate
 import model
 import train
+from bench import timing
 from conftest import REPO_ROOT
 
 
@@ -681,7 +682,7 @@ def test_train_step_leaves_losses_on_the_device_and_mean_loss_weighs_by_examples
 
 
 def test_peak_flops_is_looked_up_by_gpu_name_and_dtype(monkeypatch):
-    assert evaluate.peak_flops("cpu", "float32") is None
+    assert timing.peak_flops("cpu", "float32") is None
     gpus = {"NVIDIA H100 80GB HBM3": ("bfloat16", 989e12), "NVIDIA H100 PCIe": ("bfloat16", 756e12),
             "NVIDIA A100-SXM4-80GB": ("float32", 156e12),  # TF32 tensor cores
             "NVIDIA A10": ("bfloat16", 125e12),  # not the A100 it begins like
@@ -689,7 +690,7 @@ def test_peak_flops_is_looked_up_by_gpu_name_and_dtype(monkeypatch):
             "Tesla T4": ("bfloat16", None)}  # no bf16 tensor cores
     for name, (dtype, flops) in gpus.items():
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
-        got = evaluate.peak_flops("cuda:0", dtype)
+        got = timing.peak_flops("cuda:0", dtype)
         assert (got and got[0]) == flops, name
         if got:
             assert "datasheet" in got[1] and name in got[1]

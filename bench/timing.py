@@ -1,0 +1,114 @@
+"""
+The one timing helper of the project, and the conditions every number is printed and stored with. Read in order:
+
+    sync(device)                          wait for the device's queued kernels (CUDA and MPS run asynchronously)
+    timed(fn, device)                     seconds of one fn(), the device synchronized before and after
+    median_ms(fn, device, repeats, budget_s)
+                                          a warm-up, then the median of several timed runs within a time budget
+    conditions(device, dtype)             what a number depends on: the device and its name, the precision, the
+                                          versions, the threads (train.py's run logs, study.py's timing pass,
+                                          the benchmarks)
+    peak_flops(device, dtype_name)        a GPU's datasheet peak, the denominator of MFU
+
+The rules for honest numbers (as modded-nanogpt keeps them): warm-up runs first, the device synchronized around
+every timed region, the median of several repeats, and the conditions beside the figures. evaluate.py times a
+checkpoint with these, bench/speed.py our models against their peers, and train.py's progress lines divide by
+peak_flops. This module imports nothing of ours: every other file may use it.
+"""
+
+import os
+import platform
+import re
+import statistics
+import time
+
+import torch
+
+
+def sync(device):
+    """Wait for the kernels queued on the device: a GPU returns from a call before its work is done."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    elif device == "mps":
+        torch.mps.synchronize()
+
+
+def timed(fn, device):
+    """Seconds that fn() takes, with the device synchronized before and after (kernels are async)."""
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def median_ms(fn, device, repeats, budget_s):
+    """(median wall time of fn() in ms, number of timed runs). One untimed warm-up run first (it also
+    compiles, under torch.compile), then up to `repeats` timed runs, stopping early once they have
+    used `budget_s` seconds: a slow point gets fewer runs (at least one), which the tables mark.
+    On CUDA, synchronize before and after each run so the time covers the kernels, not their launch."""
+    fn()
+    sync(device)
+    times = []
+    while len(times) < repeats and sum(times) < budget_s * 1e3:
+        times.append(timed(fn, device) * 1e3)
+    return statistics.median(times), len(times)
+
+
+def _cpu_name():
+    """The CPU's model name on Linux (platform.processor() there says only 'x86_64')."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def conditions(device, dtype):
+    """What a number depends on, printed and saved beside it."""
+    name = torch.cuda.get_device_name(device) if device.startswith("cuda") else _cpu_name()
+    return {"device": device, "device_name": name, "dtype": str(dtype).replace("torch.", ""),
+            "torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
+            "cpu_count": os.cpu_count()}
+
+
+def peak_flops(device, dtype_name):
+    """(peak FLOP/s, its source) of one GPU for matmuls in `dtype_name`, dense (without 2:4 sparsity, which
+    the datasheets' headline figures assume), looked up by torch.cuda.get_device_name; None for a CPU, an
+    MPS device or a GPU not in the table, or a dtype the GPU has no tensor cores for. 'float32' is the
+    TF32 tensor-core rate where the GPU has one (train.py allows TF32 on CUDA), else the plain FP32 rate.
+    The denominator of MFU (model FLOPs utilization, PaLM, Chowdhery et al. 2022, appendix B)."""
+    if not str(device).startswith("cuda"):
+        return None
+    name = torch.cuda.get_device_name(device)
+    # (pattern in the device name, TFLOP/s by dtype, source); the first match wins, so the specific
+    # variants (PCIe, NVL) come before their family. The datasheets print sparse figures with an
+    # asterisk; the dense ones are half of those.
+    table = [
+        (r"H100.*PCIe", {"bfloat16": 756, "float16": 756, "float32": 378}, "NVIDIA H100 datasheet, H100 PCIe"),
+        (r"H100 NVL", {"bfloat16": 835, "float16": 835, "float32": 418}, "NVIDIA H100 datasheet, H100 NVL"),
+        (r"H200 NVL", {"bfloat16": 835, "float16": 835, "float32": 418}, "NVIDIA H200 datasheet, H200 NVL"),
+        (r"GH200", {"bfloat16": 989, "float16": 989, "float32": 494}, "NVIDIA GH200 datasheet"),
+        (r"H200", {"bfloat16": 989, "float16": 989, "float32": 494}, "NVIDIA H200 datasheet, H200 SXM"),
+        (r"H100", {"bfloat16": 989, "float16": 989, "float32": 494}, "NVIDIA H100 datasheet, H100 SXM"),
+        (r"A100", {"bfloat16": 312, "float16": 312, "float32": 156}, "NVIDIA A100 datasheet"),
+        (r"\bL4\b", {"bfloat16": 121, "float16": 121, "float32": 60}, "NVIDIA L4 datasheet"),
+        (r"\bA10\b", {"bfloat16": 125, "float16": 125, "float32": 62.5}, "NVIDIA A10 datasheet"),
+        (r"RTX 4090", {"bfloat16": 165.2, "float16": 165.2, "float32": 82.6},
+         "NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090, FP32 accumulate"),
+        (r"V100S", {"float16": 130, "float32": 16.4}, "NVIDIA V100 datasheet, V100S PCIe"),  # Volta: no bf16, no TF32
+        (r"V100.*PCIE", {"float16": 112, "float32": 14}, "NVIDIA V100 datasheet, V100 PCIe"),
+        (r"V100", {"float16": 125, "float32": 15.7}, "NVIDIA V100 datasheet, V100 SXM2"),
+        (r"\bT4\b", {"float16": 65, "float32": 8.1}, "NVIDIA T4 datasheet"),  # Turing: no bf16, no TF32
+    ]
+    for pattern, tflops, source in table:
+        if re.search(pattern, name, re.IGNORECASE):
+            if dtype_name not in tflops:
+                return None
+            # a GPU with bf16 tensor cores (Ampere on) has TF32 ones too: its float32 rate is TF32's
+            what = "TF32" if dtype_name == "float32" and "bfloat16" in tflops else dtype_name
+            return float(round(tflops[dtype_name] * 1e12)), f"{source}, {what} dense ({name})"
+    return None
