@@ -1596,14 +1596,19 @@ def parser():
                    "else the rules' answer)")
     p.add_argument("--prompt", default=None, help="language models: the text a sample starts from (default: a "
                    "newline for a character model, BOS alone for a Llama)")
-    p.add_argument("--max_new_tokens", type=int, default=300, help="language models: tokens to generate")
-    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (deterministic)")
-    p.add_argument("--top_k", type=int, default=None, help="sample from the k most likely tokens only")
-    p.add_argument("--top_p", type=float, default=None, help="Llama: sample from the nucleus of mass p only")
-    p.add_argument("--epsilon", type=float, default=None, help="Llama: drop tokens of probability below epsilon")
+    p.add_argument("--max_new_tokens", type=AT_LEAST_1, default=300, help="language models: tokens to generate")
+    p.add_argument("--temperature", type=Ranged(float, lambda v: v >= 0, "a number >= 0 (0 is greedy)"), default=0.8,
+                   help="0 = greedy (deterministic)")
+    p.add_argument("--top_k", type=Ranged(int, lambda v: v >= 1, "an integer >= 1 (sample from the k most likely "
+                   "tokens)"), default=None, help="sample from the k most likely tokens only")
+    p.add_argument("--top_p", type=Ranged(float, lambda v: 0 < v <= 1, "a number with 0 < p <= 1 (the probability mass "
+                   "kept)"), default=None, help="Llama: sample from the nucleus of mass p only")
+    p.add_argument("--epsilon", type=Ranged(float, lambda v: 0 <= v < 1, "a number with 0 <= epsilon < 1 (tokens below "
+                   "it are dropped)"), default=None, help="Llama: drop tokens of probability below epsilon")
     p.add_argument("--tokenizer", default=None, help="Llama: 'tok512', 'llama2' or a tokenizer.bin (default: by "
                    "vocabulary size, 512 or 32,000)")
-    p.add_argument("--gen_batch", type=int, default=1, help="Llama generation: also time this many prompts at once")
+    p.add_argument("--gen_batch", type=AT_LEAST_1, default=1, help="Llama generation: also time this many prompts at "
+                   "once")
     p.add_argument("--no_cache", action="store_true", help="language models' generation: also time it without the "
                    "KV cache (every token runs the whole context again)")
     p.add_argument("--decode", default="auto", choices=["auto", *DECODE_MODES],
@@ -1611,20 +1616,22 @@ def parser():
                    "(torch.compile: C++ on a CPU, CUDA graphs on a GPU; its compile time is reported apart); "
                    "auto: compiled when the command generates enough tokens to repay compiling (COMPILE_REPAYS), "
                    "and the compiled step can be built; else eager")
-    p.add_argument("--seed", type=int, default=1337, help="seed of the sample")
+    p.add_argument("--seed", type=Ranged(int, lambda v: True, "an integer"), default=1337, help="seed of the sample")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--batch_size", type=int, default=256, help="batch size for metrics and throughput")
-    p.add_argument("--repeats", type=int, default=3, help="timed repeats (the median is reported)")
+    p.add_argument("--batch_size", type=AT_LEAST_1, default=256, help="batch size for metrics and throughput")
+    p.add_argument("--repeats", type=AT_LEAST_1, default=3, help="timed repeats (the median is reported)")
     p.add_argument("--no_timing", action="store_true", help="skip latency and throughput")
     p.add_argument("--interleave", action="store_true", help="classifiers: time all the --ckpt models in turns, "
                    "round after round, so that a slow spell of the machine falls on all of them alike")
     p.add_argument("--untrained", nargs="+", default=[], metavar="CONFIG", help="with --interleave: also time "
                    "these runs' architectures (a run's full settings, as study.py records them in config.py) with "
                    "fresh weights, for runs whose checkpoint is gone: a forward's time does not depend on the weights")
-    p.add_argument("--loops", type=int, nargs="+", default=None, help="classifiers: also score a looped encoder "
+    p.add_argument("--loops", type=Ranged(int, lambda v: v >= 1, "one or more integers >= 1 (a model applies its "
+                   "layers at least once)"), nargs="+", default=None, help="classifiers: also score a looped encoder "
                    "with each of these numbers of loops (test-time depth, no retraining), e.g. --loops 1 2 3 4")
-    p.add_argument("--max_errors", type=int, default=50, help="seq2seq: wrong translations to print (all go to --json)")
+    p.add_argument("--max_errors", type=Ranged(int, lambda v: v >= 0, "an integer >= 0"), default=50,
+                   help="seq2seq: wrong translations to print (all go to --json)")
     p.add_argument("--plots", default=None, help="seq2seq: write the attention maps and the embedding projection "
                    "(PNG) to this folder")
     p.add_argument("--export", default=None, metavar="PATH", help="write the one --ckpt (a Llama language model: "
@@ -1636,10 +1643,12 @@ def parser():
                    "(eager, compiled, each attention and norm path) against Hugging Face's BERT and GPT-2 (and "
                    "nanoGPT, with --nanogpt) on the same batches; no --ckpt")
     p.add_argument("--cases", nargs="+", default=None, help="--bench: only the cases whose name contains one of these")
-    p.add_argument("--bench_batch", type=int, default=0, help="--bench: batch size for every case (0: each case's own)")
-    p.add_argument("--bench_seq", type=int, default=0, help="--bench: sequence length for every case (0: each case's)")
-    p.add_argument("--bench_steps", type=int, default=3, help="--bench: steps per contestant per round")
-    p.add_argument("--rounds", type=int, default=5, help="--bench: rounds (the median is reported)")
+    p.add_argument("--bench_batch", type=Ranged(int, lambda v: v >= 0, "an integer >= 0 (0: each case's own)"),
+                   default=0, help="--bench: batch size for every case (0: each case's own)")
+    p.add_argument("--bench_seq", type=Ranged(int, lambda v: v >= 0, "an integer >= 0 (0: each case's own)"),
+                   default=0, help="--bench: sequence length for every case (0: each case's)")
+    p.add_argument("--bench_steps", type=AT_LEAST_1, default=3, help="--bench: steps per contestant per round")
+    p.add_argument("--rounds", type=AT_LEAST_1, default=5, help="--bench: rounds (the median is reported)")
     p.add_argument("--compile", action="store_true", help="classifiers: time latency and throughput compiled (CUDA "
                    "graphs on a GPU); --bench: also time every model compiled")
     p.add_argument("--runc", default=None, help="--bench --cases generate: the path of llama2.c's run.c, compiled "
@@ -1664,40 +1673,49 @@ def config_defaults(p, paths):
     return out
 
 
+class Ranged:
+    """An option's type that states its range too, so that the parser says both: argparse converts the command
+    line's text with it (and refuses '2.5' for an int in its own words), check_ranges holds the value to the range."""
+
+    def __init__(self, kind, ok, rule):
+        self.kind, self.ok, self.rule, self.__name__ = kind, ok, rule, kind.__name__  # argparse names the kind
+
+    def __call__(self, text):
+        return self.kind(text)
+
+    def fits(self, value):
+        """Of the kind (an int passes for a float, a bool for neither), finite, and in range."""
+        typed = isinstance(value, int if self.kind is int else (int, float)) and not isinstance(value, bool)
+        return typed and (self.kind is int or math.isfinite(value)) and self.ok(value)  # nan passes no comparison
+
+
+AT_LEAST_1 = Ranged(int, lambda v: v >= 1, "an integer >= 1")
+
+
+def check_ranges(p, args):
+    """Each option's value against its Ranged type and its choices, as soon as the command line and config files
+    are read: a ConfigError that names the option and the values it takes. Config files set values argparse never
+    sees, so their types, ranges and choices are checked here with the command line's (bench/speed.py's too)."""
+    for action in p._actions:
+        value = getattr(args, action.dest, None)
+        if isinstance(action.type, Ranged) and not (value is None and action.default is None):  # None: not set
+            if action.nargs == "+":  # one or more values
+                ok = isinstance(value, (list, tuple)) and len(value) > 0 and all(map(action.type.fits, value))
+                shown = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else repr(value)
+            else:
+                ok, shown = action.type.fits(value), repr(value)
+            if not ok:
+                raise configurator.ConfigError(f"--{action.dest} {shown}: {action.type.rule}")
+        if action.choices is not None and value not in action.choices:
+            raise configurator.ConfigError(f"--{action.dest} {value!r}: expected one of {list(action.choices)}")
+
+
 def check_args(p, args):
     """Every option's value, checked as soon as the command line and config files are read, before any data
     is prepared or model loaded: a ConfigError (a DataError for a --file that is not there) that names the
-    option and the values it takes. Config files set values argparse never sees, so types and choices are
-    checked here too. What depends on the checkpoint is check_fits's."""
-    def check(option, ok, rule, integer=False, optional=False):
-        value = getattr(args, option)
-        if optional and value is None:
-            return
-        typed = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
-        if not (typed and (integer or math.isfinite(value)) and ok(value)):  # nan passes no comparison, inf some
-            raise configurator.ConfigError(f"--{option} {value!r}: {rule}")
-
-    for option in ("max_new_tokens", "gen_batch", "batch_size", "repeats", "rounds", "bench_steps"):
-        check(option, lambda v: v >= 1, "an integer >= 1", integer=True)
-    for option in ("bench_batch", "bench_seq"):
-        check(option, lambda v: v >= 0, "an integer >= 0 (0: each case's own)", integer=True)
-    check("max_errors", lambda v: v >= 0, "an integer >= 0", integer=True)
-    check("seed", lambda v: True, "an integer", integer=True)
-    check("temperature", lambda v: v >= 0, "a number >= 0 (0 is greedy)")
-    check("top_k", lambda v: v >= 1, "an integer >= 1 (sample from the k most likely tokens)", integer=True,
-          optional=True)
-    check("top_p", lambda v: 0 < v <= 1, "a number with 0 < p <= 1 (the probability mass kept)", optional=True)
-    check("epsilon", lambda v: 0 <= v < 1, "a number with 0 <= epsilon < 1 (tokens below it are dropped)",
-          optional=True)
-    for action in p._actions:  # a config file's value bypasses argparse's choices
-        if action.choices is not None and getattr(args, action.dest) not in action.choices:
-            raise configurator.ConfigError(f"--{action.dest} {getattr(args, action.dest)!r}: expected one of "
-                                           f"{list(action.choices)}")
-    if args.loops is not None and (not isinstance(args.loops, (list, tuple)) or not args.loops or not all(
-            isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in args.loops)):
-        shown = " ".join(map(str, args.loops)) if isinstance(args.loops, (list, tuple)) else repr(args.loops)
-        raise configurator.ConfigError(f"--loops {shown}: one or more integers >= 1 (a model applies its layers at "
-                                       f"least once)")
+    option and the values it takes (check_ranges, then the rules of a few options). What depends on the
+    checkpoint is check_fits's."""
+    check_ranges(p, args)
     if args.text is not None and not str(args.text).strip():
         raise configurator.ConfigError("--text is empty: give a sentence to classify (or words to translate)")
     seq2seq_words(args.words, "--words", sep=",")
