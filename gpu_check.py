@@ -15,7 +15,7 @@ Sections (SECTIONS below; each its own process, its own time budget and its own 
     decode   stories260K greedy: llama2.c's golden text from the eager and the CUDA-graph step; CUDA-graph
              recordings and cache allocations across 10 more generate calls (0 expected); tokens/s at batch 1
              and 32, eager, compiled and Hugging Face's LlamaForCausalLM, in float32 and under bf16 autocast
-             (evaluate.generation_bench)
+             (bench.speed.generation_bench)
     ddp      torchrun, one process per GPU (NCCL), against one plain process: the same logged losses
     train    the SST-2 recurrent and baseline encoders and the char GPT, a few hundred steps each: float32 as
              the reference, then bf16 with the Triton kernels, compile off and on (tokens/s, MFU, the losses of
@@ -35,7 +35,7 @@ goes on. A section writes its figures as it goes, so one stopped at its budget k
 status: 0 when every check passed, 1 when one failed, 2 when this machine cannot run the check.
 
 This file is tooling, not the lesson: what it runs lives in kernels.py (the Triton kernels, their references,
-their timing), evaluate.py (the generation benchmark), configurator.py (the device helpers) and train.py
+their timing), bench/speed.py (the generation benchmark), configurator.py (the device helpers) and train.py
 (training).
 """
 
@@ -370,8 +370,8 @@ def section_decode(run):
 
     import configurator
     import data
-    import evaluate
     import model
+    from bench.speed import GEN_PROMPT, STORIES260K_GREEDY, generation_bench
     if run.cpu:  # the same static (CUDA-graph) step, captured by dynamo without code: inductor takes minutes here
         model.STATIC_DECODE, model.COMPILE_BACKEND = ("cpu", "cuda"), "eager"
         run.note("CPU: the static (CUDA-graph) step, captured by dynamo's 'eager' backend; no CUDA graphs")
@@ -379,7 +379,7 @@ def section_decode(run):
     tok = data.load_llama_tokenizer("tok512")
     m = model.read_llama2c(path).to(run.device)
     n = run.sizes["golden_tokens"]
-    golden = evaluate.STORIES260K_GREEDY
+    golden = STORIES260K_GREEDY
     for mode in ("eager", "compiled"):
         with item(run, f"golden text, {mode} step"):
             t0 = time.perf_counter()
@@ -416,11 +416,11 @@ def section_decode(run):
             continue
         with item(run, f"speed, {dtype_name}"):
             with configurator.autocast_context(run.device, dtype_name):
-                tables = evaluate.generation_bench(args, run.device, run.sizes["gen_tokens"], run.sizes["gen_batches"])
+                tables = generation_bench(args, run.device, run.sizes["gen_tokens"], run.sizes["gen_batches"])
             speed[dtype_name] = {batch: {name: {k: f[k] for k in ("tokens_per_s", "same_tokens", "compile_s") if k in f}
                                          for name, f in table.items()} for batch, table in tables["tables"].items()}
             run.figure("speed", {"tokens": run.sizes["gen_tokens"], "rounds": run.sizes["gen_rounds"],
-                                 "prompt": evaluate.GEN_PROMPT, "tables": speed})
+                                 "prompt": GEN_PROMPT, "tables": speed})
             hf = all("Hugging Face LlamaForCausalLM" in t for t in tables["tables"].values())
             if dtype_name == "float32":  # under bf16 the rounding may part the greedy paths: reported, not checked
                 same = all(f["same_tokens"] for t in tables["tables"].values() for f in t.values())

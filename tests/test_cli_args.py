@@ -40,9 +40,6 @@ def refusal(argv):
     (["--gen_batch", "0"], "--gen_batch 0: an integer >= 1"),
     (["--batch_size", "0"], "--batch_size 0: an integer >= 1"),
     (["--repeats", "0"], "--repeats 0: an integer >= 1"),
-    (["--rounds", "0"], "--rounds 0: an integer >= 1"),
-    (["--bench_steps", "-1"], "--bench_steps -1: an integer >= 1"),
-    (["--bench_batch", "-2"], "--bench_batch -2: an integer >= 0"),
     (["--max_errors", "-1"], "--max_errors -1: an integer >= 0"),
     (["--loops", "2", "0"], "--loops 2 0: one or more integers >= 1"),
     (["--text", "  \t "], "--text is empty"),
@@ -61,6 +58,21 @@ def test_each_option_is_checked_before_anything_is_loaded(option, message, tmp_p
     text = refusal(["--ckpt", "missing.pt", *option])
     assert text == f"error: {message}" or text.startswith(f"error: {message}"), text
     assert "\n" not in text and "missing.pt" not in text
+
+
+@pytest.mark.parametrize("option, message", [
+    (["--rounds", "0"], "--rounds 0: an integer >= 1"),
+    (["--bench_steps", "-1"], "--bench_steps -1: an integer >= 1"),
+    (["--bench_batch", "-2"], "--bench_batch -2: an integer >= 0"),
+])
+def test_the_benchmark_s_options_are_checked_the_same_way(option, message):
+    """bench/speed.py's options (they were evaluate.py --bench's), checked by evaluate.check_ranges before any
+    model is built."""
+    from bench import speed
+    with pytest.raises(SystemExit) as e:
+        speed.main(option)
+    assert str(e.value) == f"error: {message}" or str(e.value).startswith(f"error: {message}"), str(e.value)
+    assert "\n" not in str(e.value)
 
 
 def test_the_edges_of_each_range_are_accepted():
