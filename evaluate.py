@@ -26,9 +26,6 @@ Bad input (an option out of its range, a device this machine lacks, a file that 
 that does not suit the checkpoint) ends in one line, `error: ...`, before any long work; anything else is
 a bug and keeps its traceback.
 
-(`evaluate.py --study ...` is the old spelling of `study.py ...`, the multi-seed study runner; it
-still works and runs study.py.)
-
 Timing follows the usual rules for honest numbers (bench/timing.py): warm-up passes first, device
 synchronization around every timed region, the median of several repeats, and the conditions (device,
 dtype, torch version, threads) printed and stored with the figures.
@@ -39,7 +36,6 @@ import importlib.util
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 from contextlib import nullcontext
@@ -1071,14 +1067,6 @@ def classify_text(paths, args, device, ctx):
         print(f"{path}: {names[best]}  ({shown})" + ("  [truncated]" if enc.was_truncated else ""))
 
 
-def run_study_script(argv):
-    """The old `evaluate.py --study A.py B.py --seeds ...` spelling: run `study.py A.py B.py --seeds ...`
-    (study.py sits above this file, so it is run, not imported) and exit with its status."""
-    argv = [a for a in argv if a != "--study"]
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "study.py")
-    sys.exit(subprocess.call([sys.executable, script, *argv]))
-
-
 def parser():
     p = argparse.ArgumentParser(description="Evaluate checkpoints, classify text, sample from a language model or "
                                 "prompt one as a classifier. Config files (config/llama_*_prompt.py ...) may come "
@@ -1367,8 +1355,6 @@ def main(argv=None):
     """The command line. Bad input (configurator.UserError: ConfigError, data.DataError, CheckpointError)
     ends in one line, `error: ...`, and exit status 1; any other exception is a bug and keeps its traceback."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if "--study" in argv:
-        return run_study_script(argv)
     try:
         args = parse_args(argv)
         device = configurator.resolve_device(args.device)

@@ -1,8 +1,7 @@
 """
 study.py: the statistics against independent computations, the plan (names, grids, what counts as
 finished), whole studies of tiny classification and language-model runs (trained as subprocesses,
-collected, resumed after an interruption), the old `evaluate.py --study` spelling, and the import
-layering that puts study.py on top.
+collected, resumed after an interruption), and the import layering that puts study.py on top.
 """
 
 import ast
@@ -425,12 +424,6 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys):
     assert "4 finished, 0 to train" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="not finished"):  # max_iters does: those runs are not made yet
         study.main([*args, "max_iters=4", "--collect_only"])
-
-    # the old spelling, `evaluate.py --study`, runs study.py
-    r = subprocess.run([sys.executable, "evaluate.py", "--study", *args, "--collect_only"], cwd=REPO_ROOT,
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "4 finished, 0 to train" in r.stdout and "final validation perplexity" in r.stdout
 
 
 # -----------------------------------------------------------------------------
