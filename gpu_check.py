@@ -635,7 +635,7 @@ GRACE_S = 5  # a section ends itself at its budget (before a step it could not f
 
 def conditions(cpu):
     """What every figure depends on: the device, its driver, the versions, the code's commit."""
-    import train
+    from lab import records
     versions = {}
     for package in ("triton", "transformers", "numpy"):
         try:
@@ -644,7 +644,8 @@ def conditions(cpu):
             versions[package] = None
     c = {"mode": "cpu rehearsal" if cpu else "gpu", "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
          "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(), **versions,
-         "cpu": train.machine_conditions("cpu")["machine"], "cpu_count": os.cpu_count(), "commit": train.code_commit()}
+         "cpu": records.machine_conditions("cpu")["machine"], "cpu_count": os.cpu_count(),
+         "commit": records.code_commit()}
     if not cpu:
         props = torch.cuda.get_device_properties(0)
         driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],

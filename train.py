@@ -16,14 +16,13 @@ process would: a step's batch is batch_size x grad_accum examples however many p
 
 The defaults below are the settings; a config file and --key=value arguments override them through
 configurator.py. Everything is an importable function, and the run itself sits behind
-`if __name__ == "__main__"`, so tests can drive `train(config)` on tiny data.
+`if __name__ == "__main__"`, so tests can drive `train(config)` on tiny data. The run's bookkeeping (its files,
+the out_dir lock, which configs are the same run, what its log records) is lab/records.py's.
 """
 
-import json
 import math
 import os
 import signal
-import subprocess
 import sys
 import time
 from contextlib import ExitStack, contextmanager, nullcontext, redirect_stdout
@@ -37,8 +36,9 @@ import configurator
 import data
 import evaluate
 from bench import timing
+from lab import records
 from model import (CKPT_VERSION, FAMILIES, CheckpointError, build_model, family_settings, from_pretrained,
-                   load_checkpoint, load_pretrained, save_checkpoint)
+                   load_checkpoint, load_pretrained)
 
 # -----------------------------------------------------------------------------
 # default config values (every one may be overridden; the key names are part of the interface)
@@ -619,11 +619,6 @@ class StopRequest:
                 signal.signal(s, handler)
 
 
-def log_jsonl(path, record):
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
-
-
 def check_settings(cfg):
     for key, allowed in (("scheduler", ("plateau", "cosine", "constant")),
                          ("adamw_impl", ("fused", "torch", "manual"))):
@@ -641,102 +636,7 @@ def check_settings(cfg):
     if cfg["peak_tflops"] < 0:
         raise configurator.ConfigError(f"peak_tflops={cfg['peak_tflops']}: expected a device's peak TFLOP/s, or 0 to "
                                        f"look it up")
-    check_out_dir(cfg)
-
-
-RUN_FILES = {"best": "ckpt.pt", "last": "last.pt", "log": "log.jsonl", "summary": "summary.json"}
-
-
-def run_paths(out_dir):
-    """{'best', 'last', 'log', 'summary'}: the files of the run in out_dir."""
-    return {k: os.path.join(out_dir, f) for k, f in RUN_FILES.items()}
-
-
-def existing_run(out_dir):
-    """The files in out_dir that make it hold a run (a checkpoint or a summary), or []."""
-    return [f for k, f in RUN_FILES.items() if k != "log" and os.path.isfile(os.path.join(out_dir, f))]
-
-
-def check_out_dir(cfg):
-    """A new run never replaces a run already in out_dir unless overwrite=True: checked before any data
-    is prepared or model built, so a mistyped out_dir or a forgotten --init_from=resume costs nothing."""
-    found = existing_run(cfg["out_dir"])
-    if found and cfg["init_from"] != "resume" and not cfg["overwrite"]:
-        raise configurator.ConfigError(
-            f"{cfg['out_dir']} already holds a run ({', '.join(found)}): continue it with --init_from=resume, "
-            f"replace it with --overwrite=True (its files are deleted), or give another --out_dir")
-
-
-LOCK_FILE = "train.lock"  # in out_dir: held by the process that writes the run (out_dir_lock)
-
-
-def try_lock(f):
-    """An exclusive, non-blocking lock on the open file f (fcntl.flock): True if taken, False if another
-    process holds it. Where there is no fcntl (Windows), always True: no lock."""
-    try:
-        import fcntl
-    except ImportError:
-        return True
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-
-
-def lock_holder(f):
-    """The pid its holder wrote in the open lock file f ('?' if none yet)."""
-    f.seek(0)
-    return f.read().strip() or "?"
-
-
-def out_dir_busy(out_dir):
-    """The pid of the process that holds out_dir's lock (a run going on there), or None."""
-    path = os.path.join(out_dir, LOCK_FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path, "r+") as f:
-        if try_lock(f):
-            return None  # taken and, as the file closes, let go
-        return lock_holder(f)
-
-
-@contextmanager
-def out_dir_lock(cfg):
-    """One run at a time in an out_dir: the writing process (not the other ranks of a DDP run) holds an
-    exclusive lock on out_dir/train.lock while it runs, so a second train.py there (the same run started
-    twice, two study.py on one plan) stops at once with a clear error instead of writing the same
-    checkpoints. The lock goes with the process, however it ends (a killed run leaves a train.lock that
-    nobody holds, which the next run takes); a run that ends removes the file. Under the lock, check_out_dir
-    again: a run another process finished in between counts."""
-    env = torchrun_env()
-    if env is not None and env[0] != 0:
-        yield
-        return
-    created = not os.path.isdir(cfg["out_dir"])
-    os.makedirs(cfg["out_dir"], exist_ok=True)
-    path = os.path.join(cfg["out_dir"], LOCK_FILE)
-    while True:
-        f = open(path, "a+")
-        if not try_lock(f):
-            holder = lock_holder(f)
-            f.close()
-            raise configurator.UserError(f"{cfg['out_dir']} is being written by another run (process {holder}): "
-                                         f"wait for it to end, or give another --out_dir")
-        if os.path.exists(path) and os.path.samestat(os.fstat(f.fileno()), os.stat(path)):
-            break
-        f.close()  # its holder removed the file as we took the lock on it: take the one there now
-    try:
-        f.truncate(0)
-        f.write(str(os.getpid()))
-        f.flush()
-        check_out_dir(cfg)
-        yield
-    finally:
-        os.remove(path)  # removed while held, then let go (closed): the folder keeps only the run's files
-        f.close()
-        if created and not os.listdir(cfg["out_dir"]):
-            os.rmdir(cfg["out_dir"])  # a run that stopped before it wrote anything (a bad device) leaves no folder
+    records.check_out_dir(cfg)
 
 
 def start(cfg, dataset, dev, files):
@@ -760,14 +660,14 @@ def start(cfg, dataset, dev, files):
                               f"{CKPT_VERSION} (the run state changed). Evaluate it with evaluate.py, or start again")
     dataset.check_matches(ckpt["data"], f"the run in {paths['last']}")
     old = ckpt["config"]
-    implementation, other = run_differences(old, cfg)
+    implementation, other = records.run_differences(old, cfg, DEFAULTS)
     if other:
         raise configurator.ConfigError(
-            f"{paths['last']} is a run with other settings ({changes(old, cfg, other)}): a resume continues the "
-            f"same run, so resume with its settings (only {', '.join(IMPLEMENTATION_KEYS)} may change), or "
-            f"start a new run in another out_dir")
+            f"{paths['last']} is a run with other settings ({records.changes(old, cfg, other)}): a resume continues "
+            f"the same run, so resume with its settings (only {', '.join(records.IMPLEMENTATION_KEYS)} may change), "
+            f"or start a new run in another out_dir")
     if implementation:
-        print(f"resuming under other implementation settings: {changes(old, cfg, implementation)}")
+        print(f"resuming under other implementation settings: {records.changes(old, cfg, implementation)}")
     if old.get("init_from", "resume") != "resume":
         cfg = {**cfg, "init_from": old["init_from"]}
     state = RunState.from_checkpoint(ckpt)
@@ -777,46 +677,6 @@ def start(cfg, dataset, dev, files):
                **({"implementation_changed": {k: [old.get(k), cfg[k]] for k in implementation}}
                   if implementation else {})})
     return model, state, ckpt, cfg
-
-
-# -----------------------------------------------------------------------------
-# the same run: which configs describe one run (train.py resumes only the same run; study.py counts a
-# finished run of the same config as done, and continues a stopped one)
-
-# Settings that choose how the same function is computed, not what is trained: the attention, norm, SwiGLU
-# and AdamW paths (each tested equal to its reference) and compilation. They change results only by float
-# rounding, so a run may resume under another of them (it says which), and a run made under another is the
-# same run (runs made before the fused norms and the fused AdamW became the defaults count as finished).
-IMPLEMENTATION_KEYS = ("attn_impl", "norm_impl", "ffn_impl", "adamw_impl", "compile")
-# Settings that change nothing a run computes: where its files are (a run folder may be moved), how often it
-# prints, the MFU's denominator, and whether it was allowed to replace a run in its out_dir.
-BOOKKEEPING_KEYS = ("out_dir", "log_interval", "peak_tflops", "overwrite")
-
-
-def run_differences(a, b):
-    """The settings two run configs differ in, as (implementation keys, other keys), each sorted. A config
-    with init_from 'resume' was started by continuing a run, which is the run it continues: it matches any
-    init_from. A setting one config lacks (added to train.py after that run was made) counts as its
-    default, which that run had. BOOKKEEPING_KEYS are not compared."""
-    a, b = json.loads(json.dumps(a)), json.loads(json.dumps(b))  # as stored: tuples -> lists
-    if "resume" in (a.get("init_from"), b.get("init_from")):
-        a.pop("init_from", None), b.pop("init_from", None)
-    defaults = {**DEFAULTS, **MODEL_SETTINGS["model"].get(a.get("model", DEFAULTS["model"]), {})}
-    unset = object()  # a key that neither the config nor the defaults know differs from any value
-    value = lambda c, k: c[k] if k in c else defaults.get(k, unset)  # noqa: E731
-    differ = sorted(k for k in (set(a) | set(b)) - set(BOOKKEEPING_KEYS) if value(a, k) != value(b, k))
-    implementation = [k for k in differ if k in IMPLEMENTATION_KEYS]
-    return implementation, [k for k in differ if k not in IMPLEMENTATION_KEYS]
-
-
-def same_run(a, b):
-    """Whether two run configs describe the same run: they differ at most in IMPLEMENTATION_KEYS."""
-    return not run_differences(a, b)[1]
-
-
-def changes(a, b, keys):
-    """'key old -> new, ...' for the keys in which config a and config b differ."""
-    return ", ".join(f"{k} {a.get(k, '(unset)')!r} -> {b.get(k, '(unset)')!r}" for k in keys)
 
 
 def validate(model, task, dataset, cfg, state, plateau, device, ctx, procs=Processes()):
@@ -859,7 +719,8 @@ def train(cfg):
     written to out_dir/summary.json with the config. Under torchrun this is one of its processes (see
     `processes`): they train together, and rank 0 prints, writes the files and scores the test split."""
     check_settings(cfg)
-    with out_dir_lock(cfg), processes(cfg) as procs:
+    env = torchrun_env()  # under torchrun, rank 0 alone writes the run's files and holds its out_dir's lock
+    with records.out_dir_lock(cfg, writer=env is None or env[0] == 0), processes(cfg) as procs:
         device_type = procs.device.split(":")[0]
         dtype_name = configurator.resolve_dtype(cfg["dtype"], device_type)
         ctx = configurator.autocast_context(device_type, dtype_name)
@@ -873,11 +734,12 @@ def train(cfg):
         with procs.main_first():  # rank 0 prepares a missing dataset; then the others read it
             dataset = data.load_dataset(cfg)
         task = task_of(dataset, cfg)
-        files = RunFiles(cfg["out_dir"], writer=procs.main)
+        files = records.RunFiles(cfg["out_dir"], writer=procs.main)
         model, state, resume, cfg = start(cfg, dataset, procs.device, files)
         peak = device_peak(cfg, procs.device, dtype_name)  # (FLOP/s, source) or None
         print(setup_line(model, procs, dtype_name, peak))
-        files.log({"type": "conditions", "iter": state.iter_num, **run_conditions(procs, dtype_name)})
+        files.log({"type": "conditions", "iter": state.iter_num,
+                   **records.run_conditions(procs.device, dtype_name, procs.world)})
 
         optimizer = make_optimizer(model, cfg, device_type)
         plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=cfg["plateau_factor"],
@@ -957,23 +819,6 @@ def train(cfg):
         return summary
 
 
-class RunFiles:
-    """The files of the run in out_dir (RUN_FILES: ckpt.pt, last.pt, log.jsonl, summary.json). Only the
-    writer (rank 0 of a DDP run) writes them; for the others these calls do nothing."""
-
-    def __init__(self, out_dir, writer=True):
-        os.makedirs(out_dir, exist_ok=True)
-        self.paths, self.writer = run_paths(out_dir), writer
-
-    def log(self, record):
-        if self.writer:
-            log_jsonl(self.paths["log"], record)
-
-    def save(self, which, model, **contents):
-        if self.writer:
-            save_checkpoint(self.paths[which], model, **contents)
-
-
 class Meter:
     """Training speed for the progress lines: tokens/s and the MFU (model FLOPs utilization, the model's
     FLOPs per second against the devices' peak) since the last reading, and the time left. Evaluation is
@@ -1017,46 +862,6 @@ def setup_line(model, procs, dtype_name, peak):
             + (f"; {procs.world} processes (DDP, {torch.distributed.get_backend()})" if procs.world > 1 else "")
             + (f"; MFU of a peak {peak[0] / 1e12:,.1f} TFLOP/s per device ({peak[1]})" if peak else
                "; no MFU (no peak FLOP/s known for this device; peak_tflops sets one)"))
-
-
-def run_conditions(procs, dtype_name):
-    """Where and how a run runs, for its log: study.py reports a study's conditions from its runs, not from
-    the machine that writes the report. The processor (or GPU), the cores this process may use and its
-    threads, the precision, the processes, the versions, and the code's commit ('+changes' when tracked
-    files differed from it)."""
-    return {**machine_conditions(procs.device), "device": procs.device, "dtype": dtype_name,
-            "processes": procs.world}
-
-
-def machine_conditions(device):
-    """The processor (or the GPU of a CUDA device), the cores this process may use and its threads, the
-    versions, and the code's commit."""
-    machine = "unknown CPU"
-    if device.startswith("cuda"):
-        machine = torch.cuda.get_device_name(torch.device(device))
-    elif os.path.isfile("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            machine = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), machine)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"machine": machine, "cores": cores, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": sys.version.split()[0], "commit": code_commit()}
-
-
-def code_commit():
-    """The git commit of this file's checkout, short, with '+changes' if tracked files of the code differ
-    from it (results/ and the .md pages are records, not code: a study that commits its runs' records as
-    they land changes them while its other runs train); 'unknown' outside a git checkout."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True, cwd=here, timeout=10)  # noqa: E731
-        head = git("rev-parse", "--short", "HEAD")
-        if head.returncode != 0:
-            return "unknown"
-        changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results",
-                      ":(exclude)*.md").stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return head.stdout.strip() + ("+changes" if changed else "")
 
 
 def report_progress(state, total_iters, epoch, epochs, loss, lr, speed):

@@ -23,10 +23,12 @@ import data
 import evaluate
 import model
 import lab.plan
+import lab.records
 import lab.report
 import lab.runs
 import lab.stats
 import study
+import train
 from conftest import REPO_ROOT, fake_downloads, need_tokenizer
 from test_study import write_tiny_configs
 
@@ -539,7 +541,7 @@ def test_a_fresh_clone_writes_the_same_report_from_the_run_records(tiny_dataset,
     record = "results/runs/a/tiny_looped/seed2"
     summary = json.loads(open(f"{record}/summary.json").read())
     assert summary == json.loads(open("out/s/a/tiny_looped/seed2/summary.json").read())
-    assert study.train.same_run(study.train.make_config([f"{record}/config.py"]), summary["config"])
+    assert lab.records.same_run(train.make_config([f"{record}/config.py"]), summary["config"], train.DEFAULTS)
     with open("results/runs/a/data.json") as f:
         assert json.load(f)["test_labels"] == [int(y) for y in data.Dataset("data").splits["test"].labels]
     text = open("RESULTS.md").read()

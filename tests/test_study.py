@@ -22,6 +22,7 @@ import pytest
 import configurator
 import data
 import lab.plan
+import lab.records
 import lab.runs
 import lab.stats
 import study
@@ -293,7 +294,7 @@ def test_a_run_another_process_trains_is_skipped_not_started_again(tiny_dataset,
     configs = write_tiny_configs(tmp_path, tiny_dataset)
     runs = lab.runs.plan_runs(configs[:1], [1, 2], str(tmp_path / "study"))
     theirs, ours = runs[("tiny_plain", 1)][1], runs[("tiny_plain", 2)][1]
-    with train.out_dir_lock(theirs):
+    with lab.records.out_dir_lock(theirs):
         with open(os.path.join(theirs["out_dir"], "train.out"), "w") as f:
             f.write("the other study's run\n")
         study.run_pending(runs, list(runs), jobs=1)
@@ -419,7 +420,7 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys):
     study.main([*args, "--collect_only", "--metrics", "final_val_ppl"])
     printed = capsys.readouterr().out
     assert "0 to train" in printed and "final validation perplexity" in printed and "emb" not in printed
-    # log_interval changes nothing a run computes (train.BOOKKEEPING_KEYS): these are still the planned runs
+    # log_interval changes nothing a run computes (records.BOOKKEEPING_KEYS): these are still the planned runs
     study.main([*args[:-len(sets)], *sets[:-1], "log_interval=2", "--collect_only"])
     assert "4 finished, 0 to train" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="not finished"):  # max_iters does: those runs are not made yet
@@ -431,9 +432,11 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys):
 
 
 # Every module of ours, by the layer it sits on: a module imports only modules of lower layers (on layer 0, any
-# other module of layer 0). The lesson's files at the bottom, the tooling (lab/) beside and above them, study.py on top.
-LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "lab.stats": 0, "data": 1, "evaluate": 2, "train": 3,
-          "lab.plan": 4, "gpu_check": 4, "lab.runs": 5, "lab.cells": 5, "lab.plots": 6, "lab.report": 7, "study": 8}
+# other module of layer 0). The lesson's files at the bottom, the tooling (bench/, lab/) beside and above them,
+# study.py on top.
+LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "lab.stats": 0, "bench.timing": 0, "data": 1, "lab.records": 1,
+          "evaluate": 2, "train": 3, "bench.speed": 3, "lab.plan": 4, "gpu_check": 4, "bench.same_training": 4,
+          "lab.runs": 5, "lab.cells": 5, "lab.plots": 6, "lab.report": 7, "study": 8}
 
 
 def module_imports(path):
@@ -448,14 +451,15 @@ def module_imports(path):
 
 
 def test_imports_run_one_way():
-    """configurator, model, kernels <- data <- evaluate <- train <- lab's plan, runs, cells, plots, report <- study:
-    a module imports only modules of a lower layer (evaluate.py never imports train.py; nothing imports study.py),
-    and every module of ours is in LAYERS."""
+    """configurator, model, kernels, bench.timing <- data, lab.records <- evaluate <- train, bench.speed <- lab's
+    plan, runs, cells, plots, report <- study: a module imports only modules of a lower layer (evaluate.py never
+    imports train.py; nothing imports study.py), and every module of ours is in LAYERS."""
     ours = {os.path.relpath(p, REPO_ROOT)[:-3].replace(os.sep, ".") for p in
-            glob.glob(os.path.join(REPO_ROOT, "*.py")) + glob.glob(os.path.join(REPO_ROOT, "lab", "*.py"))}
-    ours -= {"lab.__init__", "lab.plan_history_from_git"}  # a package's docstring; a script run once, by hand
+            glob.glob(os.path.join(REPO_ROOT, "*.py")) + glob.glob(os.path.join(REPO_ROOT, "lab", "*.py"))
+            + glob.glob(os.path.join(REPO_ROOT, "bench", "*.py"))}
+    ours -= {"lab.__init__", "bench.__init__", "lab.plan_history_from_git"}  # packages' docstrings; a script run once
     assert ours == set(LAYERS), sorted(ours ^ set(LAYERS))
     for name, layer in LAYERS.items():
         imported = module_imports(os.path.join(REPO_ROOT, *name.split(".")) + ".py")
         assert all(LAYERS[m] < layer or (layer == 0 and m != name) for m in imported), (name, imported)
-    assert "train" in module_imports(os.path.join(REPO_ROOT, "study.py"))  # the check above sees real imports
+    assert "lab.records" in module_imports(os.path.join(REPO_ROOT, "study.py"))  # the check above sees real imports
