@@ -22,12 +22,9 @@ the out_dir lock, which configs are the same run, what its log records) is lab/r
 
 import math
 import os
-import signal
 import sys
-import time
 from contextlib import ExitStack, contextmanager, nullcontext, redirect_stdout
 from dataclasses import asdict, dataclass, fields
-from datetime import timedelta
 from typing import Callable
 
 import torch
@@ -420,7 +417,6 @@ class Processes:
             find_unused_parameters=bool(unused))
         return compiled(ddp, cfg, task), compiled(model, cfg, task)
 
-
     @contextmanager
     def main_first(self):
         """Rank 0 runs the block first (preparing a missing dataset, say), then the others do."""
@@ -479,39 +475,7 @@ def processes(cfg):
     if device_type == "cuda":
         dev = f"cuda:{local_rank}"
         torch.cuda.set_device(dev)
-    # Joining waits for every process to arrive. Left to torch it would wait the collectives' timeout (30
-    # minutes on gloo) for a process that failed on startup or was never started, so the join has a limit
-    # of its own: DDP_JOIN_TIMEOUT seconds, by default 600, torchrun's own rendezvous join_timeout. It bounds
-    # the join only; the collectives keep torch's timeout, because the other processes rightly wait at a
-    # barrier while rank 0 prepares a missing dataset, which can take longer.
-    text = os.environ.get("DDP_JOIN_TIMEOUT", "600")
-    join_s = float(text) if text.replace(".", "", 1).isdigit() else 0.0
-    if join_s <= 0:
-        raise configurator.ConfigError(f"DDP_JOIN_TIMEOUT={text!r}: the seconds the processes may take to join, > 0")
-    where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
-    started = time.monotonic()
-    try:
-        # The env:// rendezvous that init_process_group would do itself (MASTER_ADDR and MASTER_PORT; under
-        # torchrun, its agent's store), with the join's limit on the store; then the group, under the keys
-        # init_process_group would give it.
-        store, _, _ = next(torch.distributed.rendezvous("env://", timeout=timedelta(seconds=join_s)))
-        # Each process signs in on the store and waits, within the limit, for all the others to: under torchrun
-        # every process only connects to the agent's store, and gloo would then wait the collectives' timeout
-        # for a missing one (measured). The restart count keeps a restarted run apart from an earlier attempt.
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        store.set(f"ddp_join/{attempt}/{rank}", "1")
-        store.wait([f"ddp_join/{attempt}/{r}" for r in range(world)])
-        torch.distributed.init_process_group("nccl" if device_type == "cuda" else "gloo", rank=rank, world_size=world,
-                                             store=torch.distributed.PrefixStore("default_pg", store))
-    except torch.distributed.DistError as e:
-        reason = str(e).strip().splitlines()[0]
-        if time.monotonic() - started < join_s:  # failed at once: MASTER_PORT taken, say
-            raise configurator.UserError(f"rank {rank} could not join the process group at {where}: {reason}") from e
-        raise configurator.UserError(
-            f"the other processes did not join within {join_s:g} s (this is rank {rank} of {world}, the group is at "
-            f"{where}): check that all {world} were started (torchrun --nproc_per_node, and --nnodes on every node), "
-            f"that none failed before joining (its own error says why), and that each can reach {where}; "
-            f"DDP_JOIN_TIMEOUT sets the limit in seconds ({reason})") from e
+    records.join_processes(rank, world, "nccl" if device_type == "cuda" else "gloo")
     try:
         cpu_group = torch.distributed.new_group(backend="gloo") if device_type == "cuda" else None
         procs = Processes(rank, world, dev, cpu_group)
@@ -587,34 +551,6 @@ class RunState:
     @classmethod
     def from_checkpoint(cls, ckpt):
         return cls(**{f.name: ckpt.get(f.name, f.default) for f in fields(cls)})
-
-
-class StopRequest:
-    """First Ctrl-C (or SIGTERM, as a study runner sends) asks the loop to stop after the current step
-    and save; a second one aborts. Under torchrun a Ctrl-C reaches every process twice, from the terminal
-    and from torchrun's agent, which passes the signals it gets on to its processes: a second signal within
-    `repeat_window` seconds of the first is the same request."""
-
-    def __init__(self, repeat_window=0.0):
-        self.requested, self.repeat_window, self.first = False, repeat_window, 0.0
-
-    def __call__(self, signum, frame):
-        if self.requested:
-            if time.monotonic() - self.first < self.repeat_window:
-                return
-            raise KeyboardInterrupt
-        self.requested, self.first = True, time.monotonic()
-        print("\ninterrupt: finishing this step and saving last.pt (Ctrl-C again to abort)", flush=True)
-
-    @contextmanager
-    def installed(self):
-        """Handle SIGINT and SIGTERM while the block runs, then restore the previous handlers."""
-        old = {s: signal.signal(s, self) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield self
-        finally:
-            for s, handler in old.items():
-                signal.signal(s, handler)
 
 
 def check_settings(cfg):
@@ -701,11 +637,6 @@ def validate(model, task, dataset, cfg, state, plateau, device, ctx, procs=Proce
     return figures, is_best
 
 
-def describe(figures, metrics):
-    """'loss 0.4123 acc 0.8160 ...' for the metrics that have a short name."""
-    return " ".join(f"{m.short} {figures[k]:.4f}" for k, m in metrics.items() if m.short)
-
-
 # -----------------------------------------------------------------------------
 # the run
 
@@ -761,9 +692,9 @@ def train(cfg):
                          rng_cpu=torch.get_rng_state()) if which == "last" else {}
             files.save(which, model, config=cfg, data=dataset.info(), **asdict(state), **extra)
 
-        meter = Meter(peak, procs.world, state.iter_num, total_iters, state.train_seconds)
+        meter = timing.Meter(peak, procs.world, state.iter_num, total_iters, state.train_seconds)
         grad_norm = None  # the last step's, a device tensor until read (state.grad_norm is the float)
-        with StopRequest(repeat_window=5.0 if procs.world > 1 else 0.0).installed() as stop:
+        with records.StopRequest(repeat_window=5.0 if procs.world > 1 else 0.0).installed() as stop:
             while not state.stopped:
                 if state.iter_num >= total_iters or state.epoch >= cfg["max_epochs"]:
                     state.stopped = "max_iters" if state.iter_num == cfg["max_iters"] else "max_epochs"
@@ -798,7 +729,7 @@ def train(cfg):
                                                 procs)
                     if is_best:
                         save("best")
-                    print(f"eval at iter {state.iter_num}: val {describe(figures, task.metrics)}"
+                    print(f"eval at iter {state.iter_num}: val {records.describe(figures, task.metrics)}"
                           f"{' (best, saved ckpt.pt)' if is_best else ''}", flush=True)
                     files.log({"type": "eval", "epoch": epoch_label, "lr": optimizer.param_groups[0]["lr"],
                                "best": is_best, "grad_norm": state.grad_norm, "iter": state.iter_num,
@@ -808,47 +739,13 @@ def train(cfg):
 
         if grad_norm is not None:
             state.grad_norm = grad_norm.item()
-        summary = summarize(state, task, dataset, model.param_counts(), meter.minutes())
+        summary = records.summarize(state, task, dataset, model.param_counts(), meter.minutes())
         if procs.main and state.stopped != "interrupted":  # the others wait for it at the end of `processes`
             score_test(summary, files.paths["best"], task, dataset, cfg, state, procs.device, ctx)
         files.log({"type": "summary", **summary})
         if procs.main and state.stopped != "interrupted":
             data.write_json(files.paths["summary"], {**summary, "config": cfg}, indent=1)
         return summary
-
-
-class Meter:
-    """Training speed for the progress lines: tokens/s and the MFU (model FLOPs utilization, the model's
-    FLOPs per second against the devices' peak) since the last reading, and the time left. Evaluation is
-    not training: the loop restarts the clock after it."""
-
-    def __init__(self, peak, world, iter_num, total_iters, seconds_before=0.0):
-        self.peak, self.world, self.total_iters = peak, world, total_iters
-        self.t_start, self.iters_at_start, self.seconds_before = time.time(), iter_num, seconds_before
-        self.restart()
-
-    def restart(self):
-        self.t, self.tokens, self.flops = time.time(), 0, 0.0
-
-    def add(self, tokens, flops):
-        self.tokens, self.flops = self.tokens + tokens, self.flops + flops
-
-    def read(self, iter_num):
-        """{'tok_per_s', 'eta_min', and 'mfu' when the peak is known} since the last reading; restarts."""
-        dt = time.time() - self.t  # the device has caught up: it had to, for the loss the caller read
-        eta = (self.total_iters - iter_num) * (time.time() - self.t_start) / (iter_num - self.iters_at_start)
-        speed = {"tok_per_s": self.tokens / dt, "eta_min": eta / 60}
-        if self.peak:
-            speed["mfu"] = self.flops / dt / (self.peak[0] * self.world)
-        self.restart()
-        return speed
-
-    def seconds(self):
-        """The run's wall time: this process's, and a resumed run's before it."""
-        return self.seconds_before + time.time() - self.t_start
-
-    def minutes(self):
-        return self.seconds() / 60
 
 
 def setup_line(model, procs, dtype_name, peak):
@@ -887,28 +784,7 @@ def score_test(summary, best_path, task, dataset, cfg, state, device, ctx):
             summary[f"{name}_predictions"] = figures["predictions"]
         summary["metrics"].update({f"{name}_{k}": {"label": f"{name} {m.label} (best checkpoint)", "better": m.better}
                                    for k, m in task.metrics.items() if k in figures})
-        print(f"best checkpoint: val loss {state.best_val_loss:.4f}; {name} {describe(figures, task.metrics)}")
-
-
-def summarize(state, task, dataset, counts, minutes):
-    """The run's figures: the final validation figures (of the model as training left it), the best
-    validation loss and the last gradient norm, with `metrics` saying how to label and compare each."""
-    summary = {"task": dataset.task, "stopped": state.stopped, "iters": state.iter_num, "epochs": state.epoch,
-               "best_val_loss": state.best_val_loss, "final_grad_norm": state.grad_norm, "train_minutes": minutes,
-               "train_flops": state.train_flops,
-               "params": counts["total"], "params_non_embedding": counts["non_embedding"]}
-    metrics = {}
-    if state.last_eval is not None:
-        summary.update({f"final_val_{k}": v for k, v in state.last_eval.items() if k != "iter"},
-                       final_eval_iter=state.last_eval["iter"])
-        metrics = {f"final_val_{k}": {"label": f"final validation {m.label}", "better": m.better}
-                   for k, m in task.metrics.items() if k in state.last_eval}
-        print(f"final: val {describe(state.last_eval, task.metrics)} grad norm {state.grad_norm:.3f}  "
-              f"({state.stopped}, {minutes:.1f} min)")
-    metrics["best_val_loss"] = {"label": "best validation loss", "better": "lower"}
-    metrics["final_grad_norm"] = {"label": "final gradient norm", "better": "lower"}
-    summary["metrics"] = metrics
-    return summary
+        print(f"best checkpoint: val loss {state.best_val_loss:.4f}; {name} {records.describe(figures, task.metrics)}")
 
 
 def main(argv):

@@ -9,11 +9,12 @@ The one timing helper of the project, and the conditions every number is printed
                                           versions, the threads (train.py's run logs, study.py's timing pass,
                                           the benchmarks)
     peak_flops(device, dtype_name)        a GPU's datasheet peak, the denominator of MFU
+    Meter                                 train.py's progress lines: tokens/s, MFU and the time left
 
 The rules for honest numbers (as modded-nanogpt keeps them): warm-up runs first, the device synchronized around
 every timed region, the median of several repeats, and the conditions beside the figures. evaluate.py times a
-checkpoint with these, bench/speed.py our models against their peers, and train.py's progress lines divide by
-peak_flops. This module imports nothing of ours: every other file may use it.
+checkpoint with these, bench/speed.py our models against their peers, and train.py measures its steps with the
+Meter. This module imports nothing of ours: every other file may use it.
 """
 
 import os
@@ -112,3 +113,37 @@ def peak_flops(device, dtype_name):
             what = "TF32" if dtype_name == "float32" and "bfloat16" in tflops else dtype_name
             return float(round(tflops[dtype_name] * 1e12)), f"{source}, {what} dense ({name})"
     return None
+
+
+class Meter:
+    """Training speed for the progress lines: tokens/s and the MFU (model FLOPs utilization, the model's
+    FLOPs per second against the devices' peak) since the last reading, and the time left. Evaluation is
+    not training: the loop restarts the clock after it."""
+
+    def __init__(self, peak, world, iter_num, total_iters, seconds_before=0.0):
+        self.peak, self.world, self.total_iters = peak, world, total_iters
+        self.t_start, self.iters_at_start, self.seconds_before = time.time(), iter_num, seconds_before
+        self.restart()
+
+    def restart(self):
+        self.t, self.tokens, self.flops = time.time(), 0, 0.0
+
+    def add(self, tokens, flops):
+        self.tokens, self.flops = self.tokens + tokens, self.flops + flops
+
+    def read(self, iter_num):
+        """{'tok_per_s', 'eta_min', and 'mfu' when the peak is known} since the last reading; restarts."""
+        dt = time.time() - self.t  # the device has caught up: it had to, for the loss the caller read
+        eta = (self.total_iters - iter_num) * (time.time() - self.t_start) / (iter_num - self.iters_at_start)
+        speed = {"tok_per_s": self.tokens / dt, "eta_min": eta / 60}
+        if self.peak:
+            speed["mfu"] = self.flops / dt / (self.peak[0] * self.world)
+        self.restart()
+        return speed
+
+    def seconds(self):
+        """The run's wall time: this process's, and a resumed run's before it."""
+        return self.seconds_before + time.time() - self.t_start
+
+    def minutes(self):
+        return self.seconds() / 60

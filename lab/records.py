@@ -1,12 +1,15 @@
 """
 A run's bookkeeping, which train.py keeps beside its story rather than in it: where the run's files are and who
-writes them, the lock that lets one process at a time write an out_dir, which configs describe the same run, and
-the conditions and code commit a run's log holds. study.py and lab/runs.py read runs with the same helpers. In order:
+writes them, the lock that lets one process at a time write an out_dir, a stop asked for by a signal, the join of
+torchrun's processes within a time limit, which configs describe the same run, the summary record, and the
+conditions and code commit a run's log holds. study.py and lab/runs.py read runs with the same helpers. In order:
 
     RUN_FILES, run_paths, existing_run, check_out_dir, RunFiles    the files of a run in its out_dir
     LOCK_FILE, try_lock, lock_holder, out_dir_busy, out_dir_lock   one writer per out_dir
+    StopRequest, join_processes                                    Ctrl-C and SIGTERM; torchrun's group, joined
     IMPLEMENTATION_KEYS, BOOKKEEPING_KEYS, run_differences, same_run, changes
                                                                    the same run: what a resume or a study may change
+    describe, summarize                                            the summary record (summary.json)
     code_commit, machine_conditions, run_conditions                what a run's log says it ran on
 
 This module sits below train.py: it imports configurator, model and bench/timing.py, never train.py or
@@ -15,8 +18,13 @@ evaluate.py (the run identity takes train.py's DEFAULTS as an argument for that 
 
 import json
 import os
+import signal
 import subprocess
+import time
 from contextlib import contextmanager
+from datetime import timedelta
+
+import torch
 
 import configurator
 from bench import timing
@@ -71,7 +79,7 @@ class RunFiles:
 
 
 # -----------------------------------------------------------------------------
-# one writer per out_dir
+# the run's processes: one writer per out_dir (the lock), a stop asked for by a signal, torchrun's group joined
 
 LOCK_FILE = "train.lock"  # in out_dir: held by the process that writes the run (out_dir_lock)
 
@@ -144,6 +152,73 @@ def out_dir_lock(cfg, writer=True):
             os.rmdir(cfg["out_dir"])  # a run that stopped before it wrote anything (a bad device) leaves no folder
 
 
+class StopRequest:
+    """First Ctrl-C (or SIGTERM, as a study runner sends) asks the loop to stop after the current step
+    and save; a second one aborts. Under torchrun a Ctrl-C reaches every process twice, from the terminal
+    and from torchrun's agent, which passes the signals it gets on to its processes: a second signal within
+    `repeat_window` seconds of the first is the same request."""
+
+    def __init__(self, repeat_window=0.0):
+        self.requested, self.repeat_window, self.first = False, repeat_window, 0.0
+
+    def __call__(self, signum, frame):
+        if self.requested:
+            if time.monotonic() - self.first < self.repeat_window:
+                return
+            raise KeyboardInterrupt
+        self.requested, self.first = True, time.monotonic()
+        print("\ninterrupt: finishing this step and saving last.pt (Ctrl-C again to abort)", flush=True)
+
+    @contextmanager
+    def installed(self):
+        """Handle SIGINT and SIGTERM while the block runs, then restore the previous handlers."""
+        old = {s: signal.signal(s, self) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield self
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+
+
+def join_processes(rank, world, backend):
+    """Join torchrun's process group as `rank` of `world` processes (torch.distributed.init_process_group with
+    `backend`), or a UserError if the others have not all joined within DDP_JOIN_TIMEOUT seconds (a
+    ConfigError if that is not a number of seconds). train.py's processes() calls it under torchrun."""
+    # Joining waits for every process to arrive. Left to torch it would wait the collectives' timeout (30
+    # minutes on gloo) for a process that failed on startup or was never started, so the join has a limit
+    # of its own: DDP_JOIN_TIMEOUT seconds, by default 600, torchrun's own rendezvous join_timeout. It bounds
+    # the join only; the collectives keep torch's timeout, because the other processes rightly wait at a
+    # barrier while rank 0 prepares a missing dataset, which can take longer.
+    text = os.environ.get("DDP_JOIN_TIMEOUT", "600")
+    join_s = float(text) if text.replace(".", "", 1).isdigit() else 0.0
+    if join_s <= 0:
+        raise configurator.ConfigError(f"DDP_JOIN_TIMEOUT={text!r}: the seconds the processes may take to join, > 0")
+    where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+    started = time.monotonic()
+    try:
+        # The env:// rendezvous that init_process_group would do itself (MASTER_ADDR and MASTER_PORT; under
+        # torchrun, its agent's store), with the join's limit on the store; then the group, under the keys
+        # init_process_group would give it.
+        store, _, _ = next(torch.distributed.rendezvous("env://", timeout=timedelta(seconds=join_s)))
+        # Each process signs in on the store and waits, within the limit, for all the others to: under torchrun
+        # every process only connects to the agent's store, and gloo would then wait the collectives' timeout
+        # for a missing one (measured). The restart count keeps a restarted run apart from an earlier attempt.
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        store.set(f"ddp_join/{attempt}/{rank}", "1")
+        store.wait([f"ddp_join/{attempt}/{r}" for r in range(world)])
+        torch.distributed.init_process_group(backend, rank=rank, world_size=world,
+                                             store=torch.distributed.PrefixStore("default_pg", store))
+    except torch.distributed.DistError as e:
+        reason = str(e).strip().splitlines()[0]
+        if time.monotonic() - started < join_s:  # failed at once: MASTER_PORT taken, say
+            raise configurator.UserError(f"rank {rank} could not join the process group at {where}: {reason}") from e
+        raise configurator.UserError(
+            f"the other processes did not join within {join_s:g} s (this is rank {rank} of {world}, the group is at "
+            f"{where}): check that all {world} were started (torchrun --nproc_per_node, and --nnodes on every node), "
+            f"that none failed before joining (its own error says why), and that each can reach {where}; "
+            f"DDP_JOIN_TIMEOUT sets the limit in seconds ({reason})") from e
+
+
 # -----------------------------------------------------------------------------
 # the same run: which configs describe one run (train.py resumes only the same run; study.py counts a
 # finished run of the same config as done, and continues a stopped one)
@@ -184,6 +259,36 @@ def same_run(a, b, defaults):
 def changes(a, b, keys):
     """'key old -> new, ...' for the keys in which config a and config b differ."""
     return ", ".join(f"{k} {a.get(k, '(unset)')!r} -> {b.get(k, '(unset)')!r}" for k in keys)
+
+
+# -----------------------------------------------------------------------------
+# what a run reports: its summary record
+
+
+def describe(figures, metrics):
+    """'loss 0.4123 acc 0.8160 ...' for the metrics that have a short name."""
+    return " ".join(f"{m.short} {figures[k]:.4f}" for k, m in metrics.items() if m.short)
+
+
+def summarize(state, task, dataset, counts, minutes):
+    """The run's figures: the final validation figures (of the model as training left it), the best
+    validation loss and the last gradient norm, with `metrics` saying how to label and compare each."""
+    summary = {"task": dataset.task, "stopped": state.stopped, "iters": state.iter_num, "epochs": state.epoch,
+               "best_val_loss": state.best_val_loss, "final_grad_norm": state.grad_norm, "train_minutes": minutes,
+               "train_flops": state.train_flops,
+               "params": counts["total"], "params_non_embedding": counts["non_embedding"]}
+    metrics = {}
+    if state.last_eval is not None:
+        summary.update({f"final_val_{k}": v for k, v in state.last_eval.items() if k != "iter"},
+                       final_eval_iter=state.last_eval["iter"])
+        metrics = {f"final_val_{k}": {"label": f"final validation {m.label}", "better": m.better}
+                   for k, m in task.metrics.items() if k in state.last_eval}
+        print(f"final: val {describe(state.last_eval, task.metrics)} grad norm {state.grad_norm:.3f}  "
+              f"({state.stopped}, {minutes:.1f} min)")
+    metrics["best_val_loss"] = {"label": "best validation loss", "better": "lower"}
+    metrics["final_grad_norm"] = {"label": "final gradient norm", "better": "lower"}
+    summary["metrics"] = metrics
+    return summary
 
 
 # -----------------------------------------------------------------------------

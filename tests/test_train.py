@@ -203,7 +203,7 @@ def test_resume_after_interrupt_is_bit_identical(tiny_cfg, tmp_path, monkeypatch
     summary, last_cut = run(cut)
     assert summary["stopped"] == "interrupted" and last_cut["iter_num"] == 5
     assert signal.getsignal(signal.SIGINT) is not None and not isinstance(signal.getsignal(signal.SIGINT),
-                                                                          train.StopRequest)
+                                                                          records.StopRequest)
     monkeypatch.setattr(train, "scheduled_lr", real_lr)
     _, last_resumed = run({**cut, "init_from": "resume"})
     assert last_resumed["iter_num"] == 10
