@@ -1,5 +1,5 @@
 """
-Config overrides, nanoGPT style but strict:
+Config overrides, nanoGPT style but strict; then the device and precision every command resolves:
 
     python train.py config/sst2_recurrent.py --batch_size=32 --learning_rate=1e-3
 
@@ -16,13 +16,15 @@ present when `model` names that family. `apply_overrides` takes them as `depends
 import ast
 import difflib
 import os
+from contextlib import nullcontext
+
+import torch
 
 
 class UserError(Exception):
-    """Bad input: a setting, an argument, a data file or a checkpoint that cannot be used, with what to do
-    about it. Every command line (train.py, evaluate.py, study.py, data.py, kernels.py) prints one as a
-    single line, `error: ...`, and exits with status 1. Its family: ConfigError here, data.DataError and
-    model.CheckpointError. Any other exception is a bug in this code, and keeps its traceback."""
+    """Bad input: a setting, an argument, a data file or a checkpoint that cannot be used, with what to do about
+    it. Every command prints one as a single line, `error: ...`, and exits with status 1. Its family: ConfigError
+    here, data.DataError and model.CheckpointError. Any other exception is a bug, and keeps its traceback."""
 
 
 class ConfigError(UserError, ValueError):
@@ -42,19 +44,10 @@ def _check(key, value, defaults, source, elsewhere=None):
             raise ConfigError(f"config key {key!r} in {source} is a setting of {elsewhere[key]}")
         raise ConfigError(f"unknown config key {key!r} in {source}{closest(key, list(defaults))}")
     default = defaults[key]
-    if default is None:
-        return value
-    if isinstance(default, bool):  # check bool before int: bool is a subclass of int
-        if isinstance(value, bool):
-            return value
-    elif isinstance(default, float):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif isinstance(default, int):
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif isinstance(value, type(default)):
-        return value
+    if isinstance(default, float) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)  # an int is accepted where a float is expected
+    if default is None or isinstance(value, type(default)) and isinstance(value, bool) == isinstance(default, bool):
+        return value  # a default of None takes anything; bool is a subclass of int, but True is no int, 1 no bool
     raise ConfigError(f"{key} must be of type {type(default).__name__} (the default is {default!r}), "
                       f"got {value!r} of type {type(value).__name__} from {source}")
 
@@ -81,10 +74,9 @@ def read_settings(argv):
                     exec(compile(f.read(), arg, "exec"), {"__file__": os.path.abspath(arg)}, namespace)
             except Exception as e:
                 raise ConfigError(f"could not run config file {arg}: {type(e).__name__}: {e}") from None
-            for key, value in namespace.items():
-                if key.startswith("_") or callable(value) or type(value).__name__ == "module":
-                    continue  # helpers and imports inside a config file are not settings
-                settings.append((key, value, arg))
+            # helpers and imports inside a config file are not settings
+            settings += [(key, value, arg) for key, value in namespace.items()
+                         if not (key.startswith("_") or callable(value) or type(value).__name__ == "module")]
         else:
             key, sep, text = arg[2:].partition("=")  # split on the first '=' only
             if not sep:
@@ -114,3 +106,44 @@ def apply_overrides(defaults, argv, depends=None):
     for key, value, source in settings:
         config[key] = _check(key, value, full, source, elsewhere)
     return config
+
+
+# -----------------------------------------------------------------------------
+# devices and precision: train.py and evaluate.py resolve theirs here, before any work
+
+
+def resolve_device(name):
+    """'auto' picks cuda, then mps, then cpu; 'cpu', 'cuda', 'cuda:N' and 'mps' are taken as given when this
+    machine has them. A device it lacks is a ConfigError that lists the devices it has, raised here, before
+    any work: torch's own complaint would come later, as "Torch not compiled with CUDA enabled", or under
+    torchrun as an AttributeError from torch.cuda.set_device (train.py's processes() calls this first)."""
+    gpus = [f"cuda:{i}" for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0)]
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    have = ["cpu", *gpus, *(["mps"] if mps else [])]  # the devices this machine has, as --device names them
+    if name == "auto":
+        return "cuda" if "cuda:0" in have else "mps" if "mps" in have else "cpu"
+    if name in have or (name == "cuda" and "cuda:0" in have):
+        return name
+    here = f"the devices here: {', '.join(have)}"
+    kind, _, index = str(name).partition(":")
+    if kind == "cuda" and (not index or index.isdigit()):
+        build = "" if torch.version.cuda else ", a build without CUDA"
+        n_gpus = sum(d.startswith("cuda") for d in have)
+        raise ConfigError(f"device={name!r}: " + (f"this machine has {n_gpus} CUDA GPU(s)" if n_gpus else
+                          f"torch sees no CUDA GPU on this machine (torch {torch.__version__}{build})") + f"; {here}")
+    if name == "mps":
+        raise ConfigError(f"device='mps': this machine has no Apple GPU that torch can use; {here}")
+    raise ConfigError(f"device={name!r}: expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; {here}")
+
+
+def resolve_dtype(name, device_type):
+    """'auto' is bfloat16 on a GPU that has it, else float32."""
+    if name not in ("auto", "float32", "bfloat16", "float16"):
+        raise ConfigError(f"dtype={name!r}: expected 'auto', 'float32', 'bfloat16' or 'float16'")
+    return name if name != "auto" else "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() \
+        else "float32"
+
+
+def autocast_context(device_type, dtype_name):
+    """Mixed precision: matmuls in bf16/fp16, the rest (norm statistics, softmax, loss) in fp32."""
+    return nullcontext() if dtype_name == "float32" else torch.autocast(device_type, getattr(torch, dtype_name))

@@ -16,29 +16,26 @@ language model. train.py uses the same evaluators during training; this file nev
     python evaluate.py config/llama_sst5_prompt.py                        # a config file sets the options
     python evaluate.py --ckpt out/piglatin_transformer/ckpt.pt --plots out/piglatin_plots   # seq2seq: word accuracy,
                                               # errors by rule and length, attention maps, embedding projection
-    python evaluate.py --bench [--compile] [--device cuda --dtype bfloat16] [--nanogpt path/to/nanoGPT/model.py]
-                                              # speed: ours against Hugging Face's BERT / GPT-2 (and nanoGPT)
+
+Read in order: the metrics, the evaluators (what train.py scores with), the speed of a checkpoint, loading,
+the reports (one per task: every figure of one checkpoint), the tables, and the command line. The speed
+benchmark against other implementations is bench/speed.py (`python -m bench.speed`); the study runner is
+study.py.
 
 Bad input (an option out of its range, a device this machine lacks, a file that is not there, an option
 that does not suit the checkpoint) ends in one line, `error: ...`, before any long work; anything else is
 a bug and keeps its traceback.
 
-(`evaluate.py --study ...` is the old spelling of `study.py ...`, the multi-seed study runner; it
-still works and runs study.py.)
-
-Timing follows the usual rules for honest numbers: warm-up passes first, device synchronization
-around every timed region, the median of several repeats, and the conditions (device, dtype, torch
-version, threads) printed and stored with the figures.
+Timing follows the usual rules for honest numbers (bench/timing.py): warm-up passes first, device
+synchronization around every timed region, the median of several repeats, and the conditions (device,
+dtype, torch version, threads) printed and stored with the figures.
 """
 
 import argparse
-import contextlib
 import importlib.util
-import io
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 from contextlib import nullcontext
@@ -50,121 +47,9 @@ import torch.nn.functional as F
 
 import configurator
 import data
-import kernels
-from bench.timing import conditions
-from export import read_llama2c, write_llama2c
-from model import (DECODE_MODES, CheckpointError, LlamaConfig, build_model, family_settings, load_checkpoint,
-                   raw_model)
-
-# -----------------------------------------------------------------------------
-# devices and precision (train.py uses these too)
-
-
-def available_devices():
-    """The devices this machine has, as --device names them: cpu, then cuda:0 .. cuda:n-1 and mps when
-    torch can use them."""
-    names = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0)]
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        names.append("mps")
-    return names
-
-
-def resolve_device(name):
-    """'auto' picks cuda, then mps, then cpu; 'cpu', 'cuda', 'cuda:N' and 'mps' are taken as given when this
-    machine has them. A device it lacks is a ConfigError that lists the devices it has, raised here, before
-    any work: torch's own complaint would come later, as "Torch not compiled with CUDA enabled", or under
-    torchrun as an AttributeError from torch.cuda.set_device (train.py's processes() calls this first)."""
-    have = available_devices()
-    if name == "auto":
-        return "cuda" if "cuda:0" in have else "mps" if "mps" in have else "cpu"
-    if name in have or (name == "cuda" and "cuda:0" in have):
-        return name
-    here = f"the devices here: {', '.join(have)}"
-    kind, _, index = str(name).partition(":")
-    if kind == "cuda" and (not index or index.isdigit()):
-        if "cuda:0" not in have:
-            build = "" if torch.version.cuda else ", a build without CUDA"
-            raise configurator.ConfigError(f"device={name!r}: torch sees no CUDA GPU on this machine (torch "
-                                           f"{torch.__version__}{build}); {here}")
-        n_gpus = sum(d.startswith("cuda") for d in have)
-        raise configurator.ConfigError(f"device={name!r}: this machine has {n_gpus} CUDA GPU(s); {here}")
-    if name == "mps":
-        raise configurator.ConfigError(f"device='mps': this machine has no Apple GPU that torch can use; {here}")
-    raise configurator.ConfigError(f"device={name!r}: expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; {here}")
-
-
-def resolve_dtype(name, device_type):
-    """'auto' is bfloat16 on a GPU that has it, else float32."""
-    if name != "auto":
-        if name not in ("float32", "bfloat16", "float16"):
-            raise configurator.ConfigError(f"dtype={name!r}: expected 'auto', 'float32', 'bfloat16' or 'float16'")
-        return name
-    return "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
-
-
-def peak_flops(device, dtype_name):
-    """(peak FLOP/s, its source) of one GPU for matmuls in `dtype_name`, dense (without 2:4 sparsity, which
-    the datasheets' headline figures assume), looked up by torch.cuda.get_device_name; None for a CPU, an
-    MPS device or a GPU not in the table, or a dtype the GPU has no tensor cores for. 'float32' is the
-    TF32 tensor-core rate where the GPU has one (train.py allows TF32 on CUDA), else the plain FP32 rate.
-    The denominator of MFU (model FLOPs utilization, PaLM, Chowdhery et al. 2022, appendix B)."""
-    import re  # only here: the rest of this file needs no patterns
-
-    if not str(device).startswith("cuda"):
-        return None
-    name = torch.cuda.get_device_name(device)
-    # (pattern in the device name, TFLOP/s by dtype, source); the first match wins, so the specific
-    # variants (PCIe, NVL) come before their family. The datasheets print sparse figures with an
-    # asterisk; the dense ones are half of those.
-    table = [
-        (r"H100.*PCIe", {"bfloat16": 756, "float16": 756, "float32": 378}, "NVIDIA H100 datasheet, H100 PCIe"),
-        (r"H100 NVL", {"bfloat16": 835, "float16": 835, "float32": 418}, "NVIDIA H100 datasheet, H100 NVL"),
-        (r"H200 NVL", {"bfloat16": 835, "float16": 835, "float32": 418}, "NVIDIA H200 datasheet, H200 NVL"),
-        (r"GH200", {"bfloat16": 989, "float16": 989, "float32": 494}, "NVIDIA GH200 datasheet"),
-        (r"H200", {"bfloat16": 989, "float16": 989, "float32": 494}, "NVIDIA H200 datasheet, H200 SXM"),
-        (r"H100", {"bfloat16": 989, "float16": 989, "float32": 494}, "NVIDIA H100 datasheet, H100 SXM"),
-        (r"A100", {"bfloat16": 312, "float16": 312, "float32": 156}, "NVIDIA A100 datasheet"),
-        (r"\bL4\b", {"bfloat16": 121, "float16": 121, "float32": 60}, "NVIDIA L4 datasheet"),
-        (r"\bA10\b", {"bfloat16": 125, "float16": 125, "float32": 62.5}, "NVIDIA A10 datasheet"),
-        (r"RTX 4090", {"bfloat16": 165.2, "float16": 165.2, "float32": 82.6},
-         "NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090, FP32 accumulate"),
-        (r"V100S", {"float16": 130, "float32": 16.4}, "NVIDIA V100 datasheet, V100S PCIe"),  # Volta: no bf16, no TF32
-        (r"V100.*PCIE", {"float16": 112, "float32": 14}, "NVIDIA V100 datasheet, V100 PCIe"),
-        (r"V100", {"float16": 125, "float32": 15.7}, "NVIDIA V100 datasheet, V100 SXM2"),
-        (r"\bT4\b", {"float16": 65, "float32": 8.1}, "NVIDIA T4 datasheet"),  # Turing: no bf16, no TF32
-    ]
-    for pattern, tflops, source in table:
-        if re.search(pattern, name, re.IGNORECASE):
-            if dtype_name not in tflops:
-                return None
-            # a GPU with bf16 tensor cores (Ampere on) has TF32 ones too: its float32 rate is TF32's
-            what = "TF32" if dtype_name == "float32" and "bfloat16" in tflops else dtype_name
-            return float(round(tflops[dtype_name] * 1e12)), f"{source}, {what} dense ({name})"
-    return None
-
-
-def autocast_context(device_type, dtype_name):
-    """Mixed precision: matmuls in bf16/fp16, the rest (norm statistics, softmax, loss) in fp32."""
-    if dtype_name == "float32":
-        return nullcontext()
-    return torch.autocast(device_type=device_type, dtype=getattr(torch, dtype_name))
-
-
-def sync(device):
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    elif device == "mps":
-        torch.mps.synchronize()
-
-
-def timed(fn, device):
-    """Seconds that fn() takes, with the device synchronized before and after (kernels are async)."""
-    sync(device)
-    t0 = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - t0
-
+from bench.timing import timed
+from export import read_llama2c
+from model import DECODE_MODES, CheckpointError, LlamaConfig, build_model, load_checkpoint, raw_model
 
 # -----------------------------------------------------------------------------
 # metrics: what each evaluator reports, how tables name it, and which way is better
@@ -398,7 +283,7 @@ def label_log_likelihoods(model, prompts, label_ids, device, batch_size=32):
 
 
 # -----------------------------------------------------------------------------
-# speed
+# speed: latency and throughput of a checkpoint (timed as bench/timing.py times everything)
 
 
 @torch.no_grad()
@@ -1182,513 +1067,6 @@ def classify_text(paths, args, device, ctx):
         print(f"{path}: {names[best]}  ({shown})" + ("  [truncated]" if enc.was_truncated else ""))
 
 
-# -----------------------------------------------------------------------------
-# the speed benchmark: our models against equal-sized peers on the same batches (python evaluate.py --bench)
-#
-# A case is a model shape and a batch. Its contestants are our model under its switches (the attention path,
-# the norm path, Triton kernels on a GPU, eager or compiled) and the peers that build the same shape: Hugging
-# Face's BertForSequenceClassification / GPT2LMHeadModel (pip install transformers: only the benchmark needs
-# it) and, given the path of its model.py, nanoGPT's GPT. The contestants of a case are timed in turns, round
-# after round, so a slow spell of a shared machine falls on all of them; each figure is a median over rounds.
-
-
-@dataclass(frozen=True)
-class BenchCase:
-    name: str
-    family: str  # 'encoder' (a classifier; BERT builds the same shape) | 'gpt' (a causal LM; GPT-2, nanoGPT)
-    settings: dict  # our model's config fields; the peers take the same shape from them
-    batch: int
-    seq: int
-
-
-BENCH_VOCAB = 12332  # SST-2's compact vocabulary (data.py): the encoders' embedding table
-_BERT_BLOCK = dict(ffn="gelu", norm="layer", pos="learned", bias=True, emb_norm="layer", dropout=0.1)
-BENCH_CASES = [
-    # issue 13's four pairs: BERT's block (GELU, LayerNorm, learned positions, biases, a norm on the embedding)
-    # at the baseline's and the recurrent model's widths, and the char GPT at the study's and nanoGPT's shapes
-    BenchCase("encoder 6x384, BERT's block", "encoder",
-              dict(n_layer=6, n_loops=1, n_embd=384, n_head=6, ffn_hidden=1536, **_BERT_BLOCK), 64, 24),
-    BenchCase("encoder 3x256, BERT's block", "encoder",
-              dict(n_layer=3, n_loops=1, n_embd=256, n_head=4, ffn_hidden=1024, **_BERT_BLOCK), 64, 24),
-    BenchCase("char GPT 8x128, ctx 128", "gpt",
-              dict(vocab_size=65, block_size=128, n_layer=8, n_embd=128, n_head=8, dropout=0.0, bias=False), 16, 128),
-    BenchCase("char GPT 6x384, ctx 256", "gpt",
-              dict(vocab_size=65, block_size=256, n_layer=6, n_embd=384, n_head=6, dropout=0.2, bias=False), 8, 256),
-    # the study's own encoders (RoPE, SwiGLU, RMSNorm: no peer builds them, so ours only)
-    BenchCase("study baseline 6x384", "encoder", dict(n_layer=6, n_loops=1, n_embd=384, n_head=6, ffn_hidden=1536),
-              64, 24),
-    BenchCase("study recurrent 3x256x2", "encoder", dict(), 64, 24),
-]
-
-
-def bench_batch(case, batch, seq, device, seed=0):
-    """A fixed batch. Encoder: token ids (B, T) with [CLS] first, a key mask with lengths drawn between T/2
-    and T (the longest exactly T, as in a length-bucketed batch), class labels. GPT: ids and next tokens."""
-    g = torch.Generator().manual_seed(seed)
-    vocab = case.settings.get("vocab_size", BENCH_VOCAB)
-    idx = torch.randint(data.N_SPECIAL, vocab, (batch, seq), generator=g)
-    if case.family == "gpt":
-        return {"idx": idx.to(device), "targets": torch.randint(0, vocab, (batch, seq), generator=g).to(device)}
-    lengths = torch.randint(seq // 2, seq + 1, (batch,), generator=g)
-    lengths[0] = seq
-    mask = torch.arange(seq)[None] < lengths[:, None]  # (B, T)
-    idx[~mask] = data.PAD
-    idx[:, 0] = data.CLS
-    return {"idx": idx.to(device), "key_mask": mask.to(device),
-            "targets": torch.randint(0, 2, (batch,), generator=g).to(device)}
-
-
-def our_model(case, seq, **switches):
-    """(our model for the case, its loss on a bench batch), with config fields (the *_impl switches,
-    dropout) overridden by `switches`."""
-    from model import GPT, EncoderClassifier, EncoderConfig, GPTConfig
-    settings = {**case.settings, **switches}
-    if case.family == "encoder":
-        cfg = EncoderConfig(vocab_size=BENCH_VOCAB, block_size=max(seq, 256), **settings)
-        return EncoderClassifier(cfg), lambda m, b: m(b["idx"], b["key_mask"], b["targets"])[1]
-    return GPT(GPTConfig(**settings)), lambda m, b: m(b["idx"], b["targets"])[1]
-
-
-def peer_models(case, seq, nanogpt=None):
-    """{name: (module, loss on a bench batch)} for the peers that build the case's shape. BERT takes the
-    key mask as its attention_mask; GPT-2 takes the targets as labels and shifts them itself, so it scores
-    T - 1 positions where ours score T (the same work within 1/T). BERT also has a pooler (one C x C layer)
-    that our classifier has not: 1 % more parameters at 6x384."""
-    s, out = case.settings, {}
-    try:
-        import transformers
-        transformers.logging.set_verbosity_error()  # its notes on config defaults are not the benchmark's business
-    except ImportError:
-        transformers = None
-    if case.family == "encoder" and s.get("ffn") == "gelu" and transformers is not None:
-        cfg = transformers.BertConfig(vocab_size=BENCH_VOCAB, hidden_size=s["n_embd"], num_hidden_layers=s["n_layer"],
-                                      num_attention_heads=s["n_head"], intermediate_size=s["ffn_hidden"],
-                                      max_position_embeddings=max(seq, 256), hidden_dropout_prob=s["dropout"],
-                                      attention_probs_dropout_prob=s["dropout"], num_labels=2,
-                                      attn_implementation="sdpa")
-        out["HF BERT"] = (transformers.BertForSequenceClassification(cfg), lambda m, b: m(
-            input_ids=b["idx"], attention_mask=b["key_mask"].long(), labels=b["targets"]).loss)
-    if case.family == "gpt" and transformers is not None:
-        cfg = transformers.GPT2Config(vocab_size=s["vocab_size"], n_positions=s["block_size"], n_embd=s["n_embd"],
-                                      n_layer=s["n_layer"], n_head=s["n_head"], resid_pdrop=s["dropout"],
-                                      embd_pdrop=s["dropout"], attn_pdrop=s["dropout"], attn_implementation="sdpa")
-        out["HF GPT-2"] = (transformers.GPT2LMHeadModel(cfg),
-                           lambda m, b: m(input_ids=b["idx"], labels=b["targets"]).loss)
-    if case.family == "gpt" and nanogpt is not None:
-        cfg = nanogpt.GPTConfig(vocab_size=s["vocab_size"], block_size=s["block_size"], n_layer=s["n_layer"],
-                                n_head=s["n_head"], n_embd=s["n_embd"], dropout=s["dropout"], bias=s["bias"])
-        with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter count as it builds
-            out["nanoGPT"] = (nanogpt.GPT(cfg), lambda m, b: m(b["idx"], b["targets"])[1])
-    return out
-
-
-def load_nanogpt(path):
-    """nanoGPT's model.py, imported from its path: a peer for the benchmark, nothing of it kept here."""
-    import importlib.util
-    if not os.path.isfile(path):
-        raise configurator.ConfigError(f"--nanogpt {path}: no such file (give the path of nanoGPT's model.py)")
-    spec = importlib.util.spec_from_file_location("nanogpt_model", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def bench_contestants(case, seq, device, compile_too, nanogpt=None):
-    """[(name, module, loss function)] for one case: ours under each switch, then the peers; with
-    compile_too, ours and the peers again, compiled (torch.compile, default mode)."""
-    settings = {**family_settings(case.family), **case.settings}  # the case's, over the family's defaults
-    variants = [("ours", {}), ("ours, manual attention", {"attn_impl": "manual"}),
-                ("ours, manual norms", {"norm_impl": "manual"})]
-    if device.startswith("cuda") and kernels.triton_available():
-        # the Triton attention has no dropout, so its row runs without dropout anywhere: about 10 % of a
-        # training step's time when the others drop out (its inference figures are like for like)
-        triton = {"attn_impl": "triton", "norm_impl": "triton",
-                  "ffn_impl": "triton" if settings["ffn"] == "swiglu" else "torch"}
-        variants.append(("ours, Triton kernels" + (", no dropout" if settings["dropout"] else ""),
-                         {**triton, "dropout": 0.0}))
-    rows = []
-    for name, switches in variants:
-        torch.manual_seed(0)
-        rows.append((name, *our_model(case, seq, **switches)))
-    for name, (module, loss_fn) in peer_models(case, seq, nanogpt).items():
-        rows.append((name, module, loss_fn))
-    rows = [(name, m.to(device), fn) for name, m, fn in rows]
-    if compile_too:
-        rows += [(f"{name}, compiled", torch.compile(m), fn) for name, m, fn in rows if "manual" not in name]
-    return rows
-
-
-def attention_kernels(module, loss_fn, batch, ctx):
-    """The attention kernels one forward of `module` runs, in training and in inference, by their aten names:
-    SDPA picks one per call (flash, memory-efficient, cuDNN, or the plain math), and on a GPU a key mask rules
-    out flash. Read from the operators dispatched below autograd: it names what ran, not what was asked for."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Seen(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.names = set()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = func.__name__.split(".")[0]
-            if "scaled_dot_product" in name or "flash" in name or "attention" in name:
-                self.names.add(name.replace("_scaled_dot_product_", ""))
-            return func(*args, **(kwargs or {}))
-
-    found = []
-    for training in (True, False):  # attention dropout in training may rule out a kernel
-        module.train(training)
-        with torch.no_grad(), ctx, Seen() as seen:
-            loss_fn(module, batch)
-        found.append(", ".join(sorted(seen.names)) or "math (matmul, softmax)")
-    return found[0] if found[0] == found[1] else f"{found[0]} (training) / {found[1]}"
-
-
-def time_contestants(rows, batch, device, ctx, rounds, steps):
-    """Per contestant: median ms of a training step (forward, backward, fused AdamW step) and of an inference
-    forward (no gradients, eval mode) over `rounds` rounds of `steps` steps each, taken in turns; on CUDA
-    also the peak memory one training step allocates above what is resident before it."""
-    cuda = device.startswith("cuda")
-    work = []
-    for name, module, loss_fn in rows:
-        opt = torch.optim.AdamW(module.parameters(), lr=1e-4, fused=True)  # the fastest AdamW, CPU or GPU
-
-        def train(module=module, loss_fn=loss_fn, opt=opt):
-            module.train()
-            with ctx:
-                loss = loss_fn(module, batch)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-        @torch.no_grad()
-        def infer(module=module, loss_fn=loss_fn):
-            module.eval()
-            with ctx:
-                loss_fn(module, batch)
-
-        work.append((name, train, infer))
-    for _, train, infer in work:  # warm-up: allocator, kernels picked, a compiled module's compilation
-        for _ in range(3):
-            train(), infer()
-    times = {name: {"train": [], "infer": [], "peak_mb": 0.0} for name, _, _ in work}
-    for _ in range(rounds):
-        for name, train, infer in work:
-            if cuda:
-                sync(device)
-                resident = torch.cuda.memory_allocated()
-                torch.cuda.reset_peak_memory_stats()
-            times[name]["train"].append(timed(lambda: [train() for _ in range(steps)], device) / steps * 1e3)
-            if cuda:
-                peak = (torch.cuda.max_memory_allocated() - resident) / 2**20
-                times[name]["peak_mb"] = max(times[name]["peak_mb"], peak)
-            times[name]["infer"].append(timed(lambda: [infer() for _ in range(steps)], device) / steps * 1e3)
-    return {name: {"train_ms": statistics.median(t["train"]), "infer_ms": statistics.median(t["infer"]),
-                   "peak_mb": t["peak_mb"] if cuda else None} for name, t in times.items()}
-
-
-# -----------------------------------------------------------------------------
-# --bench --cases generate: greedy generation from stories260K against Hugging Face and llama2.c's run.c
-
-GEN_PROMPT, GEN_TOKENS = "Once upon a time", 256  # the issue's case: 256 new tokens after the prompt
-GEN_BATCHES = (1, 32)
-
-# The golden text: what llama2.c's test_all.py expects of `run stories260K.bin -z tok512.bin -t 0.0 -n 200`, 200
-# tokens after BOS (run.c samples one token at each of positions 0..199). tests/test_llama.py and gpu_check.py hold
-# greedy decoding to it.
-STORIES260K_GREEDY = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
-                      "One day, she saw a big, red ball. She wanted to play with it, but it was too high.\nLily's mom "
-                      "said, \"Lily, let's go to the park.\" Lily was sad and didn't know what to do. She said, \"I "
-                      "want to play with your ball, but I can't find it.\"\nLily was sad and didn't know what to do. "
-                      "She said, \"I'm sorry, Lily. I didn't know what to do.\"\nLily didn't want to help her mom, so "
-                      "she")
-
-
-def hf_llama(model):
-    """Hugging Face's LlamaForCausalLM holding our Llama's weights, or None without transformers. Our RoPE
-    rotates adjacent pairs (2j, 2j+1) of a head, as llama2.c does; Hugging Face's rotates the halves
-    (j, j + hs/2): the query and key rows of each head are reordered to match (the permutation Hugging
-    Face's own conversion of Meta's checkpoints applies)."""
-    try:
-        import transformers
-    except ImportError:
-        return None
-    transformers.logging.set_verbosity_error()
-    c = model.cfg
-    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=c.vocab_size, hidden_size=c.n_embd, intermediate_size=c.ffn_hidden, num_hidden_layers=c.n_layer,
-        num_attention_heads=c.n_head, num_key_value_heads=c.n_kv_head, max_position_embeddings=c.block_size,
-        rms_norm_eps=c.norm_eps, tie_word_embeddings=c.tie_embeddings, attn_implementation="sdpa"))
-    hs = c.n_embd // c.n_head
-
-    def halves(w, heads):  # (heads * hs, C): rows (2j, 2j+1) of each head -> (j, j + hs/2)
-        return w.view(heads, hs // 2, 2, -1).transpose(1, 2).reshape(heads * hs, -1)
-    sd = model.state_dict()
-    theirs = {"model.embed_tokens.weight": sd["tok_emb.weight"], "model.norm.weight": sd["norm_f.weight"],
-              "lm_head.weight": sd["head.weight"]}
-    for i in range(c.n_layer):
-        ours, hf_layer = f"layers.{i}.", f"model.layers.{i}."
-        theirs.update({hf_layer + "input_layernorm.weight": sd[ours + "norm1.weight"],
-                       hf_layer + "post_attention_layernorm.weight": sd[ours + "norm2.weight"],
-                       hf_layer + "self_attn.q_proj.weight": halves(sd[ours + "attn.wq.weight"], c.n_head),
-                       hf_layer + "self_attn.k_proj.weight": halves(sd[ours + "attn.wk.weight"], c.n_kv_head),
-                       hf_layer + "self_attn.v_proj.weight": sd[ours + "attn.wv.weight"],
-                       hf_layer + "self_attn.o_proj.weight": sd[ours + "attn.wo.weight"],
-                       hf_layer + "mlp.gate_proj.weight": sd[ours + "ffn.w1.weight"],
-                       hf_layer + "mlp.up_proj.weight": sd[ours + "ffn.w3.weight"],
-                       hf_layer + "mlp.down_proj.weight": sd[ours + "ffn.w2.weight"]})
-    hf.load_state_dict(theirs, strict=False)  # (tied: lm_head is embed_tokens)
-    return hf.to(model.tok_emb.weight.device).eval()
-
-
-def build_run_c(path, folder):
-    """llama2.c's run.c compiled with the system C compiler (cc -O3 -lm) into `folder`; its path."""
-    import shutil
-    if not os.path.isfile(path):
-        raise configurator.ConfigError(f"--runc {path}: no such file (llama2.c's run.c: github.com/karpathy/llama2.c)")
-    cc = shutil.which(os.environ.get("CC", "cc"))
-    if cc is None:
-        raise configurator.ConfigError("--runc: no C compiler (cc) on this machine's PATH; set CC or install one")
-    exe = os.path.join(folder, "run")
-    done = subprocess.run([cc, "-O3", "-o", exe, path, "-lm"], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise configurator.ConfigError(f"--runc {path}: {cc} failed: {done.stderr.strip()[-300:]}")
-    return exe
-
-
-def generation_bench(args, device, tokens=None, batches=None, compiled=True):
-    """Greedy generation of `tokens` tokens (GEN_TOKENS) from stories260K after GEN_PROMPT, at each batch size of
-    `batches` (GEN_BATCHES: 1 and 32): ours eager, ours compiled (its compile time apart; compiled=False leaves it
-    out, and the eager step is then the ratios' reference), Hugging Face's LlamaForCausalLM on the same weights
-    and llama2.c's run.c (with --runc, batch 1). Contestants take turns, round after round (--rounds), after a
-    warm-up each; tokens/s are medians; every contestant's tokens are checked against ours. Runs under whatever
-    autocast the caller holds (gpu_check.py times bf16 so)."""
-    tokens, batches = tokens or GEN_TOKENS, batches or GEN_BATCHES
-    import tempfile
-    path = data.pretrained_file("stories260K")
-    model = read_llama2c(path).to(device)
-    _, tok = llama_tokenizer_for(model, path, None)
-    ids = tok.encode(GEN_PROMPT, bos=True)
-    hf = hf_llama(model)
-    results = {"prompt": GEN_PROMPT, "new_tokens": tokens, "tables": {}}
-    with tempfile.TemporaryDirectory() as folder:
-        run_c = None
-        if args.runc:
-            run_c = build_run_c(args.runc, folder)
-            write_llama2c(model, os.path.join(folder, "model.bin"), 0)
-            tok_file = os.path.join(os.path.dirname(path), "tok512.bin")
-        for batch in batches:
-            prompts = [ids] * batch
-
-            def ours(mode):
-                return lambda: model.generate(prompts, tokens, temperature=0, mode=mode)
-
-            def hugging_face():
-                x = torch.tensor(prompts, device=device)
-                with torch.no_grad():
-                    out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=tokens,
-                                      min_new_tokens=tokens, do_sample=False, use_cache=True, pad_token_id=0)
-                return out[:, len(ids):].tolist()
-
-            def llama2c():  # its own clock: tokens/s over every position after the first
-                done = subprocess.run([run_c, os.path.join(folder, "model.bin"), "-z", tok_file, "-t", "0", "-n",
-                                       str(len(ids) + tokens - 1), "-i", GEN_PROMPT], capture_output=True, text=True)
-                rate = float(done.stderr.split("achieved tok/s:")[1].split()[0])
-                return done.stdout, rate
-            contestants = {"ours, eager": ours("eager"), **({"ours, compiled": ours("compiled")} if compiled else {})}
-            if hf is not None:
-                contestants["Hugging Face LlamaForCausalLM"] = hugging_face
-            if run_c and batch == 1:
-                contestants["llama2.c run.c (cc -O3)"] = llama2c
-            reference = ours("eager")()
-            figures, first = {}, {}
-            for name, fn in contestants.items():  # warm-up: a compiled step compiles here
-                start = time.perf_counter()
-                out = fn()
-                first[name] = time.perf_counter() - start
-                if name.startswith("llama2.c"):  # its text: the prompt and what followed, then a newline
-                    same = out[0].rstrip("\n") == tok.decode(ids + reference[0])
-                else:
-                    same = out == reference
-                figures[name] = {"rates": [], "same_tokens": bool(same)}
-            for _ in range(args.rounds):
-                for name, fn in contestants.items():
-                    start = time.perf_counter()
-                    out = fn()
-                    secs = time.perf_counter() - start
-                    rate = out[1] if name.startswith("llama2.c") else batch * tokens / secs
-                    figures[name]["rates"].append(rate)
-            for name, f in figures.items():
-                f["tokens_per_s"] = statistics.median(f["rates"])
-                if name == "ours, compiled":
-                    f["compile_s"] = max(0.0, first[name] - batch * tokens / f["tokens_per_s"])
-            base = "ours, compiled" if compiled else "ours, eager"
-            ours_rate = figures[base]["tokens_per_s"]
-            print(f"\ngeneration, stories260K, greedy, {tokens} new tokens after {GEN_PROMPT!r}, batch {batch} "
-                  f"(tokens/s in aggregate; ratio = {base} / the row: > 1, ours is faster)")
-            print(f"{'contestant':<34} {'tokens/s':>10} {'ratio':>7}  same tokens as ours")
-            for name, f in figures.items():
-                f["ratio"] = ours_rate / f["tokens_per_s"]
-                extra = f"  (compile {f['compile_s']:.1f} s, once)" if "compile_s" in f else ""
-                print(f"{name:<34} {f['tokens_per_s']:10,.0f} {f['ratio']:7.2f}  {'yes' if f['same_tokens'] else 'NO'}{extra}")
-            if hf is None:
-                print("(Hugging Face: transformers is not installed, no row)")
-            results["tables"][batch] = figures
-    return results
-
-
-# -----------------------------------------------------------------------------
-# --bench --cases piglatin: Mamba against the encoder-decoder at about equal parameters
-
-def saved_for_backward(loss_fn):
-    """(loss, bytes of the distinct tensors autograd saves for the backward of loss_fn()): the activation
-    memory of a training step, measured the same way on any device."""
-    seen = {}
-
-    def pack(t):
-        storage = t.untyped_storage()
-        seen[storage.data_ptr()] = storage.nbytes()
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = loss_fn()
-    return loss, sum(seen.values())
-
-
-def piglatin_bench(args, device, lengths=(32, 128), batch=128):
-    """The Pig Latin models at about 62 K parameters, on random batches of the write-up's vocabulary: Mamba
-    (config/piglatin_mamba.py's shape) with every state materialized, with the chunked scan, and with each
-    chunk compiled, against the small encoder-decoder (config/piglatin_transformer_small.py: source and
-    target T/2 each). Per sequence length T: the training step (forward, backward, AdamW) in turns,
-    medians, and what autograd saves for the backward; then greedy translation of `batch` words, with the
-    decoder's cache (KV cache / Mamba's recurrent state) and without."""
-    from model import EncDecConfig, EncoderDecoder, Mamba, MambaConfig
-    V = 30
-    mamba_shape = dict(vocab_size=V, n_layer=2, n_embd=64, d_state=8, discretization="bilinear", scan="sequential")
-    results = []
-    for T in lengths:
-        g = torch.Generator().manual_seed(0)
-        rand = lambda *shape: torch.randint(3, V, shape, generator=g).to(device)  # noqa: E731
-        idx, tgt, src, dec, dec_tgt = rand(batch, T), rand(batch, T), rand(batch, T // 2), rand(batch, T // 2), \
-            rand(batch, T // 2)
-        rows = {}
-        for name, chunk, comp in [("Mamba, every state", 0, False), ("Mamba, chunked 16", 16, False),
-                                  ("Mamba, chunked 16, compiled", 16, True)]:
-            torch.manual_seed(0)
-            m = Mamba(MambaConfig(**mamba_shape, block_size=max(64, T), scan_chunk=chunk, scan_compile=comp)).to(device)
-            rows[name] = (m, lambda m=m: m(idx, tgt)[1])
-        torch.manual_seed(0)
-        e = EncoderDecoder(EncDecConfig(vocab_size=V, block_size=max(64, T), n_embd=42, n_head=6, ffn_hidden=42)).to(device)
-        rows["encoder-decoder (transformer_small)"] = (e, lambda: e(src, dec, None, dec_tgt)[1])
-        opts = {n: torch.optim.AdamW(m.parameters(), 1e-3) for n, (m, _) in rows.items()}
-        saved, times = {}, {n: [] for n in rows}
-        for n, (m, fn) in rows.items():  # warm-up (a compiled chunk compiles here) and the memory
-            loss, saved[n] = saved_for_backward(fn)
-            loss.backward()
-        for _ in range(args.rounds):
-            for n, (m, fn) in rows.items():
-                opts[n].zero_grad()
-                times[n].append(timed(lambda: (fn().backward(), opts[n].step()), device))
-        base = statistics.median(times["encoder-decoder (transformer_small)"])
-        print(f"\nPig Latin models, training step, B={batch}, T={T} (the encoder-decoder: source and target T/2 "
-              f"each); ratio = the row's time / the encoder-decoder's")
-        print(f"{'model':<38} {'params':>8} {'step ms':>9} {'ratio':>6} {'saved for backward MiB':>23}")
-        table = {}
-        for n, (m, _) in rows.items():
-            t = statistics.median(times[n]) * 1e3
-            table[n] = {"params": sum(p.numel() for p in m.parameters()), "step_ms": t, "ratio": t / base / 1e3,
-                        "saved_mib": saved[n] / 2 ** 20}
-            print(f"{n:<38} {table[n]['params']:8,} {t:9.1f} {table[n]['ratio']:6.2f} {table[n]['saved_mib']:23.1f}")
-        results.append({"T": T, "batch": batch, "training": table})
-    words = torch.randint(3, V, (batch, 9), generator=torch.Generator().manual_seed(1)).to(device)
-    words[:, -1] = data.EOS
-    print(f"\ngreedy translation of {batch} random 8-letter words, 14 characters each (words/s, median of "
-          f"{args.rounds})")
-    translation = {}
-    for n in ("Mamba, every state", "encoder-decoder (transformer_small)"):
-        m = rows[n][0]  # (the last length's models)
-        for cache in (True, False):
-            secs = statistics.median(timed(lambda: m.translate(words, 14, data.SOS, -1, use_cache=cache), device)
-                                     for _ in range(args.rounds))
-            translation[f"{n}, {'cache' if cache else 'no cache'}"] = batch / secs
-            print(f"{n + (', decoder cache' if cache else ', no cache'):<52} {batch / secs:10,.0f}")
-    results.append({"translation_words_per_s": translation})
-    return results
-
-
-def run_bench(args, device):
-    """--bench: every case (or those whose name contains --cases), a table each, with the conditions."""
-    dtype = args.dtype
-    ctx = autocast_context(device.split(":")[0], dtype)
-    cases = [c for c in BENCH_CASES if not args.cases or any(s in c.name for s in args.cases)]
-    generate = args.cases is not None and any("generate" in s for s in args.cases)
-    piglatin = args.cases is not None and any("piglatin" in s for s in args.cases)
-    if not cases and not generate and not piglatin:
-        raise configurator.ConfigError(f"--cases {args.cases}: no case matches; cases: "
-                                       f"{[c.name for c in BENCH_CASES] + ['generate', 'piglatin']}")
-    nanogpt = load_nanogpt(args.nanogpt) if args.nanogpt else None
-    peak = peak_flops(device, dtype)
-    cond = conditions(device, dtype)
-    try:
-        import transformers
-        cond["transformers"] = transformers.__version__
-    except ImportError:
-        cond["transformers"] = None
-    print(f"benchmark on {cond['device_name']} ({device}, {cond['threads']} threads), {dtype}, torch {cond['torch']}, "
-          f"python {cond['python']}, transformers {cond['transformers'] or 'not installed (no HF peers)'}; "
-          f"{args.rounds} rounds of {args.bench_steps} steps, medians; fused AdamW; ratio = the row's time / ours "
-          f"(> 1: ours is faster)" + (f"; MFU against {peak[1]}" if peak else ""))
-    if not device.startswith("cuda"):
-        print("(Triton rows need a GPU: the interpreter's timings mean nothing; peak memory is measured on CUDA only)")
-    results = []
-    for case in cases:
-        batch_size, seq = args.bench_batch or case.batch, args.bench_seq or case.seq
-        batch = bench_batch(case, batch_size, seq, device)
-        rows = bench_contestants(case, seq, device, args.compile, nanogpt)
-        figures = time_contestants(rows, batch, device, ctx, args.rounds, args.bench_steps)
-        base = figures["ours"]
-        flops = 3 * rows[0][1].flops_per_forward(seq, batch_size)  # the analytic training FLOPs of a step
-        tokens = batch_size * seq
-        for name, module, _ in rows:
-            f = figures[name]
-            f.update(params=sum(p.numel() for p in module.parameters()), tokens=tokens,
-                     train_ratio=f["train_ms"] / base["train_ms"], infer_ratio=f["infer_ms"] / base["infer_ms"])
-        print(f"\n{case.name}: B={batch_size}, T={seq}, {base['params']:,} parameters (ours)")
-        header = (f"{'contestant':<34} {'train ms':>9} {'tok/s':>9} {'ratio':>6} "
-                  f"{'infer ms':>9} {'tok/s':>10} {'ratio':>6}")
-        header += "  peak MB" if device.startswith("cuda") else ""
-        header += "   MFU" if peak else ""
-        print(header + "  attention kernel")
-        for name, module, loss_fn in rows:
-            f = figures[name]
-            line = (f"{name:<34} {f['train_ms']:9.2f} {tokens / f['train_ms'] * 1e3:9,.0f} {f['train_ratio']:6.2f} "
-                    f"{f['infer_ms']:9.2f} {tokens / f['infer_ms'] * 1e3:10,.0f} {f['infer_ratio']:6.2f}")
-            if f["peak_mb"] is not None:
-                line += f" {f['peak_mb']:8.0f}"
-            if peak:
-                f["mfu"] = flops / (f["train_ms"] / 1e3) / peak[0]
-                line += f" {f['mfu']:5.1%}"
-            f["attention"] = attention_kernels(module, loss_fn, batch, ctx) if "compiled" not in name else "-"
-            print(f"{line}  {f['attention']}")
-        results.append({"case": case.name, "batch": batch_size, "seq": seq, "train_flops_per_step": flops,
-                        "contestants": figures})
-    if generate:
-        results.append({"case": "generate", **generation_bench(args, device)})
-    if piglatin:
-        results.append({"case": "piglatin", "results": piglatin_bench(args, device)})
-    if args.json:
-        data.write_json(args.json, {"conditions": {**cond, "rounds": args.rounds, "steps": args.bench_steps,
-                                                   "peak": peak}, "cases": results}, indent=2)
-    return results
-
-
-def run_study_script(argv):
-    """The old `evaluate.py --study A.py B.py --seeds ...` spelling: run `study.py A.py B.py --seeds ...`
-    (study.py sits above this file, so it is run, not imported) and exit with its status."""
-    argv = [a for a in argv if a != "--study"]
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "study.py")
-    sys.exit(subprocess.call([sys.executable, script, *argv]))
-
-
 def parser():
     p = argparse.ArgumentParser(description="Evaluate checkpoints, classify text, sample from a language model or "
                                 "prompt one as a classifier. Config files (config/llama_*_prompt.py ...) may come "
@@ -1709,14 +1087,19 @@ def parser():
                    "else the rules' answer)")
     p.add_argument("--prompt", default=None, help="language models: the text a sample starts from (default: a "
                    "newline for a character model, BOS alone for a Llama)")
-    p.add_argument("--max_new_tokens", type=int, default=300, help="language models: tokens to generate")
-    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (deterministic)")
-    p.add_argument("--top_k", type=int, default=None, help="sample from the k most likely tokens only")
-    p.add_argument("--top_p", type=float, default=None, help="Llama: sample from the nucleus of mass p only")
-    p.add_argument("--epsilon", type=float, default=None, help="Llama: drop tokens of probability below epsilon")
+    p.add_argument("--max_new_tokens", type=AT_LEAST_1, default=300, help="language models: tokens to generate")
+    p.add_argument("--temperature", type=Ranged(float, lambda v: v >= 0, "a number >= 0 (0 is greedy)"), default=0.8,
+                   help="0 = greedy (deterministic)")
+    p.add_argument("--top_k", type=Ranged(int, lambda v: v >= 1, "an integer >= 1 (sample from the k most likely "
+                   "tokens)"), default=None, help="sample from the k most likely tokens only")
+    p.add_argument("--top_p", type=Ranged(float, lambda v: 0 < v <= 1, "a number with 0 < p <= 1 (the probability mass "
+                   "kept)"), default=None, help="Llama: sample from the nucleus of mass p only")
+    p.add_argument("--epsilon", type=Ranged(float, lambda v: 0 <= v < 1, "a number with 0 <= epsilon < 1 (tokens below "
+                   "it are dropped)"), default=None, help="Llama: drop tokens of probability below epsilon")
     p.add_argument("--tokenizer", default=None, help="Llama: 'tok512', 'llama2' or a tokenizer.bin (default: by "
                    "vocabulary size, 512 or 32,000)")
-    p.add_argument("--gen_batch", type=int, default=1, help="Llama generation: also time this many prompts at once")
+    p.add_argument("--gen_batch", type=AT_LEAST_1, default=1, help="Llama generation: also time this many prompts at "
+                   "once")
     p.add_argument("--no_cache", action="store_true", help="language models' generation: also time it without the "
                    "KV cache (every token runs the whole context again)")
     p.add_argument("--decode", default="auto", choices=["auto", *DECODE_MODES],
@@ -1724,35 +1107,26 @@ def parser():
                    "(torch.compile: C++ on a CPU, CUDA graphs on a GPU; its compile time is reported apart); "
                    "auto: compiled when the command generates enough tokens to repay compiling (COMPILE_REPAYS), "
                    "and the compiled step can be built; else eager")
-    p.add_argument("--seed", type=int, default=1337, help="seed of the sample")
+    p.add_argument("--seed", type=Ranged(int, lambda v: True, "an integer"), default=1337, help="seed of the sample")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--batch_size", type=int, default=256, help="batch size for metrics and throughput")
-    p.add_argument("--repeats", type=int, default=3, help="timed repeats (the median is reported)")
+    p.add_argument("--batch_size", type=AT_LEAST_1, default=256, help="batch size for metrics and throughput")
+    p.add_argument("--repeats", type=AT_LEAST_1, default=3, help="timed repeats (the median is reported)")
     p.add_argument("--no_timing", action="store_true", help="skip latency and throughput")
     p.add_argument("--interleave", action="store_true", help="classifiers: time all the --ckpt models in turns, "
                    "round after round, so that a slow spell of the machine falls on all of them alike")
     p.add_argument("--untrained", nargs="+", default=[], metavar="CONFIG", help="with --interleave: also time "
                    "these runs' architectures (a run's full settings, as study.py records them in config.py) with "
                    "fresh weights, for runs whose checkpoint is gone: a forward's time does not depend on the weights")
-    p.add_argument("--loops", type=int, nargs="+", default=None, help="classifiers: also score a looped encoder "
+    p.add_argument("--loops", type=Ranged(int, lambda v: v >= 1, "one or more integers >= 1 (a model applies its "
+                   "layers at least once)"), nargs="+", default=None, help="classifiers: also score a looped encoder "
                    "with each of these numbers of loops (test-time depth, no retraining), e.g. --loops 1 2 3 4")
-    p.add_argument("--max_errors", type=int, default=50, help="seq2seq: wrong translations to print (all go to --json)")
+    p.add_argument("--max_errors", type=Ranged(int, lambda v: v >= 0, "an integer >= 0"), default=50,
+                   help="seq2seq: wrong translations to print (all go to --json)")
     p.add_argument("--plots", default=None, help="seq2seq: write the attention maps and the embedding projection "
                    "(PNG) to this folder")
-    p.add_argument("--bench", action="store_true", help="the speed benchmark instead of a checkpoint: our models "
-                   "(eager, compiled, each attention and norm path) against Hugging Face's BERT and GPT-2 (and "
-                   "nanoGPT, with --nanogpt) on the same batches; no --ckpt")
-    p.add_argument("--cases", nargs="+", default=None, help="--bench: only the cases whose name contains one of these")
-    p.add_argument("--bench_batch", type=int, default=0, help="--bench: batch size for every case (0: each case's own)")
-    p.add_argument("--bench_seq", type=int, default=0, help="--bench: sequence length for every case (0: each case's)")
-    p.add_argument("--bench_steps", type=int, default=3, help="--bench: steps per contestant per round")
-    p.add_argument("--rounds", type=int, default=5, help="--bench: rounds (the median is reported)")
     p.add_argument("--compile", action="store_true", help="classifiers: time latency and throughput compiled (CUDA "
-                   "graphs on a GPU); --bench: also time every model compiled")
-    p.add_argument("--runc", default=None, help="--bench --cases generate: the path of llama2.c's run.c, compiled "
-                   "here with cc -O3 and timed beside ours (batch 1)")
-    p.add_argument("--nanogpt", default=None, help="--bench: the path of nanoGPT's model.py, a peer for the char GPT")
+                   "graphs on a GPU)")
     p.add_argument("--words", default="brown,conditioning,is", help="seq2seq --plots: the words whose attention "
                    "maps are drawn (comma-separated; upper case read as lower case, as --text)")
     return p
@@ -1772,45 +1146,52 @@ def config_defaults(p, paths):
     return out
 
 
+class Ranged:
+    """An option's type that states its range too, so that the parser says both: argparse converts the command
+    line's text with it (and refuses '2.5' for an int in its own words), check_ranges holds the value to the range."""
+
+    def __init__(self, kind, ok, rule):
+        self.kind, self.ok, self.rule, self.__name__ = kind, ok, rule, kind.__name__  # argparse names the kind
+
+    def __call__(self, text):
+        return self.kind(text)
+
+    def fits(self, value):
+        """Of the kind (an int passes for a float, a bool for neither), finite, and in range."""
+        typed = isinstance(value, int if self.kind is int else (int, float)) and not isinstance(value, bool)
+        return typed and (self.kind is int or math.isfinite(value)) and self.ok(value)  # nan passes no comparison
+
+
+AT_LEAST_1 = Ranged(int, lambda v: v >= 1, "an integer >= 1")
+
+
+def check_ranges(p, args):
+    """Each option's value against its Ranged type and its choices, as soon as the command line and config files
+    are read: a ConfigError that names the option and the values it takes. Config files set values argparse never
+    sees, so their types, ranges and choices are checked here with the command line's (bench/speed.py's too)."""
+    for action in p._actions:
+        value = getattr(args, action.dest, None)
+        if isinstance(action.type, Ranged) and not (value is None and action.default is None):  # None: not set
+            if action.nargs == "+":  # one or more values
+                ok = isinstance(value, (list, tuple)) and len(value) > 0 and all(map(action.type.fits, value))
+                shown = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else repr(value)
+            else:
+                ok, shown = action.type.fits(value), repr(value)
+            if not ok:
+                raise configurator.ConfigError(f"--{action.dest} {shown}: {action.type.rule}")
+        if action.choices is not None and value not in action.choices:
+            raise configurator.ConfigError(f"--{action.dest} {value!r}: expected one of {list(action.choices)}")
+
+
 def check_args(p, args):
     """Every option's value, checked as soon as the command line and config files are read, before any data
     is prepared or model loaded: a ConfigError (a DataError for a --file that is not there) that names the
-    option and the values it takes. Config files set values argparse never sees, so types and choices are
-    checked here too. What depends on the checkpoint is check_fits's."""
-    def check(option, ok, rule, integer=False, optional=False):
-        value = getattr(args, option)
-        if optional and value is None:
-            return
-        typed = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
-        if not (typed and (integer or math.isfinite(value)) and ok(value)):  # nan passes no comparison, inf some
-            raise configurator.ConfigError(f"--{option} {value!r}: {rule}")
-
-    for option in ("max_new_tokens", "gen_batch", "batch_size", "repeats", "rounds", "bench_steps"):
-        check(option, lambda v: v >= 1, "an integer >= 1", integer=True)
-    for option in ("bench_batch", "bench_seq"):
-        check(option, lambda v: v >= 0, "an integer >= 0 (0: each case's own)", integer=True)
-    check("max_errors", lambda v: v >= 0, "an integer >= 0", integer=True)
-    check("seed", lambda v: True, "an integer", integer=True)
-    check("temperature", lambda v: v >= 0, "a number >= 0 (0 is greedy)")
-    check("top_k", lambda v: v >= 1, "an integer >= 1 (sample from the k most likely tokens)", integer=True,
-          optional=True)
-    check("top_p", lambda v: 0 < v <= 1, "a number with 0 < p <= 1 (the probability mass kept)", optional=True)
-    check("epsilon", lambda v: 0 <= v < 1, "a number with 0 <= epsilon < 1 (tokens below it are dropped)",
-          optional=True)
-    for action in p._actions:  # a config file's value bypasses argparse's choices
-        if action.choices is not None and getattr(args, action.dest) not in action.choices:
-            raise configurator.ConfigError(f"--{action.dest} {getattr(args, action.dest)!r}: expected one of "
-                                           f"{list(action.choices)}")
-    if args.loops is not None and (not isinstance(args.loops, (list, tuple)) or not args.loops or not all(
-            isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in args.loops)):
-        shown = " ".join(map(str, args.loops)) if isinstance(args.loops, (list, tuple)) else repr(args.loops)
-        raise configurator.ConfigError(f"--loops {shown}: one or more integers >= 1 (a model applies its layers at "
-                                       f"least once)")
+    option and the values it takes (check_ranges, then the rules of a few options). What depends on the
+    checkpoint is check_fits's."""
+    check_ranges(p, args)
     if args.text is not None and not str(args.text).strip():
         raise configurator.ConfigError("--text is empty: give a sentence to classify (or words to translate)")
     seq2seq_words(args.words, "--words", sep=",")
-    if args.bench:
-        return
     if args.untrained and not args.interleave:
         raise configurator.ConfigError("--untrained times architectures beside checkpoints: give --interleave too")
     for path in args.untrained:
@@ -1888,7 +1269,7 @@ def parse_args(argv):
 
 def evaluate_checkpoints(args, device):
     """Each --ckpt's report (by its task, or zero-shot), the table, and --json."""
-    ctx = autocast_context(device.split(":")[0], args.dtype)
+    ctx = configurator.autocast_context(device.split(":")[0], args.dtype)
     results, to_time = [], []
     for path in args.ckpt or []:
         if path in data.PRETRAINED and not os.path.exists(path):  # a name: 'stories260K'
@@ -1936,15 +1317,12 @@ def main(argv=None):
     """The command line. Bad input (configurator.UserError: ConfigError, data.DataError, CheckpointError)
     ends in one line, `error: ...`, and exit status 1; any other exception is a bug and keeps its traceback."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if "--study" in argv:
-        return run_study_script(argv)
     try:
         args = parse_args(argv)
-        device = resolve_device(args.device)
-        if args.bench:
-            return run_bench(args, device)
+        device = configurator.resolve_device(args.device)
         if args.text is not None:
-            return classify_text(args.ckpt, args, device, autocast_context(device.split(":")[0], args.dtype))
+            ctx = configurator.autocast_context(device.split(":")[0], args.dtype)
+            return classify_text(args.ckpt, args, device, ctx)
         return evaluate_checkpoints(args, device)
     except configurator.UserError as e:
         sys.exit(f"error: {e}")

@@ -15,7 +15,7 @@ Sections (SECTIONS below; each its own process, its own time budget and its own 
     decode   stories260K greedy: llama2.c's golden text from the eager and the CUDA-graph step; CUDA-graph
              recordings and cache allocations across 10 more generate calls (0 expected); tokens/s at batch 1
              and 32, eager, compiled and Hugging Face's LlamaForCausalLM, in float32 and under bf16 autocast
-             (evaluate.generation_bench)
+             (bench.speed.generation_bench)
     ddp      torchrun, one process per GPU (NCCL), against one plain process: the same logged losses
     train    the SST-2 recurrent and baseline encoders and the char GPT, a few hundred steps each: float32 as
              the reference, then bf16 with the Triton kernels, compile off and on (tokens/s, MFU, the losses of
@@ -35,8 +35,8 @@ goes on. A section writes its figures as it goes, so one stopped at its budget k
 status: 0 when every check passed, 1 when one failed, 2 when this machine cannot run the check.
 
 This file is tooling, not the lesson: what it runs lives in kernels.py (the Triton kernels), model.py (their
-references), bench/kernels.py (their timing), evaluate.py (the generation benchmark and the device helpers) and
-train.py (training).
+references), bench/kernels.py (their timing), bench/speed.py (the generation benchmark), configurator.py (the
+device helpers) and train.py (training).
 """
 
 import argparse
@@ -378,10 +378,11 @@ def counting_caches():
 def section_decode(run):
     import torch._dynamo  # (its counters)
 
+    import configurator
     import data
-    import evaluate
     import export
     import kernels
+    from bench.speed import GEN_PROMPT, STORIES260K_GREEDY, generation_bench
     if run.cpu:  # the same static (CUDA-graph) step, captured by dynamo without code: inductor takes minutes here
         kernels.STATIC_DECODE, kernels.COMPILE_BACKEND = ("cpu", "cuda"), "eager"
         run.note("CPU: the static (CUDA-graph) step, captured by dynamo's 'eager' backend; no CUDA graphs")
@@ -389,7 +390,7 @@ def section_decode(run):
     tok = data.load_llama_tokenizer("tok512")
     m = export.read_llama2c(path).to(run.device)
     n = run.sizes["golden_tokens"]
-    golden = evaluate.STORIES260K_GREEDY
+    golden = STORIES260K_GREEDY
     compiled_runs = False  # whether the compiled step ran at all: the speed tables leave it out if not
     for mode in ("eager", "compiled"):
         with item(run, f"golden text, {mode} step"):
@@ -433,13 +434,13 @@ def section_decode(run):
         if not run.fits(f"speed, {dtype_name}", 20):
             continue
         with item(run, f"speed, {dtype_name}"):
-            with evaluate.autocast_context(run.device, dtype_name):
-                tables = evaluate.generation_bench(args, run.device, run.sizes["gen_tokens"], run.sizes["gen_batches"],
-                                                   compiled=compiled_runs)
+            with configurator.autocast_context(run.device, dtype_name):
+                tables = generation_bench(args, run.device, run.sizes["gen_tokens"], run.sizes["gen_batches"],
+                                          compiled=compiled_runs)
             speed[dtype_name] = {batch: {name: {k: f[k] for k in ("tokens_per_s", "same_tokens", "compile_s") if k in f}
                                          for name, f in table.items()} for batch, table in tables["tables"].items()}
             run.figure("speed", {"tokens": run.sizes["gen_tokens"], "rounds": run.sizes["gen_rounds"],
-                                 "prompt": evaluate.GEN_PROMPT, "tables": speed})
+                                 "prompt": GEN_PROMPT, "tables": speed})
             hf = all("Hugging Face LlamaForCausalLM" in t for t in tables["tables"].values())
             if dtype_name == "float32":  # under bf16 the rounding may part the greedy paths: reported, not checked
                 same = all(f["same_tokens"] for t in tables["tables"].values() for f in t.values())
@@ -654,7 +655,7 @@ GRACE_S = 5  # a section ends itself at its budget (before a step it could not f
 
 def conditions(cpu):
     """What every figure depends on: the device, its driver, the versions, the code's commit."""
-    import train
+    from lab import records
     versions = {}
     for name, packages in (("triton", ("triton", "pytorch-triton")), ("transformers", ("transformers",)),
                            ("numpy", ("numpy",))):  # (PyTorch's own index ships Triton as pytorch-triton)
@@ -667,7 +668,8 @@ def conditions(cpu):
                 pass
     c = {"mode": "cpu rehearsal" if cpu else "gpu", "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
          "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(), **versions,
-         "cpu": train.machine_conditions("cpu")["machine"], "cpu_count": os.cpu_count(), "commit": train.code_commit()}
+         "cpu": records.machine_conditions("cpu")["machine"], "cpu_count": os.cpu_count(),
+         "commit": records.code_commit()}
     if not cpu:
         props = torch.cuda.get_device_properties(0)
         driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],

@@ -12,7 +12,7 @@ Each run is `python train.py CONFIG --KEY=VALUE... --seed=N --out_dir=OUT_ROOT/<
 <name> is the config file's stem, followed by @key=value,... for a --grid point. The runner works for
 every task, because it never loads a model: it reads the runs' summary.json files, which carry their
 figures and, for each, its label and which way is better (`metrics`, written by train.py from the
-task's evaluator). It is resumable: a run whose summary.json holds the planned config (train.same_run)
+task's evaluator). It is resumable: a run whose summary.json holds the planned config (records.same_run)
 is finished and is not run again; a run with a last.pt of the planned config (stopped by Ctrl-C, which
 reaches each run as SIGTERM and makes it save) continues from there with --init_from=resume, which
 gives the same weights as an uninterrupted run. A run is never replaced: if seed<N> holds a run of other
@@ -53,8 +53,8 @@ import tempfile
 import time
 
 import data
-import train
 from configurator import ConfigError, UserError
+from lab import records
 from lab.cells import cell_data, finished_seeds
 from lab.plan import RunFailed, StudyError, check_metric, check_seeds, config_name, load_plan, plan_unchanged
 from lab.report import (check_report_keeps_runs, check_report_path, finished_runs, shared_metrics, study_table,
@@ -89,7 +89,7 @@ def run_pending(runs, todo, jobs, check=None, recorded=None):
                     check()
                 key = pending.pop(0)
                 argv, cfg, record = runs[key]
-                busy = train.out_dir_busy(cfg["out_dir"])
+                busy = records.out_dir_busy(cfg["out_dir"])
                 if busy:  # another process trains it (another study.py on this plan): it is theirs to finish
                     print(f"  skipped {key[0]} seed {key[1]}: process {busy} is training it "
                           f"(run the plan again once it ends)", flush=True)
@@ -269,7 +269,7 @@ def measure(results, plan, remeasure=False, timed=False):
             raise StudyError(f"the machine is busy (load average {load:.2f} over the last minute): time the "
                              f"checkpoints when nothing else runs, or the latencies are the other processes' too")
         # evaluate.py runs on one thread (evaluate_script)
-        started = {"load_before": round(load, 2), **train.machine_conditions("cpu"), "threads": 1}
+        started = {"load_before": round(load, 2), **records.machine_conditions("cpu"), "threads": 1}
     firsts = []  # (cell, config, its first finished seed's config and record folder) of every tested config
     for name, (cell, runs, summaries) in results.items():
         for config in dict.fromkeys(n for n, _ in runs):

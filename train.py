@@ -16,19 +16,15 @@ process would: a step's batch is batch_size x grad_accum examples however many p
 
 The defaults below are the settings; a config file and --key=value arguments override them through
 configurator.py. Everything is an importable function, and the run itself sits behind
-`if __name__ == "__main__"`, so tests can drive `train(config)` on tiny data.
+`if __name__ == "__main__"`, so tests can drive `train(config)` on tiny data. The run's bookkeeping (its files,
+the out_dir lock, which configs are the same run, what its log records) is lab/records.py's.
 """
 
-import json
 import math
 import os
-import signal
-import subprocess
 import sys
-import time
 from contextlib import ExitStack, contextmanager, nullcontext, redirect_stdout
 from dataclasses import asdict, dataclass, fields
-from datetime import timedelta
 from typing import Callable
 
 import torch
@@ -36,9 +32,11 @@ import torch
 import configurator
 import data
 import evaluate
+from bench import timing
 from export import load_pretrained
+from lab import records
 from model import (CKPT_VERSION, FAMILIES, CheckpointError, build_model, family_settings, from_pretrained,
-                   load_checkpoint, save_checkpoint)
+                   load_checkpoint)
 
 # -----------------------------------------------------------------------------
 # default config values (every one may be overridden; the key names are part of the interface)
@@ -77,8 +75,7 @@ batch_size = 64
 grad_accum = 1  # micro-batches per optimizer step
 learning_rate = 1e-3
 weight_decay = 0.01  # not applied to what the model names in no_weight_decay() (norms, biases, embeddings)
-adamw_impl = "fused"  # 'fused' (torch.optim.AdamW, one kernel for all parameters) | 'torch' (torch.optim.AdamW's
-# default: a loop over parameters on a CPU, as every run before the fused default used) | 'manual' (written out below)
+adamw_impl = "fused"  # 'fused' (torch.optim.AdamW, one kernel for all parameters) | 'manual' (written out below)
 beta1 = 0.9
 beta2 = 0.98
 grad_clip = 1.0  # max global grad norm; 0 = off
@@ -96,7 +93,7 @@ device = "auto"  # 'auto' picks cuda, then mps, then cpu
 dtype = "auto"  # 'float32', 'bfloat16', 'float16'; 'auto' = bfloat16 on a GPU that has it, else float32
 compile = False  # torch.compile the model
 peak_tflops = 0.0  # one device's peak TFLOP/s, the denominator of the MFU in the progress lines; 0 = look the GPU
-# up (evaluate.peak_flops); a CPU or an unknown GPU has none, and then no MFU is shown
+# up (bench/timing.py's peak_flops); a CPU or an unknown GPU has none, and then no MFU is shown
 seed = 1337  # the same in every process of a DDP run, so that they all start from the same weights
 # -----------------------------------------------------------------------------
 DEFAULTS = {k: v for k, v in globals().items()  # the lower-case names above (not imported CONSTANTS)
@@ -260,10 +257,9 @@ def make_optimizer(model, cfg, device_type):
     args = dict(lr=cfg["learning_rate"], betas=(cfg["beta1"], cfg["beta2"]))
     if cfg["adamw_impl"] == "manual":
         return AdamW(groups, **args)
-    # fused: one kernel updates every parameter (CPU and CUDA since torch 2.4). On a CPU it takes the baseline
-    # encoder's AdamW step from 39 to 11 ms, 5 % of a training step; it orders the arithmetic differently, so
-    # weights differ from the loop's in the last bits ('torch' reproduces runs made before it was the default)
-    fused = cfg["adamw_impl"] == "fused" and device_type in ("cuda", "cpu")
+    # fused: one kernel updates every parameter (CPU and CUDA since torch 2.4; elsewhere, as on MPS, torch's loop
+    # over parameters). On a CPU it takes the baseline encoder's AdamW step from 39 to 11 ms, 5 % of a training step
+    fused = device_type in ("cuda", "cpu")
     return torch.optim.AdamW(groups, **args, **({"fused": True} if fused else {}))
 
 
@@ -422,7 +418,6 @@ class Processes:
             find_unused_parameters=bool(unused))
         return compiled(ddp, cfg, task), compiled(model, cfg, task)
 
-
     @contextmanager
     def main_first(self):
         """Rank 0 runs the block first (preparing a missing dataset, say), then the others do."""
@@ -468,7 +463,7 @@ def processes(cfg):
     DDP_JOIN_TIMEOUT seconds), silences the other ranks' prints, and at the end waits for all the processes
     (rank 0 may still be scoring the test split) and leaves the group, which it also leaves on an error.
     A plain run: just the device."""
-    dev = evaluate.resolve_device(cfg["device"])
+    dev = configurator.resolve_device(cfg["device"])
     env = torchrun_env()
     if env is None:
         yield Processes(device=dev)
@@ -481,39 +476,7 @@ def processes(cfg):
     if device_type == "cuda":
         dev = f"cuda:{local_rank}"
         torch.cuda.set_device(dev)
-    # Joining waits for every process to arrive. Left to torch it would wait the collectives' timeout (30
-    # minutes on gloo) for a process that failed on startup or was never started, so the join has a limit
-    # of its own: DDP_JOIN_TIMEOUT seconds, by default 600, torchrun's own rendezvous join_timeout. It bounds
-    # the join only; the collectives keep torch's timeout, because the other processes rightly wait at a
-    # barrier while rank 0 prepares a missing dataset, which can take longer.
-    text = os.environ.get("DDP_JOIN_TIMEOUT", "600")
-    join_s = float(text) if text.replace(".", "", 1).isdigit() else 0.0
-    if join_s <= 0:
-        raise configurator.ConfigError(f"DDP_JOIN_TIMEOUT={text!r}: the seconds the processes may take to join, > 0")
-    where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
-    started = time.monotonic()
-    try:
-        # The env:// rendezvous that init_process_group would do itself (MASTER_ADDR and MASTER_PORT; under
-        # torchrun, its agent's store), with the join's limit on the store; then the group, under the keys
-        # init_process_group would give it.
-        store, _, _ = next(torch.distributed.rendezvous("env://", timeout=timedelta(seconds=join_s)))
-        # Each process signs in on the store and waits, within the limit, for all the others to: under torchrun
-        # every process only connects to the agent's store, and gloo would then wait the collectives' timeout
-        # for a missing one (measured). The restart count keeps a restarted run apart from an earlier attempt.
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        store.set(f"ddp_join/{attempt}/{rank}", "1")
-        store.wait([f"ddp_join/{attempt}/{r}" for r in range(world)])
-        torch.distributed.init_process_group("nccl" if device_type == "cuda" else "gloo", rank=rank, world_size=world,
-                                             store=torch.distributed.PrefixStore("default_pg", store))
-    except torch.distributed.DistError as e:
-        reason = str(e).strip().splitlines()[0]
-        if time.monotonic() - started < join_s:  # failed at once: MASTER_PORT taken, say
-            raise configurator.UserError(f"rank {rank} could not join the process group at {where}: {reason}") from e
-        raise configurator.UserError(
-            f"the other processes did not join within {join_s:g} s (this is rank {rank} of {world}, the group is at "
-            f"{where}): check that all {world} were started (torchrun --nproc_per_node, and --nnodes on every node), "
-            f"that none failed before joining (its own error says why), and that each can reach {where}; "
-            f"DDP_JOIN_TIMEOUT sets the limit in seconds ({reason})") from e
+    records.join_processes(rank, world, "nccl" if device_type == "cuda" else "gloo")
     try:
         cpu_group = torch.distributed.new_group(backend="gloo") if device_type == "cuda" else None
         procs = Processes(rank, world, dev, cpu_group)
@@ -561,10 +524,10 @@ def compiled(model, cfg, task):
 
 def device_peak(cfg, dev, dtype_name):
     """(one device's peak FLOP/s, its source) for the MFU, or None: the peak_tflops setting, or the GPU's
-    datasheet figure (evaluate.peak_flops)."""
+    datasheet figure (bench/timing.py's peak_flops)."""
     if cfg["peak_tflops"] > 0:
         return cfg["peak_tflops"] * 1e12, "the peak_tflops setting"
-    return evaluate.peak_flops(dev, dtype_name)
+    return timing.peak_flops(dev, dtype_name)
 
 
 # -----------------------------------------------------------------------------
@@ -591,42 +554,9 @@ class RunState:
         return cls(**{f.name: ckpt.get(f.name, f.default) for f in fields(cls)})
 
 
-class StopRequest:
-    """First Ctrl-C (or SIGTERM, as a study runner sends) asks the loop to stop after the current step
-    and save; a second one aborts. Under torchrun a Ctrl-C reaches every process twice, from the terminal
-    and from torchrun's agent, which passes the signals it gets on to its processes: a second signal within
-    `repeat_window` seconds of the first is the same request."""
-
-    def __init__(self, repeat_window=0.0):
-        self.requested, self.repeat_window, self.first = False, repeat_window, 0.0
-
-    def __call__(self, signum, frame):
-        if self.requested:
-            if time.monotonic() - self.first < self.repeat_window:
-                return
-            raise KeyboardInterrupt
-        self.requested, self.first = True, time.monotonic()
-        print("\ninterrupt: finishing this step and saving last.pt (Ctrl-C again to abort)", flush=True)
-
-    @contextmanager
-    def installed(self):
-        """Handle SIGINT and SIGTERM while the block runs, then restore the previous handlers."""
-        old = {s: signal.signal(s, self) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield self
-        finally:
-            for s, handler in old.items():
-                signal.signal(s, handler)
-
-
-def log_jsonl(path, record):
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
-
-
 def check_settings(cfg):
     for key, allowed in (("scheduler", ("plateau", "cosine", "constant")),
-                         ("adamw_impl", ("fused", "torch", "manual"))):
+                         ("adamw_impl", ("fused", "manual"))):
         if cfg[key] not in allowed:
             raise configurator.ConfigError(f"{key}={cfg[key]!r}: expected one of {allowed}")
     if cfg["init_from"] not in ("scratch", "resume", *data.PRETRAINED) and not os.path.isfile(cfg["init_from"]):
@@ -641,102 +571,7 @@ def check_settings(cfg):
     if cfg["peak_tflops"] < 0:
         raise configurator.ConfigError(f"peak_tflops={cfg['peak_tflops']}: expected a device's peak TFLOP/s, or 0 to "
                                        f"look it up")
-    check_out_dir(cfg)
-
-
-RUN_FILES = {"best": "ckpt.pt", "last": "last.pt", "log": "log.jsonl", "summary": "summary.json"}
-
-
-def run_paths(out_dir):
-    """{'best', 'last', 'log', 'summary'}: the files of the run in out_dir."""
-    return {k: os.path.join(out_dir, f) for k, f in RUN_FILES.items()}
-
-
-def existing_run(out_dir):
-    """The files in out_dir that make it hold a run (a checkpoint or a summary), or []."""
-    return [f for k, f in RUN_FILES.items() if k != "log" and os.path.isfile(os.path.join(out_dir, f))]
-
-
-def check_out_dir(cfg):
-    """A new run never replaces a run already in out_dir unless overwrite=True: checked before any data
-    is prepared or model built, so a mistyped out_dir or a forgotten --init_from=resume costs nothing."""
-    found = existing_run(cfg["out_dir"])
-    if found and cfg["init_from"] != "resume" and not cfg["overwrite"]:
-        raise configurator.ConfigError(
-            f"{cfg['out_dir']} already holds a run ({', '.join(found)}): continue it with --init_from=resume, "
-            f"replace it with --overwrite=True (its files are deleted), or give another --out_dir")
-
-
-LOCK_FILE = "train.lock"  # in out_dir: held by the process that writes the run (out_dir_lock)
-
-
-def try_lock(f):
-    """An exclusive, non-blocking lock on the open file f (fcntl.flock): True if taken, False if another
-    process holds it. Where there is no fcntl (Windows), always True: no lock."""
-    try:
-        import fcntl
-    except ImportError:
-        return True
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-
-
-def lock_holder(f):
-    """The pid its holder wrote in the open lock file f ('?' if none yet)."""
-    f.seek(0)
-    return f.read().strip() or "?"
-
-
-def out_dir_busy(out_dir):
-    """The pid of the process that holds out_dir's lock (a run going on there), or None."""
-    path = os.path.join(out_dir, LOCK_FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path, "r+") as f:
-        if try_lock(f):
-            return None  # taken and, as the file closes, let go
-        return lock_holder(f)
-
-
-@contextmanager
-def out_dir_lock(cfg):
-    """One run at a time in an out_dir: the writing process (not the other ranks of a DDP run) holds an
-    exclusive lock on out_dir/train.lock while it runs, so a second train.py there (the same run started
-    twice, two study.py on one plan) stops at once with a clear error instead of writing the same
-    checkpoints. The lock goes with the process, however it ends (a killed run leaves a train.lock that
-    nobody holds, which the next run takes); a run that ends removes the file. Under the lock, check_out_dir
-    again: a run another process finished in between counts."""
-    env = torchrun_env()
-    if env is not None and env[0] != 0:
-        yield
-        return
-    created = not os.path.isdir(cfg["out_dir"])
-    os.makedirs(cfg["out_dir"], exist_ok=True)
-    path = os.path.join(cfg["out_dir"], LOCK_FILE)
-    while True:
-        f = open(path, "a+")
-        if not try_lock(f):
-            holder = lock_holder(f)
-            f.close()
-            raise configurator.UserError(f"{cfg['out_dir']} is being written by another run (process {holder}): "
-                                         f"wait for it to end, or give another --out_dir")
-        if os.path.exists(path) and os.path.samestat(os.fstat(f.fileno()), os.stat(path)):
-            break
-        f.close()  # its holder removed the file as we took the lock on it: take the one there now
-    try:
-        f.truncate(0)
-        f.write(str(os.getpid()))
-        f.flush()
-        check_out_dir(cfg)
-        yield
-    finally:
-        os.remove(path)  # removed while held, then let go (closed): the folder keeps only the run's files
-        f.close()
-        if created and not os.listdir(cfg["out_dir"]):
-            os.rmdir(cfg["out_dir"])  # a run that stopped before it wrote anything (a bad device) leaves no folder
+    records.check_out_dir(cfg)
 
 
 def start(cfg, dataset, dev, files):
@@ -760,14 +595,14 @@ def start(cfg, dataset, dev, files):
                               f"{CKPT_VERSION} (the run state changed). Evaluate it with evaluate.py, or start again")
     dataset.check_matches(ckpt["data"], f"the run in {paths['last']}")
     old = ckpt["config"]
-    implementation, other = run_differences(old, cfg)
+    implementation, other = records.run_differences(old, cfg, DEFAULTS)
     if other:
         raise configurator.ConfigError(
-            f"{paths['last']} is a run with other settings ({changes(old, cfg, other)}): a resume continues the "
-            f"same run, so resume with its settings (only {', '.join(IMPLEMENTATION_KEYS)} may change), or "
-            f"start a new run in another out_dir")
+            f"{paths['last']} is a run with other settings ({records.changes(old, cfg, other)}): a resume continues "
+            f"the same run, so resume with its settings (only {', '.join(records.IMPLEMENTATION_KEYS)} may change), "
+            f"or start a new run in another out_dir")
     if implementation:
-        print(f"resuming under other implementation settings: {changes(old, cfg, implementation)}")
+        print(f"resuming under other implementation settings: {records.changes(old, cfg, implementation)}")
     if old.get("init_from", "resume") != "resume":
         cfg = {**cfg, "init_from": old["init_from"]}
     state = RunState.from_checkpoint(ckpt)
@@ -777,46 +612,6 @@ def start(cfg, dataset, dev, files):
                **({"implementation_changed": {k: [old.get(k), cfg[k]] for k in implementation}}
                   if implementation else {})})
     return model, state, ckpt, cfg
-
-
-# -----------------------------------------------------------------------------
-# the same run: which configs describe one run (train.py resumes only the same run; study.py counts a
-# finished run of the same config as done, and continues a stopped one)
-
-# Settings that choose how the same function is computed, not what is trained: the attention, norm, SwiGLU
-# and AdamW paths (each tested equal to its reference) and compilation. They change results only by float
-# rounding, so a run may resume under another of them (it says which), and a run made under another is the
-# same run (runs made before the fused norms and the fused AdamW became the defaults count as finished).
-IMPLEMENTATION_KEYS = ("attn_impl", "norm_impl", "ffn_impl", "adamw_impl", "compile")
-# Settings that change nothing a run computes: where its files are (a run folder may be moved), how often it
-# prints, the MFU's denominator, and whether it was allowed to replace a run in its out_dir.
-BOOKKEEPING_KEYS = ("out_dir", "log_interval", "peak_tflops", "overwrite")
-
-
-def run_differences(a, b):
-    """The settings two run configs differ in, as (implementation keys, other keys), each sorted. A config
-    with init_from 'resume' was started by continuing a run, which is the run it continues: it matches any
-    init_from. A setting one config lacks (added to train.py after that run was made) counts as its
-    default, which that run had. BOOKKEEPING_KEYS are not compared."""
-    a, b = json.loads(json.dumps(a)), json.loads(json.dumps(b))  # as stored: tuples -> lists
-    if "resume" in (a.get("init_from"), b.get("init_from")):
-        a.pop("init_from", None), b.pop("init_from", None)
-    defaults = {**DEFAULTS, **MODEL_SETTINGS["model"].get(a.get("model", DEFAULTS["model"]), {})}
-    unset = object()  # a key that neither the config nor the defaults know differs from any value
-    value = lambda c, k: c[k] if k in c else defaults.get(k, unset)  # noqa: E731
-    differ = sorted(k for k in (set(a) | set(b)) - set(BOOKKEEPING_KEYS) if value(a, k) != value(b, k))
-    implementation = [k for k in differ if k in IMPLEMENTATION_KEYS]
-    return implementation, [k for k in differ if k not in IMPLEMENTATION_KEYS]
-
-
-def same_run(a, b):
-    """Whether two run configs describe the same run: they differ at most in IMPLEMENTATION_KEYS."""
-    return not run_differences(a, b)[1]
-
-
-def changes(a, b, keys):
-    """'key old -> new, ...' for the keys in which config a and config b differ."""
-    return ", ".join(f"{k} {a.get(k, '(unset)')!r} -> {b.get(k, '(unset)')!r}" for k in keys)
 
 
 def validate(model, task, dataset, cfg, state, plateau, device, ctx, procs=Processes()):
@@ -843,11 +638,6 @@ def validate(model, task, dataset, cfg, state, plateau, device, ctx, procs=Proce
     return figures, is_best
 
 
-def describe(figures, metrics):
-    """'loss 0.4123 acc 0.8160 ...' for the metrics that have a short name."""
-    return " ".join(f"{m.short} {figures[k]:.4f}" for k, m in metrics.items() if m.short)
-
-
 # -----------------------------------------------------------------------------
 # the run
 
@@ -859,10 +649,11 @@ def train(cfg):
     written to out_dir/summary.json with the config. Under torchrun this is one of its processes (see
     `processes`): they train together, and rank 0 prints, writes the files and scores the test split."""
     check_settings(cfg)
-    with out_dir_lock(cfg), processes(cfg) as procs:
+    env = torchrun_env()  # under torchrun, rank 0 alone writes the run's files and holds its out_dir's lock
+    with records.out_dir_lock(cfg, writer=env is None or env[0] == 0), processes(cfg) as procs:
         device_type = procs.device.split(":")[0]
-        dtype_name = evaluate.resolve_dtype(cfg["dtype"], device_type)
-        ctx = evaluate.autocast_context(device_type, dtype_name)
+        dtype_name = configurator.resolve_dtype(cfg["dtype"], device_type)
+        ctx = configurator.autocast_context(device_type, dtype_name)
         if device_type == "cuda":
             # TF32 tensor cores for float32 matmuls (a 10-bit mantissa, several times float32's rate from the
             # A100 on): the float32 runs, and what bf16 autocast leaves in float32. cuDNN's convolutions use
@@ -873,11 +664,12 @@ def train(cfg):
         with procs.main_first():  # rank 0 prepares a missing dataset; then the others read it
             dataset = data.load_dataset(cfg)
         task = task_of(dataset, cfg)
-        files = RunFiles(cfg["out_dir"], writer=procs.main)
+        files = records.RunFiles(cfg["out_dir"], writer=procs.main)
         model, state, resume, cfg = start(cfg, dataset, procs.device, files)
         peak = device_peak(cfg, procs.device, dtype_name)  # (FLOP/s, source) or None
         print(setup_line(model, procs, dtype_name, peak))
-        files.log({"type": "conditions", "iter": state.iter_num, **run_conditions(procs, dtype_name)})
+        files.log({"type": "conditions", "iter": state.iter_num,
+                   **records.run_conditions(procs.device, dtype_name, procs.world)})
 
         optimizer = make_optimizer(model, cfg, device_type)
         plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=cfg["plateau_factor"],
@@ -901,9 +693,9 @@ def train(cfg):
                          rng_cpu=torch.get_rng_state()) if which == "last" else {}
             files.save(which, model, config=cfg, data=dataset.info(), **asdict(state), **extra)
 
-        meter = Meter(peak, procs.world, state.iter_num, total_iters, state.train_seconds)
+        meter = timing.Meter(peak, procs.world, state.iter_num, total_iters, state.train_seconds)
         grad_norm = None  # the last step's, a device tensor until read (state.grad_norm is the float)
-        with StopRequest(repeat_window=5.0 if procs.world > 1 else 0.0).installed() as stop:
+        with records.StopRequest(repeat_window=5.0 if procs.world > 1 else 0.0).installed() as stop:
             while not state.stopped:
                 if state.iter_num >= total_iters or state.epoch >= cfg["max_epochs"]:
                     state.stopped = "max_iters" if state.iter_num == cfg["max_iters"] else "max_epochs"
@@ -938,7 +730,7 @@ def train(cfg):
                                                 procs)
                     if is_best:
                         save("best")
-                    print(f"eval at iter {state.iter_num}: val {describe(figures, task.metrics)}"
+                    print(f"eval at iter {state.iter_num}: val {records.describe(figures, task.metrics)}"
                           f"{' (best, saved ckpt.pt)' if is_best else ''}", flush=True)
                     files.log({"type": "eval", "epoch": epoch_label, "lr": optimizer.param_groups[0]["lr"],
                                "best": is_best, "grad_norm": state.grad_norm, "iter": state.iter_num,
@@ -948,64 +740,13 @@ def train(cfg):
 
         if grad_norm is not None:
             state.grad_norm = grad_norm.item()
-        summary = summarize(state, task, dataset, model.param_counts(), meter.minutes())
+        summary = records.summarize(state, task, dataset, model.param_counts(), meter.minutes())
         if procs.main and state.stopped != "interrupted":  # the others wait for it at the end of `processes`
             score_test(summary, files.paths["best"], task, dataset, cfg, state, procs.device, ctx)
         files.log({"type": "summary", **summary})
         if procs.main and state.stopped != "interrupted":
             data.write_json(files.paths["summary"], {**summary, "config": cfg}, indent=1)
         return summary
-
-
-class RunFiles:
-    """The files of the run in out_dir (RUN_FILES: ckpt.pt, last.pt, log.jsonl, summary.json). Only the
-    writer (rank 0 of a DDP run) writes them; for the others these calls do nothing."""
-
-    def __init__(self, out_dir, writer=True):
-        os.makedirs(out_dir, exist_ok=True)
-        self.paths, self.writer = run_paths(out_dir), writer
-
-    def log(self, record):
-        if self.writer:
-            log_jsonl(self.paths["log"], record)
-
-    def save(self, which, model, **contents):
-        if self.writer:
-            save_checkpoint(self.paths[which], model, **contents)
-
-
-class Meter:
-    """Training speed for the progress lines: tokens/s and the MFU (model FLOPs utilization, the model's
-    FLOPs per second against the devices' peak) since the last reading, and the time left. Evaluation is
-    not training: the loop restarts the clock after it."""
-
-    def __init__(self, peak, world, iter_num, total_iters, seconds_before=0.0):
-        self.peak, self.world, self.total_iters = peak, world, total_iters
-        self.t_start, self.iters_at_start, self.seconds_before = time.time(), iter_num, seconds_before
-        self.restart()
-
-    def restart(self):
-        self.t, self.tokens, self.flops = time.time(), 0, 0.0
-
-    def add(self, tokens, flops):
-        self.tokens, self.flops = self.tokens + tokens, self.flops + flops
-
-    def read(self, iter_num):
-        """{'tok_per_s', 'eta_min', and 'mfu' when the peak is known} since the last reading; restarts."""
-        dt = time.time() - self.t  # the device has caught up: it had to, for the loss the caller read
-        eta = (self.total_iters - iter_num) * (time.time() - self.t_start) / (iter_num - self.iters_at_start)
-        speed = {"tok_per_s": self.tokens / dt, "eta_min": eta / 60}
-        if self.peak:
-            speed["mfu"] = self.flops / dt / (self.peak[0] * self.world)
-        self.restart()
-        return speed
-
-    def seconds(self):
-        """The run's wall time: this process's, and a resumed run's before it."""
-        return self.seconds_before + time.time() - self.t_start
-
-    def minutes(self):
-        return self.seconds() / 60
 
 
 def setup_line(model, procs, dtype_name, peak):
@@ -1017,46 +758,6 @@ def setup_line(model, procs, dtype_name, peak):
             + (f"; {procs.world} processes (DDP, {torch.distributed.get_backend()})" if procs.world > 1 else "")
             + (f"; MFU of a peak {peak[0] / 1e12:,.1f} TFLOP/s per device ({peak[1]})" if peak else
                "; no MFU (no peak FLOP/s known for this device; peak_tflops sets one)"))
-
-
-def run_conditions(procs, dtype_name):
-    """Where and how a run runs, for its log: study.py reports a study's conditions from its runs, not from
-    the machine that writes the report. The processor (or GPU), the cores this process may use and its
-    threads, the precision, the processes, the versions, and the code's commit ('+changes' when tracked
-    files differed from it)."""
-    return {**machine_conditions(procs.device), "device": procs.device, "dtype": dtype_name,
-            "processes": procs.world}
-
-
-def machine_conditions(device):
-    """The processor (or the GPU of a CUDA device), the cores this process may use and its threads, the
-    versions, and the code's commit."""
-    machine = "unknown CPU"
-    if device.startswith("cuda"):
-        machine = torch.cuda.get_device_name(torch.device(device))
-    elif os.path.isfile("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            machine = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), machine)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"machine": machine, "cores": cores, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": sys.version.split()[0], "commit": code_commit()}
-
-
-def code_commit():
-    """The git commit of this file's checkout, short, with '+changes' if tracked files of the code differ
-    from it (results/ and the .md pages are records, not code: a study that commits its runs' records as
-    they land changes them while its other runs train); 'unknown' outside a git checkout."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True, cwd=here, timeout=10)  # noqa: E731
-        head = git("rev-parse", "--short", "HEAD")
-        if head.returncode != 0:
-            return "unknown"
-        changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results",
-                      ":(exclude)*.md").stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return head.stdout.strip() + ("+changes" if changed else "")
 
 
 def report_progress(state, total_iters, epoch, epochs, loss, lr, speed):
@@ -1084,28 +785,7 @@ def score_test(summary, best_path, task, dataset, cfg, state, device, ctx):
             summary[f"{name}_predictions"] = figures["predictions"]
         summary["metrics"].update({f"{name}_{k}": {"label": f"{name} {m.label} (best checkpoint)", "better": m.better}
                                    for k, m in task.metrics.items() if k in figures})
-        print(f"best checkpoint: val loss {state.best_val_loss:.4f}; {name} {describe(figures, task.metrics)}")
-
-
-def summarize(state, task, dataset, counts, minutes):
-    """The run's figures: the final validation figures (of the model as training left it), the best
-    validation loss and the last gradient norm, with `metrics` saying how to label and compare each."""
-    summary = {"task": dataset.task, "stopped": state.stopped, "iters": state.iter_num, "epochs": state.epoch,
-               "best_val_loss": state.best_val_loss, "final_grad_norm": state.grad_norm, "train_minutes": minutes,
-               "train_flops": state.train_flops,
-               "params": counts["total"], "params_non_embedding": counts["non_embedding"]}
-    metrics = {}
-    if state.last_eval is not None:
-        summary.update({f"final_val_{k}": v for k, v in state.last_eval.items() if k != "iter"},
-                       final_eval_iter=state.last_eval["iter"])
-        metrics = {f"final_val_{k}": {"label": f"final validation {m.label}", "better": m.better}
-                   for k, m in task.metrics.items() if k in state.last_eval}
-        print(f"final: val {describe(state.last_eval, task.metrics)} grad norm {state.grad_norm:.3f}  "
-              f"({state.stopped}, {minutes:.1f} min)")
-    metrics["best_val_loss"] = {"label": "best validation loss", "better": "lower"}
-    metrics["final_grad_norm"] = {"label": "final gradient norm", "better": "lower"}
-    summary["metrics"] = metrics
-    return summary
+        print(f"best checkpoint: val loss {state.best_val_loss:.4f}; {name} {records.describe(figures, task.metrics)}")
 
 
 def main(argv):

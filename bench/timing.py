@@ -1,13 +1,25 @@
 """
-Timing done honestly, in one place: a synchronized clock (`sync`), the median of a few timed runs after a
-warm-up (`median_ms`), and the conditions every number is printed and saved with (`conditions`).
+The one timing helper of the project, and the conditions every number is printed and stored with. Read in order:
 
-(Moved here from kernels.py, whose scan and Triton benchmarks were its first users, so that kernels.py holds
-the fast paths alone and every benchmark times the same way.)
+    sync(device)                          wait for the device's queued kernels (CUDA and MPS run asynchronously)
+    timed(fn, device)                     seconds of one fn(), the device synchronized before and after
+    median_ms(fn, device, repeats, budget_s)
+                                          a warm-up, then the median of several timed runs within a time budget
+    conditions(device, dtype)             what a number depends on: the device and its name, the precision, the
+                                          versions, the threads (train.py's run logs, study.py's timing pass,
+                                          the benchmarks)
+    peak_flops(device, dtype_name)        a GPU's datasheet peak, the denominator of MFU
+    Meter                                 train.py's progress lines: tokens/s, MFU and the time left
+
+The rules for honest numbers (as modded-nanogpt keeps them): warm-up runs first, the device synchronized around
+every timed region, the median of several repeats, and the conditions beside the figures. evaluate.py times a
+checkpoint with these, bench/speed.py our models against their peers, and train.py measures its steps with the
+Meter. This module imports nothing of ours: every other file may use it.
 """
 
 import os
 import platform
+import re
 import statistics
 import time
 
@@ -15,8 +27,20 @@ import torch
 
 
 def sync(device):
+    """Wait for the kernels queued on the device: a GPU returns from a call before its work is done."""
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+    elif device == "mps":
+        torch.mps.synchronize()
+
+
+def timed(fn, device):
+    """Seconds that fn() takes, with the device synchronized before and after (kernels are async)."""
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
 
 
 def median_ms(fn, device, repeats, budget_s):
@@ -28,11 +52,7 @@ def median_ms(fn, device, repeats, budget_s):
     sync(device)
     times = []
     while len(times) < repeats and sum(times) < budget_s * 1e3:
-        sync(device)
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append((time.perf_counter() - t0) * 1e3)
+        times.append(timed(fn, device) * 1e3)
     return statistics.median(times), len(times)
 
 
@@ -54,3 +74,76 @@ def conditions(device, dtype):
     return {"device": device, "device_name": name, "dtype": str(dtype).replace("torch.", ""),
             "torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
             "cpu_count": os.cpu_count()}
+
+
+def peak_flops(device, dtype_name):
+    """(peak FLOP/s, its source) of one GPU for matmuls in `dtype_name`, dense (without 2:4 sparsity, which
+    the datasheets' headline figures assume), looked up by torch.cuda.get_device_name; None for a CPU, an
+    MPS device or a GPU not in the table, or a dtype the GPU has no tensor cores for. 'float32' is the
+    TF32 tensor-core rate where the GPU has one (train.py allows TF32 on CUDA), else the plain FP32 rate.
+    The denominator of MFU (model FLOPs utilization, PaLM, Chowdhery et al. 2022, appendix B)."""
+    if not str(device).startswith("cuda"):
+        return None
+    name = torch.cuda.get_device_name(device)
+    # (pattern in the device name, TFLOP/s by dtype, source); the first match wins, so the specific
+    # variants (PCIe, NVL) come before their family. The datasheets print sparse figures with an
+    # asterisk; the dense ones are half of those.
+    table = [
+        (r"H100.*PCIe", {"bfloat16": 756, "float16": 756, "float32": 378}, "NVIDIA H100 datasheet, H100 PCIe"),
+        (r"H100 NVL", {"bfloat16": 835, "float16": 835, "float32": 418}, "NVIDIA H100 datasheet, H100 NVL"),
+        (r"H200 NVL", {"bfloat16": 835, "float16": 835, "float32": 418}, "NVIDIA H200 datasheet, H200 NVL"),
+        (r"GH200", {"bfloat16": 989, "float16": 989, "float32": 494}, "NVIDIA GH200 datasheet"),
+        (r"H200", {"bfloat16": 989, "float16": 989, "float32": 494}, "NVIDIA H200 datasheet, H200 SXM"),
+        (r"H100", {"bfloat16": 989, "float16": 989, "float32": 494}, "NVIDIA H100 datasheet, H100 SXM"),
+        (r"A100", {"bfloat16": 312, "float16": 312, "float32": 156}, "NVIDIA A100 datasheet"),
+        (r"\bL4\b", {"bfloat16": 121, "float16": 121, "float32": 60}, "NVIDIA L4 datasheet"),
+        (r"\bA10\b", {"bfloat16": 125, "float16": 125, "float32": 62.5}, "NVIDIA A10 datasheet"),
+        (r"RTX 4090", {"bfloat16": 165.2, "float16": 165.2, "float32": 82.6},
+         "NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090, FP32 accumulate"),
+        (r"V100S", {"float16": 130, "float32": 16.4}, "NVIDIA V100 datasheet, V100S PCIe"),  # Volta: no bf16, no TF32
+        (r"V100.*PCIE", {"float16": 112, "float32": 14}, "NVIDIA V100 datasheet, V100 PCIe"),
+        (r"V100", {"float16": 125, "float32": 15.7}, "NVIDIA V100 datasheet, V100 SXM2"),
+        (r"\bT4\b", {"float16": 65, "float32": 8.1}, "NVIDIA T4 datasheet"),  # Turing: no bf16, no TF32
+    ]
+    for pattern, tflops, source in table:
+        if re.search(pattern, name, re.IGNORECASE):
+            if dtype_name not in tflops:
+                return None
+            # a GPU with bf16 tensor cores (Ampere on) has TF32 ones too: its float32 rate is TF32's
+            what = "TF32" if dtype_name == "float32" and "bfloat16" in tflops else dtype_name
+            return float(round(tflops[dtype_name] * 1e12)), f"{source}, {what} dense ({name})"
+    return None
+
+
+class Meter:
+    """Training speed for the progress lines: tokens/s and the MFU (model FLOPs utilization, the model's
+    FLOPs per second against the devices' peak) since the last reading, and the time left. Evaluation is
+    not training: the loop restarts the clock after it."""
+
+    def __init__(self, peak, world, iter_num, total_iters, seconds_before=0.0):
+        self.peak, self.world, self.total_iters = peak, world, total_iters
+        self.t_start, self.iters_at_start, self.seconds_before = time.time(), iter_num, seconds_before
+        self.restart()
+
+    def restart(self):
+        self.t, self.tokens, self.flops = time.time(), 0, 0.0
+
+    def add(self, tokens, flops):
+        self.tokens, self.flops = self.tokens + tokens, self.flops + flops
+
+    def read(self, iter_num):
+        """{'tok_per_s', 'eta_min', and 'mfu' when the peak is known} since the last reading; restarts."""
+        dt = time.time() - self.t  # the device has caught up: it had to, for the loss the caller read
+        eta = (self.total_iters - iter_num) * (time.time() - self.t_start) / (iter_num - self.iters_at_start)
+        speed = {"tok_per_s": self.tokens / dt, "eta_min": eta / 60}
+        if self.peak:
+            speed["mfu"] = self.flops / dt / (self.peak[0] * self.world)
+        self.restart()
+        return speed
+
+    def seconds(self):
+        """The run's wall time: this process's, and a resumed run's before it."""
+        return self.seconds_before + time.time() - self.t_start
+
+    def minutes(self):
+        return self.seconds() / 60

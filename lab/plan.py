@@ -135,7 +135,7 @@ VERDICT_KEYS = {"claim": str, "a": str, "b": str, "metric": str, "cost": str, "r
 CONCLUSION_KEYS = {"claim": str, "source": str, "verdict": str, "instead": str, "reverse": bool, "note": str}
 TARGET_KEYS = {"what": str, "term": str, "metric": str, "at_least": (int, float), "at_most": (int, float)}
 TEST_METRICS = ["test_accuracy", "test_f1", "test_precision", "test_recall", "test_mcc"]
-# the figures train.summarize writes for every run, beside its task's final validation and test figures
+# the figures records.summarize writes for every run, beside its task's final validation and test figures
 RUN_FIGURES = ("best_val_loss", "final_grad_norm", "train_minutes", "train_flops", "iters", "epochs", "params",
                "params_non_embedding")
 

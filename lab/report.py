@@ -168,7 +168,7 @@ def judge(claim, results, metrics, effect=0.01):
 
 
 def run_conditions(results):
-    """Where the runs ran, from their own logs (train.run_conditions' record): one line per distinct set
+    """Where the runs ran, from their own logs (records.run_conditions' record): one line per distinct set
     of conditions with its count of runs, most runs first; runs made before logs held it are counted."""
     groups, unknown = {}, 0
     for cell, runs, summaries in results.values():

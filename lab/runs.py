@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 import train
+from lab import records
 from lab.plan import StudyError, check_overrides, check_seeds, config_name, grid_settings, parse_term, run_names
 
 
@@ -62,7 +63,7 @@ def run_folder(cfg, planned, what, record=None):
     found = folder is not None
     if not found:
         folder, k = planned, 1
-        while train.existing_run(folder) or has_record(record_of(folder)):
+        while records.existing_run(folder) or has_record(record_of(folder)):
             k += 1
             folder = f"{planned}-{k}"
     if folder != planned:
@@ -75,15 +76,15 @@ def run_folder(cfg, planned, what, record=None):
 def other_run(folder, cfg, record=None):
     """Words for the run `folder` (or its record) holds that is not cfg's (None if it holds none), for the
     line that says why cfg's run is elsewhere."""
-    if not train.existing_run(folder) and not has_record(record):
+    if not records.existing_run(folder) and not has_record(record):
         return None
-    held = held_config(folder) if train.existing_run(folder) else held_config(record)
+    held = held_config(folder) if records.existing_run(folder) else held_config(record)
     if held is None:
         return "a run whose settings it does not record"
-    other = train.run_differences(held, cfg)[1]
+    other = records.run_differences(held, cfg, train.DEFAULTS)[1]
     if not other:
         return "a run of these settings that cannot be continued (no last.pt, or no log of its start)"
-    return f"a run of other settings ({train.changes(held, cfg, other)})"
+    return f"a run of other settings ({records.changes(held, cfg, other)})"
 
 
 def holds_this_run(cfg, record=None):
@@ -92,7 +93,7 @@ def holds_this_run(cfg, record=None):
 
 
 def finished_summary(cfg, record=None):
-    """The summary.json of a finished run of this config (train.same_run), from its record if it has one,
+    """The summary.json of a finished run of this config (records.same_run), from its record if it has one,
     else from its out_dir; None if neither holds one (then it must be run)."""
     for folder in (record, cfg["out_dir"]):
         path = folder and os.path.join(folder, "summary.json")
@@ -100,7 +101,7 @@ def finished_summary(cfg, record=None):
             continue
         with open(path) as f:
             summary = json.load(f)
-        if train.same_run(summary.get("config", {}), cfg) and summary.get("stopped") != "interrupted":
+        if records.same_run(summary.get("config", {}), cfg, train.DEFAULTS) and summary.get("stopped") != "interrupted":
             return summary
     return None
 
@@ -141,7 +142,7 @@ def can_resume(cfg):
     latest start record has this config."""
     started = started_config(cfg["out_dir"])
     return (os.path.isfile(os.path.join(cfg["out_dir"], "last.pt")) and started is not None
-            and train.same_run(started, cfg))
+            and records.same_run(started, cfg, train.DEFAULTS))
 
 
 # -----------------------------------------------------------------------------
@@ -283,7 +284,7 @@ def note_plan(plan, cells):
             lines.append({"event": "first run", "cell": name})
     if not lines:
         return
-    stamp = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": train.code_commit()}
+    stamp = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": records.code_commit()}
     os.makedirs(plan["records"], exist_ok=True)
     with open(path, "a") as f:
         for line in lines:

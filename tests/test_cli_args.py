@@ -1,7 +1,7 @@
 """
 evaluate.py's command line: every option checked as it is parsed (before any data or checkpoint is read),
 the options that suit some checkpoints only checked against the one loaded (before it is evaluated), the
-devices checked in resolve_device (train.py's too, under torchrun as well), and bad input told apart from
+devices checked in configurator.resolve_device (train.py's too, under torchrun as well), and bad input told apart from
 bugs: a UserError ends in one line `error: ...`, anything else keeps its traceback.
 """
 
@@ -40,9 +40,6 @@ def refusal(argv):
     (["--gen_batch", "0"], "--gen_batch 0: an integer >= 1"),
     (["--batch_size", "0"], "--batch_size 0: an integer >= 1"),
     (["--repeats", "0"], "--repeats 0: an integer >= 1"),
-    (["--rounds", "0"], "--rounds 0: an integer >= 1"),
-    (["--bench_steps", "-1"], "--bench_steps -1: an integer >= 1"),
-    (["--bench_batch", "-2"], "--bench_batch -2: an integer >= 0"),
     (["--max_errors", "-1"], "--max_errors -1: an integer >= 0"),
     (["--loops", "2", "0"], "--loops 2 0: one or more integers >= 1"),
     (["--text", "  \t "], "--text is empty"),
@@ -61,6 +58,21 @@ def test_each_option_is_checked_before_anything_is_loaded(option, message, tmp_p
     text = refusal(["--ckpt", "missing.pt", *option])
     assert text == f"error: {message}" or text.startswith(f"error: {message}"), text
     assert "\n" not in text and "missing.pt" not in text
+
+
+@pytest.mark.parametrize("option, message", [
+    (["--rounds", "0"], "--rounds 0: an integer >= 1"),
+    (["--bench_steps", "-1"], "--bench_steps -1: an integer >= 1"),
+    (["--bench_batch", "-2"], "--bench_batch -2: an integer >= 0"),
+])
+def test_the_benchmark_s_options_are_checked_the_same_way(option, message):
+    """bench/speed.py's options (they were evaluate.py --bench's), checked by evaluate.check_ranges before any
+    model is built."""
+    from bench import speed
+    with pytest.raises(SystemExit) as e:
+        speed.main(option)
+    assert str(e.value) == f"error: {message}" or str(e.value).startswith(f"error: {message}"), str(e.value)
+    assert "\n" not in str(e.value)
 
 
 def test_the_edges_of_each_range_are_accepted():
@@ -169,24 +181,24 @@ def absent_gpu():
 
 
 def test_devices_this_machine_lacks(monkeypatch):
-    assert evaluate.resolve_device("cpu") == "cpu"
-    assert evaluate.resolve_device("auto") in ("cpu", "cuda", "mps")
+    assert configurator.resolve_device("cpu") == "cpu"
+    assert configurator.resolve_device("auto") in ("cpu", "cuda", "mps")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     for name in ("cuda", "cuda:0"):
         with pytest.raises(configurator.ConfigError, match=f"^device='{name}': torch sees no CUDA GPU on this machine "
                            r"\(torch .*\); the devices here: cpu$"):
-            evaluate.resolve_device(name)
+            configurator.resolve_device(name)
     with pytest.raises(configurator.ConfigError, match="^device='mps': this machine has no Apple GPU .*here: cpu$"):
-        evaluate.resolve_device("mps")
-    assert evaluate.resolve_device("auto") == "cpu"
+        configurator.resolve_device("mps")
+    assert configurator.resolve_device("auto") == "cpu"
     # a machine with two GPUs (as torch.cuda reports them)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert [evaluate.resolve_device(d) for d in ("auto", "cuda", "cuda:1")] == ["cuda", "cuda", "cuda:1"]
+    assert [configurator.resolve_device(d) for d in ("auto", "cuda", "cuda:1")] == ["cuda", "cuda", "cuda:1"]
     with pytest.raises(configurator.ConfigError, match=r"^device='cuda:2': this machine has 2 CUDA GPU\(s\); the "
                        "devices here: cpu, cuda:0, cuda:1$"):
-        evaluate.resolve_device("cuda:2")
+        configurator.resolve_device("cuda:2")
 
 
 def test_train_under_torchrun_stops_at_the_device(tmp_path, monkeypatch):

@@ -18,14 +18,17 @@ import numpy as np
 import pytest
 import torch
 
+import configurator
 import data
 import evaluate
 import model
 import lab.plan
+import lab.records
 import lab.report
 import lab.runs
 import lab.stats
 import study
+import train
 from conftest import REPO_ROOT, fake_downloads, need_tokenizer
 from test_study import write_tiny_configs
 
@@ -384,10 +387,10 @@ def test_depth_sweep_scores_each_loop_count_and_restores_the_model(tiny_cfg):
     ds = data.load_dataset(cfg)
     m = model.build_model("encoder", {**cfg, "n_loops": 2}, ds.facts())
     split = ds.splits["test"]
-    rows = evaluate.depth_sweep(m, split, [1, 2, 3], "cpu", evaluate.autocast_context("cpu", "float32"))
+    rows = evaluate.depth_sweep(m, split, [1, 2, 3], "cpu", configurator.autocast_context("cpu", "float32"))
     assert [r["n_loops"] for r in rows] == [1, 2, 3] and all(r["trained_loops"] == 2 for r in rows)
     assert m.cfg.n_loops == 2 and m.depth == 2 * m.cfg.n_layer  # restored
-    as_trained = evaluate.evaluate_classification(m, split, "cpu", evaluate.autocast_context("cpu", "float32"))
+    as_trained = evaluate.evaluate_classification(m, split, "cpu", configurator.autocast_context("cpu", "float32"))
     assert rows[1]["accuracy"] == as_trained["accuracy"] and rows[1]["loss"] == pytest.approx(as_trained["loss"])
     assert rows[0]["flops_per_sample"] < rows[1]["flops_per_sample"] < rows[2]["flops_per_sample"]
     with torch.no_grad():  # one loop by hand: the stack once, no cross-iteration residual
@@ -538,7 +541,7 @@ def test_a_fresh_clone_writes_the_same_report_from_the_run_records(tiny_dataset,
     record = "results/runs/a/tiny_looped/seed2"
     summary = json.loads(open(f"{record}/summary.json").read())
     assert summary == json.loads(open("out/s/a/tiny_looped/seed2/summary.json").read())
-    assert study.train.same_run(study.train.make_config([f"{record}/config.py"]), summary["config"])
+    assert lab.records.same_run(train.make_config([f"{record}/config.py"]), summary["config"], train.DEFAULTS)
     with open("results/runs/a/data.json") as f:
         assert json.load(f)["test_labels"] == [int(y) for y in data.Dataset("data").splits["test"].labels]
     text = open("RESULTS.md").read()

@@ -1,4 +1,5 @@
-"""evaluate.py: metrics against hand-computed values, and the command line on a tiny checkpoint."""
+"""evaluate.py: metrics against hand-computed values, and the command line on a tiny checkpoint; bench/speed.py, the
+speed benchmark, on tiny cases."""
 
 import contextlib
 import json
@@ -13,6 +14,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import evaluate  # noqa: E402
+from bench import speed  # noqa: E402
 from model import EncoderClassifier, EncoderConfig, save_checkpoint  # noqa: E402
 
 
@@ -201,7 +203,7 @@ def test_checkpoint_of_a_training_run_on_its_test_split(tiny_cfg, tmp_path, caps
 
 
 # -----------------------------------------------------------------------------
-# the speed benchmark (--bench), on tiny cases
+# the speed benchmark (python -m bench.speed), on tiny cases
 
 FAKE_NANOGPT = '''
 from dataclasses import dataclass
@@ -234,18 +236,18 @@ class GPT(nn.Module):
 
 
 def test_bench_times_every_contestant_and_names_the_attention_kernel(tmp_path, monkeypatch, capsys):
-    """--bench on two tiny cases: our model under each switch and a peer (a stand-in for nanoGPT's model.py,
+    """bench/speed.py on two tiny cases: our model under each switch and a peer (a stand-in for nanoGPT's model.py,
     loaded from its path), all timed, ratios against our default row, the attention kernel that ran named,
     and the conditions saved. Hugging Face is hidden, so the test is the same with or without it."""
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ImportError: no HF peers
     (tmp_path / "model.py").write_text(FAKE_NANOGPT)
-    monkeypatch.setattr(evaluate, "BENCH_CASES", [
-        evaluate.BenchCase("tiny encoder", "encoder", dict(n_layer=1, n_loops=2, n_embd=16, n_head=2, ffn_hidden=24),
+    monkeypatch.setattr(speed, "BENCH_CASES", [
+        speed.BenchCase("tiny encoder", "encoder", dict(n_layer=1, n_loops=2, n_embd=16, n_head=2, ffn_hidden=24),
                            4, 9),
-        evaluate.BenchCase("tiny gpt", "gpt", dict(vocab_size=11, block_size=8, n_layer=1, n_embd=16, n_head=2,
+        speed.BenchCase("tiny gpt", "gpt", dict(vocab_size=11, block_size=8, n_layer=1, n_embd=16, n_head=2,
                                                    dropout=0.0, bias=False), 2, 8)])
     out_json = tmp_path / "bench.json"
-    evaluate.main(["--bench", "--rounds", "1", "--bench_steps", "1", "--device", "cpu", "--nanogpt",
+    speed.main(["--rounds", "1", "--bench_steps", "1", "--device", "cpu", "--nanogpt",
                    str(tmp_path / "model.py"), "--json", str(out_json)])
     out = capsys.readouterr().out
     saved = json.loads(out_json.read_text())
@@ -264,7 +266,7 @@ def test_bench_times_every_contestant_and_names_the_attention_kernel(tmp_path, m
         assert rows["ours, manual attention"]["attention"] == "math (matmul, softmax)"
     # the encoder is the recurrent model: 2 loops of 1 layer, 3x the analytic forward FLOPs per step
     from model import EncoderClassifier, EncoderConfig
-    tiny = EncoderClassifier(EncoderConfig(vocab_size=evaluate.BENCH_VOCAB, n_layer=1, n_loops=2, n_embd=16, n_head=2,
+    tiny = EncoderClassifier(EncoderConfig(vocab_size=speed.BENCH_VOCAB, n_layer=1, n_loops=2, n_embd=16, n_head=2,
                                            ffn_hidden=24))
     assert encoder["train_flops_per_step"] == 3 * tiny.flops_per_forward(9, 4)
     assert "tiny gpt: B=2, T=8" in out and re.search(r"^nanoGPT +[\d.]+", out, re.M)
@@ -273,11 +275,11 @@ def test_bench_times_every_contestant_and_names_the_attention_kernel(tmp_path, m
 
 def test_bench_refuses_unknown_cases_and_missing_peer(tmp_path):
     with pytest.raises(SystemExit, match="no case matches"):
-        evaluate.main(["--bench", "--cases", "no such case"])
+        speed.main(["--cases", "no such case"])
     with pytest.raises(SystemExit, match="no such file"):
-        evaluate.main(["--bench", "--nanogpt", str(tmp_path / "missing.py")])
+        speed.main(["--nanogpt", str(tmp_path / "missing.py")])
     with pytest.raises(SystemExit, match="^error: --rounds 0: an integer >= 1$"):
-        evaluate.main(["--bench", "--rounds", "0"])
+        speed.main(["--rounds", "0"])
 
 
 def test_interleaved_timing_times_the_models_in_turns(tiny_ckpt, monkeypatch):

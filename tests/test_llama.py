@@ -493,7 +493,7 @@ def test_label_log_likelihoods_by_hand():
 # the golden test: llama2.c's documented output of stories260K
 
 
-from evaluate import STORIES260K_GREEDY as GOLDEN_260K  # noqa: E402  (llama2.c's expected text; gpu_check.py's too)
+from bench.speed import STORIES260K_GREEDY as GOLDEN_260K  # noqa: E402  (llama2.c's expected text; gpu_check.py's too)
 
 
 def test_stories260k_greedy_golden():
@@ -527,7 +527,7 @@ def test_stories260k_greedy_golden_compiled(traced_compile, static):
 @pytest.mark.skipif(os.environ.get("COMPILE_TESTS") != "1", reason="inductor takes half a minute: COMPILE_TESTS=1 runs it")
 def test_stories260k_greedy_golden_compiled_by_inductor():
     """The golden text from inductor's C++ code (what `evaluate.py --decode compiled` runs on a CPU). The
-    benchmark (`evaluate.py --bench generate`) checks the same tokens on every run."""
+    benchmark (`python -m bench.speed --cases generate`) checks the same tokens on every run."""
     if not os.path.isfile(STORIES260K):
         pytest.skip("no stories260K in the mirror")
     m = read_llama2c(STORIES260K)
@@ -585,15 +585,15 @@ def test_a_llama_trained_here_samples_with_the_decode_step_asked_for(traced_comp
 
 
 def test_generation_bench_checks_every_contestant_against_ours(monkeypatch, traced_compile, capsys):
-    """evaluate.py --bench --cases generate on stories260K (8 new tokens here, the compiled step captured by
+    """python -m bench.speed --cases generate on stories260K (8 new tokens here, the compiled step captured by
     dynamo's eager backend): a table per batch size, positive tokens/s, each contestant's tokens checked
     against ours (Hugging Face's row where transformers is installed), a --runc that is not there refused."""
-    import evaluate
+    from bench import speed
     if not os.path.isfile(STORIES260K):
         pytest.skip("no stories260K in the mirror")
-    monkeypatch.setattr(evaluate, "GEN_TOKENS", 8)
-    monkeypatch.setattr(evaluate, "GEN_BATCHES", (1, 3))
-    r = evaluate.main(["--bench", "--cases", "generate", "--rounds", "1", "--device", "cpu"])[-1]
+    monkeypatch.setattr(speed, "GEN_TOKENS", 8)
+    monkeypatch.setattr(speed, "GEN_BATCHES", (1, 3))
+    r = speed.main(["--cases", "generate", "--rounds", "1", "--device", "cpu"])[-1]
     assert r["case"] == "generate" and set(r["tables"]) == {1, 3}
     for table in r["tables"].values():
         assert table["ours, compiled"]["ratio"] == 1.0 and all(f["tokens_per_s"] > 0 for f in table.values())
@@ -601,30 +601,30 @@ def test_generation_bench_checks_every_contestant_against_ours(monkeypatch, trac
     assert "same tokens as ours" in capsys.readouterr().out
     # without the compiled step (gpu_check.py's fallback when it cannot be built): the eager one is the reference
     from types import SimpleNamespace
-    r = evaluate.generation_bench(SimpleNamespace(rounds=1, runc=None), "cpu", tokens=4, batches=(2,), compiled=False)
+    r = speed.generation_bench(SimpleNamespace(rounds=1, runc=None), "cpu", tokens=4, batches=(2,), compiled=False)
     assert "ours, compiled" not in r["tables"][2] and r["tables"][2]["ours, eager"]["ratio"] == 1.0
     with pytest.raises(SystemExit, match="--runc nowhere/run.c: no such file"):
-        evaluate.main(["--bench", "--cases", "generate", "--rounds", "1", "--runc", "nowhere/run.c"])
+        speed.main(["--cases", "generate", "--rounds", "1", "--runc", "nowhere/run.c"])
 
 
 def test_hugging_face_llama_on_our_weights_gives_our_logits():
     """hf_llama: LlamaForCausalLM holding a tiny Llama's weights (query and key rows reordered for its
     rotate-half RoPE; grouped-query heads) computes our logits."""
     pytest.importorskip("transformers")
-    import evaluate
+    from bench import speed
     m = tiny_llama(n_kv_head=2)
     idx = torch.randint(0, 40, (2, 9))
     with torch.no_grad():
-        torch.testing.assert_close(evaluate.hf_llama(m)(idx).logits, m(idx)[0], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(speed.hf_llama(m)(idx).logits, m(idx)[0], atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.skipif(not os.environ.get("LLAMA2C_DIR"), reason="LLAMA2C_DIR names a llama2.c checkout")
 def test_generation_bench_runs_llama2c(monkeypatch, traced_compile):
     """With --runc, run.c is compiled here, runs our stories260K export and writes our greedy text."""
-    import evaluate
-    monkeypatch.setattr(evaluate, "GEN_TOKENS", 16)
-    monkeypatch.setattr(evaluate, "GEN_BATCHES", (1,))
-    r = evaluate.main(["--bench", "--cases", "generate", "--rounds", "1", "--device", "cpu",
+    from bench import speed
+    monkeypatch.setattr(speed, "GEN_TOKENS", 16)
+    monkeypatch.setattr(speed, "GEN_BATCHES", (1,))
+    r = speed.main(["--cases", "generate", "--rounds", "1", "--device", "cpu",
                        "--runc", os.path.join(os.environ["LLAMA2C_DIR"], "run.c")])[-1]
     row = r["tables"][1]["llama2.c run.c (cc -O3)"]
     assert row["same_tokens"] and row["tokens_per_s"] > 0

@@ -590,14 +590,14 @@ def test_mamba_decodes_through_its_recurrent_state(method, scaled):
 
 
 def test_piglatin_bench_times_and_measures_each_model(monkeypatch, capsys):
-    """evaluate.py --bench --cases piglatin, small: every model's training step and saved memory, the
+    """python -m bench.speed --cases piglatin, small: every model's training step and saved memory, the
     chunked scan saving less than every state, and translation with and without the decoder cache."""
     import argparse
 
-    import evaluate
     import kernels
+    from bench import speed
     monkeypatch.setattr(kernels, "CHUNK_COMPILE_BACKEND", "eager")  # (inductor: half a minute)
-    step, translation = evaluate.piglatin_bench(argparse.Namespace(rounds=1), "cpu", lengths=(20,), batch=4)
+    step, translation = speed.piglatin_bench(argparse.Namespace(rounds=1), "cpu", lengths=(20,), batch=4)
     table = step["training"]
     assert set(table) == {"Mamba, every state", "Mamba, chunked 16", "Mamba, chunked 16, compiled",
                           "encoder-decoder (transformer_small)"}

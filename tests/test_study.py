@@ -1,8 +1,7 @@
 """
 study.py: the statistics against independent computations, the plan (names, grids, what counts as
 finished), whole studies of tiny classification and language-model runs (trained as subprocesses,
-collected, resumed after an interruption), the old `evaluate.py --study` spelling, and the import
-layering that puts study.py on top.
+collected, resumed after an interruption), and the import layering that puts study.py on top.
 """
 
 import ast
@@ -23,6 +22,7 @@ import pytest
 import configurator
 import data
 import lab.plan
+import lab.records
 import lab.runs
 import lab.stats
 import study
@@ -294,7 +294,7 @@ def test_a_run_another_process_trains_is_skipped_not_started_again(tiny_dataset,
     configs = write_tiny_configs(tmp_path, tiny_dataset)
     runs = lab.runs.plan_runs(configs[:1], [1, 2], str(tmp_path / "study"))
     theirs, ours = runs[("tiny_plain", 1)][1], runs[("tiny_plain", 2)][1]
-    with train.out_dir_lock(theirs):
+    with lab.records.out_dir_lock(theirs):
         with open(os.path.join(theirs["out_dir"], "train.out"), "w") as f:
             f.write("the other study's run\n")
         study.run_pending(runs, list(runs), jobs=1)
@@ -420,17 +420,11 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys):
     study.main([*args, "--collect_only", "--metrics", "final_val_ppl"])
     printed = capsys.readouterr().out
     assert "0 to train" in printed and "final validation perplexity" in printed and "emb" not in printed
-    # log_interval changes nothing a run computes (train.BOOKKEEPING_KEYS): these are still the planned runs
+    # log_interval changes nothing a run computes (records.BOOKKEEPING_KEYS): these are still the planned runs
     study.main([*args[:-len(sets)], *sets[:-1], "log_interval=2", "--collect_only"])
     assert "4 finished, 0 to train" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="not finished"):  # max_iters does: those runs are not made yet
         study.main([*args, "max_iters=4", "--collect_only"])
-
-    # the old spelling, `evaluate.py --study`, runs study.py
-    r = subprocess.run([sys.executable, "evaluate.py", "--study", *args, "--collect_only"], cwd=REPO_ROOT,
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "4 finished, 0 to train" in r.stdout and "final validation perplexity" in r.stdout
 
 
 # -----------------------------------------------------------------------------
@@ -441,8 +435,9 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys):
 # other module of layer 0). The lesson's files at the bottom, the tooling (bench/, lab/) beside and above them,
 # study.py on top. (bench.same_training runs train.py in subprocesses only: it imports nothing of ours.)
 LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "tokenizer": 0, "lab.stats": 0, "bench.timing": 0,
-          "bench.same_training": 0, "data": 1, "bench.kernels": 1, "export": 2, "evaluate": 3, "train": 4,
-          "lab.plan": 5, "gpu_check": 5, "lab.runs": 6, "lab.cells": 6, "lab.plots": 7, "lab.report": 8, "study": 9}
+          "bench.same_training": 0, "data": 1, "bench.kernels": 1, "lab.records": 1, "export": 2, "evaluate": 3,
+          "train": 4, "bench.speed": 4, "lab.plan": 5, "gpu_check": 5, "lab.runs": 6, "lab.cells": 6, "lab.plots": 7,
+          "lab.report": 8, "study": 9}
 
 
 def module_imports(path):
@@ -457,17 +452,16 @@ def module_imports(path):
 
 
 def test_imports_run_one_way():
-    """configurator, model, kernels, tokenizer <- data <- export <- evaluate <- train <- lab's plan, runs, cells,
-    plots, report <- study, with bench's timing and kernel benchmarks low beside them: a module imports only modules
-    of a lower layer (evaluate.py never imports train.py; model.py never imports export.py; nothing imports study.py),
-    and every module of ours is in LAYERS."""
+    """configurator, model, kernels, tokenizer, bench.timing <- data, lab.records <- export <- evaluate <- train,
+    bench.speed <- lab's plan, runs, cells, plots, report <- study: a module imports only modules of a lower layer
+    (evaluate.py never imports train.py; model.py never imports export.py; nothing imports study.py), and every
+    module of ours is in LAYERS."""
     ours = {os.path.relpath(p, REPO_ROOT)[:-3].replace(os.sep, ".") for p in
             glob.glob(os.path.join(REPO_ROOT, "*.py")) + glob.glob(os.path.join(REPO_ROOT, "lab", "*.py"))
             + glob.glob(os.path.join(REPO_ROOT, "bench", "*.py"))}
-    # packages' docstrings; a script run once, by hand
-    ours -= {"lab.__init__", "bench.__init__", "lab.plan_history_from_git"}
+    ours -= {"lab.__init__", "bench.__init__", "lab.plan_history_from_git"}  # packages' docstrings; a script run once
     assert ours == set(LAYERS), sorted(ours ^ set(LAYERS))
     for name, layer in LAYERS.items():
         imported = module_imports(os.path.join(REPO_ROOT, *name.split(".")) + ".py")
         assert all(LAYERS[m] < layer or (layer == 0 and m != name) for m in imported), (name, imported)
-    assert "train" in module_imports(os.path.join(REPO_ROOT, "study.py"))  # the check above sees real imports
+    assert "lab.records" in module_imports(os.path.join(REPO_ROOT, "study.py"))  # the check above sees real imports

@@ -21,7 +21,9 @@ import data
 import evaluate
 import model
 import train
+from bench import timing
 from conftest import REPO_ROOT
+from lab import records
 
 
 def run(cfg):
@@ -201,7 +203,7 @@ def test_resume_after_interrupt_is_bit_identical(tiny_cfg, tmp_path, monkeypatch
     summary, last_cut = run(cut)
     assert summary["stopped"] == "interrupted" and last_cut["iter_num"] == 5
     assert signal.getsignal(signal.SIGINT) is not None and not isinstance(signal.getsignal(signal.SIGINT),
-                                                                          train.StopRequest)
+                                                                          records.StopRequest)
     monkeypatch.setattr(train, "scheduled_lr", real_lr)
     _, last_resumed = run({**cut, "init_from": "resume"})
     assert last_resumed["iter_num"] == 10
@@ -256,18 +258,20 @@ def test_resume_under_another_implementation_says_so(tiny_cfg, stop_after, capsy
 
 
 def test_same_run_is_one_definition():
-    """train.same_run, which study.py uses too: implementation and bookkeeping settings do not make another
-    run; anything else does; a setting added to train.py after a run counts as its default; 'resume'
-    matches however the run started."""
-    base = train.make_config([])
-    assert train.same_run(base, {**base, "norm_impl": "manual", "compile": True, "log_interval": 7})
-    assert train.run_differences(base, {**base, "norm_impl": "manual", "seed": 2}) == (["norm_impl"], ["seed"])
-    assert not train.same_run(base, {**base, "max_iters": 5})
+    """records.same_run, which train.py's resume and study.py use: implementation and bookkeeping settings do
+    not make another run; anything else does; a setting added to train.py after a run counts as its default;
+    'resume' matches however the run started."""
+    base, defaults = train.make_config([]), train.DEFAULTS
+    assert records.same_run(base, {**base, "norm_impl": "manual", "compile": True, "log_interval": 7}, defaults)
+    assert records.run_differences(base, {**base, "norm_impl": "manual", "seed": 2}, defaults) == (["norm_impl"],
+                                                                                                    ["seed"])
+    assert not records.same_run(base, {**base, "max_iters": 5}, defaults)
     older = {k: v for k, v in base.items() if k != "eval_windows"}  # a run from before the setting existed
-    assert train.same_run(older, base) and not train.same_run(older, {**base, "eval_windows": 3})
-    assert train.same_run({**base, "init_from": "stories260K"}, {**base, "init_from": "resume"})
-    assert not train.same_run({**base, "init_from": "stories260K"}, base)
-    assert not train.same_run(base, {**base, "mystery": 1})  # a key nobody knows differs
+    assert records.same_run(older, base, defaults)
+    assert not records.same_run(older, {**base, "eval_windows": 3}, defaults)
+    assert records.same_run({**base, "init_from": "stories260K"}, {**base, "init_from": "resume"}, defaults)
+    assert not records.same_run({**base, "init_from": "stories260K"}, base, defaults)
+    assert not records.same_run(base, {**base, "mystery": 1}, defaults)  # a key nobody knows differs
 
 
 @pytest.mark.parametrize("left", ["ckpt.pt", "last.pt", "summary.json"])
@@ -296,25 +300,25 @@ def test_a_run_going_on_in_an_out_dir_keeps_a_second_one_out(tiny_cfg, tmp_path)
     free again (the lock goes with its holder: nothing stale is left)."""
     cfg = tiny_cfg(max_iters=2)
     run(cfg)
-    lock = os.path.join(cfg["out_dir"], train.LOCK_FILE)
+    lock = os.path.join(cfg["out_dir"], records.LOCK_FILE)
     assert not os.path.exists(lock)  # a run that ended leaves only its own files
 
     def files():
         return {f: open(os.path.join(cfg["out_dir"], f), "rb").read() for f in os.listdir(cfg["out_dir"])
-                if f != train.LOCK_FILE}
+                if f != records.LOCK_FILE}
 
     before = files()
-    with train.out_dir_lock({**cfg, "overwrite": True}):  # a run going on, as another process would hold it
-        assert train.out_dir_busy(cfg["out_dir"]) == str(os.getpid())
+    with records.out_dir_lock({**cfg, "overwrite": True}):  # a run going on, as another process would hold it
+        assert records.out_dir_busy(cfg["out_dir"]) == str(os.getpid())
         for other in ({"init_from": "resume"}, {"overwrite": True, "seed": 2}):
             with pytest.raises(configurator.UserError, match=rf"{re.escape(cfg['out_dir'])} is being written by "
                                                              rf"another run \(process {os.getpid()}\): wait"):
                 train.train({**cfg, **other})
         assert files() == before and open(lock).read() == str(os.getpid())
-    assert train.out_dir_busy(cfg["out_dir"]) is None and not os.path.exists(lock)
+    assert records.out_dir_busy(cfg["out_dir"]) is None and not os.path.exists(lock)
     with open(lock, "w") as f:
         f.write("99999")  # a killed run's file, which nobody holds
-    assert train.out_dir_busy(cfg["out_dir"]) is None
+    assert records.out_dir_busy(cfg["out_dir"]) is None
     summary, _ = run({**cfg, "seed": 2, "overwrite": True})
     assert summary["iters"] == 2 and not os.path.exists(lock)
 
@@ -323,8 +327,8 @@ def test_the_lock_is_taken_on_the_file_that_is_there(tmp_path, monkeypatch):
     """A run that ends removes train.lock while holding it: whoever took the lock on that file meanwhile
     opens the one now there and locks that, so two runs never hold locks on two different files."""
     cfg = {"out_dir": str(tmp_path / "run"), "init_from": "scratch", "overwrite": False}
-    path = os.path.join(cfg["out_dir"], train.LOCK_FILE)
-    real, calls = train.try_lock, []
+    path = os.path.join(cfg["out_dir"], records.LOCK_FILE)
+    real, calls = records.try_lock, []
 
     def ending_run_removes_it(f):  # the first lock is taken just as the ending run removes the file
         calls.append(f.fileno())
@@ -332,11 +336,11 @@ def test_the_lock_is_taken_on_the_file_that_is_there(tmp_path, monkeypatch):
             os.remove(path)
         return real(f)
 
-    monkeypatch.setattr(train, "try_lock", ending_run_removes_it)
-    with train.out_dir_lock(cfg):
+    monkeypatch.setattr(records, "try_lock", ending_run_removes_it)
+    with records.out_dir_lock(cfg):
         assert len(calls) == 2 and os.path.isfile(path)
-        monkeypatch.setattr(train, "try_lock", real)
-        assert train.out_dir_busy(cfg["out_dir"]) == str(os.getpid())
+        monkeypatch.setattr(records, "try_lock", real)
+        assert records.out_dir_busy(cfg["out_dir"]) == str(os.getpid())
     assert not os.path.exists(path)
 
 
@@ -681,7 +685,7 @@ def test_train_step_leaves_losses_on_the_device_and_mean_loss_weighs_by_examples
 
 
 def test_peak_flops_is_looked_up_by_gpu_name_and_dtype(monkeypatch):
-    assert evaluate.peak_flops("cpu", "float32") is None
+    assert timing.peak_flops("cpu", "float32") is None
     gpus = {"NVIDIA H100 80GB HBM3": ("bfloat16", 989e12), "NVIDIA H100 PCIe": ("bfloat16", 756e12),
             "NVIDIA A100-SXM4-80GB": ("float32", 156e12),  # TF32 tensor cores
             "NVIDIA A10": ("bfloat16", 125e12),  # not the A100 it begins like
@@ -689,7 +693,7 @@ def test_peak_flops_is_looked_up_by_gpu_name_and_dtype(monkeypatch):
             "Tesla T4": ("bfloat16", None)}  # no bf16 tensor cores
     for name, (dtype, flops) in gpus.items():
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
-        got = evaluate.peak_flops("cuda:0", dtype)
+        got = timing.peak_flops("cuda:0", dtype)
         assert (got and got[0]) == flops, name
         if got:
             assert "datasheet" in got[1] and name in got[1]
@@ -780,11 +784,11 @@ def test_the_code_commit_counts_changes_to_the_code_not_to_the_records(tmp_path,
     git("init", "-q")
     git("add", ".")
     git("commit", "-q", "-m", "code and records")
-    monkeypatch.setattr(train, "__file__", str(tmp_path / "train.py"))  # code_commit asks this file's checkout
-    clean = train.code_commit()
+    monkeypatch.setattr(records, "__file__", str(tmp_path / "lab" / "records.py"))  # code_commit asks its checkout
+    clean = records.code_commit()
     assert re.fullmatch(r"[0-9a-f]{7,}", clean)
     (tmp_path / "results" / "r.json").write_text('{"a": 1}')
     (tmp_path / "README.md").write_text("another page")
-    assert train.code_commit() == clean
+    assert records.code_commit() == clean
     (tmp_path / "train.py").write_text("# the code, edited\n")
-    assert train.code_commit() == clean + "+changes"
+    assert records.code_commit() == clean + "+changes"
