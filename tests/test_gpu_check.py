@@ -1,5 +1,5 @@
 """
-gpu_check.py, the one command a GPU session runs first, rehearsed on the CPU so that it never meets a device
+bench/gpu_check.py, the one command a GPU session runs first, rehearsed on the CPU so that it never meets a device
 untried: every section at the smallest sizes (Triton in its interpreter, torch.compile capturing graphs with
 dynamo's 'eager' backend), then what it writes; and a section that fails, in its own process, costs only itself.
 """
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import data
-import gpu_check
+from bench import gpu_check, gpu_sections
 
 
 @pytest.fixture
@@ -30,18 +30,18 @@ def check_data(tmp_path, tiny_dataset, char_mirror, char_digest):
 
 
 # the rehearsal's sizes, smaller still: every code path, a few seconds a section
-SMALLEST = dict(gpu_check.SIZES["cpu"], kernel_shape=(1, 5, 16, 2, 24), scan_shape=(1, 5, 3, 2), scan_chunk=2,
+SMALLEST = dict(gpu_sections.SIZES["cpu"], kernel_shape=(1, 5, 16, 2, 24), scan_shape=(1, 5, 3, 2), scan_chunk=2,
                 scan_lengths=(8,), scan_dims=(1, 2, 2), golden_tokens=24, gen_tokens=3, gen_batches=(1,),
                 rerecord_calls=3, train_steps=2, ddp_steps=2)
 
 
 def test_the_rehearsal_runs_every_section_and_writes_its_tables(check_data, tmp_path, monkeypatch):
-    """`gpu_check.py --cpu` with every section, in this process (--in_process: the sections' own processes cost
-    seconds each; test_a_failing_section_costs_only_itself runs one): every check passes, and the results name
-    the conditions, each section's figures and its table. The training runs are cut to one model, the recurrent
+    """`python -m bench.gpu_check --cpu` with every section, in this process (--in_process: the sections' own
+    processes cost seconds each; test_a_failing_section_costs_only_itself runs one): every check passes, and the
+    results name the conditions, each section's figures and its table. The training runs are cut to one model, the recurrent
     encoder, in each variant."""
-    monkeypatch.setitem(gpu_check.SIZES, "cpu", SMALLEST)
-    monkeypatch.setattr(gpu_check, "TRAIN_CASES", {"sst2_recurrent": gpu_check.TRAIN_CASES["sst2_recurrent"]})
+    monkeypatch.setitem(gpu_sections.SIZES, "cpu", SMALLEST)
+    monkeypatch.setattr(gpu_sections, "TRAIN_CASES", {"sst2_recurrent": gpu_sections.TRAIN_CASES["sst2_recurrent"]})
     monkeypatch.setenv("DATA_MIRROR", os.environ["DATA_MIRROR"])  # (the rehearsal sets it to --data: put back after)
     out = str(tmp_path / "results" / "check")
     code = gpu_check.main(["--cpu", "--in_process", "--data", check_data, "--out", out, "--work", str(tmp_path / "w")])
@@ -53,7 +53,7 @@ def test_the_rehearsal_runs_every_section_and_writes_its_tables(check_data, tmp_
     s = results["sections"]
     errors = s["kernels"]["figures"]["errors"]
     assert len(errors) == 11 + 6  # float32: every case; bfloat16: all but the 5 of attention (the interpreter)
-    assert all(e["y"] <= gpu_check.KERNEL_TOLERANCE[what.rsplit(", ", 1)[1]] for what, e in errors.items())
+    assert all(e["y"] <= gpu_sections.KERNEL_TOLERANCE[what.rsplit(", ", 1)[1]] for what, e in errors.items())
     assert set(s["scan"]["figures"]["results"]["8"]) == {"sequential", "parallel", "chunked", "triton"}
     assert s["decode"]["figures"]["rerecord"] == {"generate_calls": 3, "graph_captures": None, "caches_allocated": 0,
                                                   "graphs_compiled": 0}
@@ -61,8 +61,8 @@ def test_the_rehearsal_runs_every_section_and_writes_its_tables(check_data, tmp_
     runs = s["train"]["figures"]["runs"]
     assert list(runs) == ["sst2_recurrent, float32", "sst2_recurrent, bf16, Triton kernels",
                           "sst2_recurrent, as configured", "sst2_recurrent, bf16, Triton kernels, compiled"]
-    assert runs["sst2_recurrent, bf16, Triton kernels"]["early_rel_diff"] <= gpu_check.TRAIN_LOSS_TOLERANCE
-    assert s["ddp"]["figures"]["losses"]["max_rel_diff"] <= gpu_check.DDP_LOSS_TOLERANCE
+    assert runs["sst2_recurrent, bf16, Triton kernels"]["early_rel_diff"] <= gpu_sections.TRAIN_LOSS_TOLERANCE
+    assert s["ddp"]["figures"]["losses"]["max_rel_diff"] <= gpu_sections.DDP_LOSS_TOLERANCE
     md = open(out + ".md").read()
     assert md.startswith("# GPU check (cpu rehearsal): passed")
     for line in ("## kernels: passed", "| rms_norm, bfloat16 |", "| 8 | triton |", "| float32 | 1 | ours, compiled |",
@@ -75,7 +75,8 @@ def test_a_failing_section_costs_only_itself(tmp_path, capsys, monkeypatch):
     is still importing torch), one whose data is missing fails; each records its error in one line, the check
     goes on from one to the next, and the exit status says it failed. Without CUDA and without --cpu, the
     check says in one line what it needs."""
-    monkeypatch.setitem(gpu_check.SECTIONS, "scan", gpu_check.Section(gpu_check.section_scan, {"cpu": 1}, "the scan"))
+    scan = gpu_check.Section(gpu_sections.section_scan, {"cpu": 1}, "the scan")
+    monkeypatch.setitem(gpu_check.SECTIONS, "scan", scan)
     monkeypatch.setattr(gpu_check, "GRACE_S", 0)
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -94,7 +95,8 @@ def test_a_failing_section_costs_only_itself(tmp_path, capsys, monkeypatch):
     if not torch.cuda.is_available():
         assert gpu_check.main([]) == 2
         printed = capsys.readouterr().out
-        assert "needs a CUDA GPU" in printed and "python gpu_check.py --cpu" in printed and printed.count("\n") == 1
+        assert "needs a CUDA GPU" in printed and "python -m bench.gpu_check --cpu" in printed
+        assert printed.count("\n") == 1
 
 
 def test_a_gpu_results_file_names_the_device_and_each_figure(tmp_path):

@@ -436,7 +436,7 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys):
 # study.py on top. (bench.same_training runs train.py in subprocesses only: it imports nothing of ours.)
 LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "tokenizer": 0, "lab.stats": 0, "bench.timing": 0,
           "bench.same_training": 0, "data": 1, "bench.kernels": 1, "lab.records": 1, "export": 2, "evaluate": 3,
-          "train": 4, "bench.speed": 4, "lab.plan": 5, "gpu_check": 5, "lab.runs": 6, "lab.cells": 6, "lab.plots": 7,
+          "train": 4, "bench.speed": 4, "lab.plan": 5, "bench.gpu_sections": 5, "bench.gpu_check": 6, "lab.runs": 6, "lab.cells": 6, "lab.plots": 7,
           "lab.report": 8, "study": 9}
 
 
