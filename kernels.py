@@ -113,11 +113,9 @@ def _blelloch(a, b):
 
 def scan_parallel(a, b, h0=None):
     """Blelloch's work-efficient parallel scan (Blelloch 1990, "Prefix sums and their applications",
-    first-order linear recurrences) for eq. 2a of Mamba. See `_blelloch` for the algorithm.
-
-    Same arguments and result as `scan_sequential`. Functional (no in-place ops), so autograd
-    differentiates it; odd lengths are padded with identity steps at each level and cut back. (One
-    difference: at T=1 without h0, a is not used at all, so its gradient is None rather than zeros.)
+    first-order linear recurrences) for eq. 2a of Mamba, by `_blelloch`. Same arguments and result as
+    `scan_sequential`; functional, so autograd differentiates it (at T=1 without h0, a is not used at all,
+    so its gradient is None rather than zeros).
     A custom backward (`_ReverseScanGrad`, as scan_logspace uses) would save memory but measured only
     1.1x-1.5x faster forward+backward on one CPU core, so autograd's plain version stays."""
     _check(a, b, h0)
@@ -431,11 +429,9 @@ def _row_warps(block):
 
 
 def _n_row_programs(n_rows, device):
-    """How many programs the norms' backward runs. Each walks a strided share of the rows and keeps its
-    own float32 partial sum of dweight (a row of the (programs, C) buffer that torch then sums): a few
-    programs per streaming multiprocessor fill the GPU without a partial buffer as tall as the input.
-    In the interpreter, 4 programs, so that each of the tests' few rows is not its own program and the
-    stride loop is exercised."""
+    """How many programs the norms' backward runs, each over a strided share of the rows, keeping its float32
+    partial dweight (a row of the (programs, C) buffer torch then sums): a few per streaming multiprocessor
+    fill the GPU without a buffer as tall as the input. In the interpreter 4, so the stride loop is exercised."""
     if device.type == "cuda":
         return max(1, min(n_rows, 4 * torch.cuda.get_device_properties(device).multi_processor_count))
     return max(1, min(n_rows, 4))
@@ -1232,9 +1228,8 @@ def compile_step(step, static):
            on, every batch size (`mark_decode_sizes` says which sizes vary).
       static (CUDA): every token replays one CUDA graph (mode 'reduce-overhead'), which needs the same
            shapes every time: the position is a (1,) tensor and the whole cache is attended to, its
-           unwritten keys masked out (`real`: True on the cache positions that are not padding). A graph
-           replays on the addresses it was recorded with, so the cache is the model's, kept from call to
-           call (`static_cache`)."""
+           unwritten keys masked out (`real`: True on the cache positions that are not padding), and the
+           cache is the model's, kept from call to call (`static_cache`)."""
     if not static:
         def dynamic_step(idx, pos, mask, cache):
             return step(idx, pos, None if mask is None else mask[:, :pos + 1], cache)  # (B, pos + 1): keys so far

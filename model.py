@@ -1269,10 +1269,9 @@ class MambaMixer(nn.Module):
                                                    (divided by sqrt(n_embd) with cfg.dt_div_sqrt)
         h_t = A-bar_t h_{t-1} + B-bar_t x_t        the scan (kernels.selective_scan), per channel and state
         y = C_t h_t + D_skip x_t;  y = y * SiLU(z);  out_proj(y)
-    The scan is picked by cfg.scan ('sequential' reference, 'parallel' Blelloch, 'logspace' Heinsen),
-    the discretization by cfg.discretization. It has the (x, key_mask, rope, ...) -> (y, weights)
-    signature of Attention so Block can hold either; it is causal by construction and reads no
-    positions (the recurrence is the position), and padding must be on the right."""
+    cfg.scan and cfg.discretization pick the algorithms. It has Attention's (x, key_mask, rope, ...) ->
+    (y, weights) signature, so Block can hold either; it is causal by construction and reads no positions
+    (the recurrence is the position), and padding must be on the right."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -1538,9 +1537,8 @@ class BagOfWordsConfig:
 
 
 class BagOfWords(nn.Module):
-    """logits = x W + b for the document vector x of BagOfWordsConfig (the section's comment), W the
-    (n_features, n_classes) table, b the bias. A classifier with the encoder's forward signature, so train.py
-    and evaluate.py drive it as they drive the encoder; it is not a TokenModel, having no Blocks."""
+    """logits = x W + b (the section's comment). A classifier with the encoder's forward signature, so train.py
+    and evaluate.py drive it as they drive the encoder; not a TokenModel, having no Blocks."""
 
     tasks = ("classification",)
     depth = 0  # Blocks applied per forward (evaluate.py reports it as the effective depth)
