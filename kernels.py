@@ -1,31 +1,21 @@
 """
-Fast paths for model.py, and the plain references they must equal where model.py cannot hold them (the
-scans: model.py imports this file, not the other way round). model.py calls the public functions here; a switch
-(`impl=...` here, or model.py's config) forces either path, and the tests (tests/test_kernels.py,
-tests/test_triton_kernels.py) prove them equal in value and gradient on odd sizes.
-Read in order: the selective scans of Mamba (below: the reference loop, Blelloch's and Heinsen's scans, the
-discretizations, the chunked scan), then hand-written Triton kernels, each an autograd Function with a Triton
-forward and backward, whose reference is model.py's own written-out path of the same math:
-    rms_norm_triton(x, weight, eps)                 RMSNorm (Zhang & Sennrich 2019)
-    layer_norm_triton(x, weight, bias, eps)         LayerNorm (Ba et al. 2016), bias may be None
-    swiglu_triton(gate, value)                      silu(gate) * value (Shazeer 2020, eq. 6)
-    flash_attention_triton(q, k, v, key_mask=None, causal=False)
-                                                    FlashAttention-2 (Dao 2023) with key padding, causal
-                                                    masking and grouped-query heads; no dropout
-    selective_scan_triton(x, delta, A, Bm, Cm, discretization="zoh_approx", chunk=64)
-                                                    Mamba's selective scan (Gu & Dao 2023, Algorithm 2),
-                                                    discretization included, the states never stored
-and last the compiled decode step of the language models (`compiled_decoding`: torch.compile of the one-token
-step, C++ kernels on a CPU, a CUDA graph on a GPU), whose reference is the eager step model.decode runs.
-Triton is optional: it is imported at the first call of a Triton function (triton_available() says whether
-one can run: on CUDA, or on the CPU in Triton's interpreter, TRITON_INTERPRET=1 set before triton's import).
+Fast paths for model.py, beside the plain references they must equal. model.py calls the public functions here;
+a switch (`impl=...` here, or model.py's config) forces either path, and tests/test_kernels.py and
+tests/test_triton_kernels.py prove the two equal in value and gradient on odd sizes. Read in order:
+    the selective scan of Mamba: the reference loop (here, not in model.py, which imports this file), Blelloch's
+        and Heinsen's scans, the discretizations, the chunked scan;
+    the Triton kernels, each an autograd Function with a Triton forward and backward, whose reference is
+        model.py's written-out path of the same math: rms_norm_triton, layer_norm_triton, swiglu_triton,
+        flash_attention_triton (FlashAttention-2), selective_scan_triton (Mamba's scan, fused);
+    the compiled decode step of the language models (`compiled_decoding`), whose reference is the eager step
+        model.decode runs.
+Triton is optional: it is imported at the first call of a Triton function (triton_available() says whether one
+can run: on CUDA, or on the CPU in Triton's interpreter, TRITON_INTERPRET=1 set before triton's import).
 
-The first problem: the selective scan of Mamba (Gu & Dao 2023, eq. 2a), the linear recurrence
+The selective scan of Mamba (Gu & Dao 2023, eq. 2a) is the linear recurrence, along dim 1, elementwise over the
+other dims, of a the discretized state transition and b the discretized input, both (B, T, D, N) (eq. 4):
 
-    h_t = a_t * h_{t-1} + b_t,     h_{-1} = 0 (or a given h0),     t = 0 .. T-1,
-
-along the time dimension (dim 1), elementwise over every other dim. In Mamba a is the discretized
-state transition and b the discretized input, both of shape (B, T, D, N) (eq. 4, zero-order hold):
+    h_t = a_t * h_{t-1} + b_t,     h_{-1} = 0 (or a given h0),     t = 0 .. T-1
 
     code name      paper symbol
     a              A-bar_t = exp(Delta_t A)            (in (0, 1) since A < 0; bilinear may give < 0)
@@ -33,15 +23,11 @@ state transition and b the discretized input, both of shape (B, T, D, N) (eq. 4,
     h              the hidden state h_t, (B, T, D, N)
     B, T, D, N     batch, sequence length, channels (E * d_model), state size
 
-Three algorithms, all equal up to rounding (SCANS, dispatched by `selective_scan`):
-    sequential   the reference: a Python loop over t. T dependent steps.
-    parallel     Blelloch's work-efficient scan: O(T) work, O(log T) dependent steps.
-    logspace     Heinsen's scan: two cumulative sums in log space (cumsum, logcumsumexp). Fewest steps,
-                 least precise for long sequences and large magnitudes (`python -m bench.kernels precision`).
-
-How fast and how precise each path is, and whether every Triton kernel compiles for a GPU that is not here,
-is measured by bench/kernels.py (`python -m bench.kernels scan|precision|triton|compile`): the tooling lives
-beside the lesson, not in it.
+Three algorithms, equal up to rounding (SCANS, dispatched by `selective_scan`): 'sequential', the reference
+loop (T dependent steps); 'parallel', Blelloch's work-efficient scan (O(T) work, O(log T) dependent steps);
+'logspace', Heinsen's two cumulative sums in log space (fewest steps, least precise for long sequences).
+How fast and how precise each path is, and whether every Triton kernel compiles for a GPU that is not here, is
+measured by bench/kernels.py (`python -m bench.kernels scan|precision|triton|compile`).
 """
 
 # annotations stay strings: the Triton kernels' `tl.constexpr` must not be evaluated where triton is absent
@@ -127,11 +113,9 @@ def _blelloch(a, b):
 
 def scan_parallel(a, b, h0=None):
     """Blelloch's work-efficient parallel scan (Blelloch 1990, "Prefix sums and their applications",
-    first-order linear recurrences) for eq. 2a of Mamba. See `_blelloch` for the algorithm.
-
-    Same arguments and result as `scan_sequential`. Functional (no in-place ops), so autograd
-    differentiates it; odd lengths are padded with identity steps at each level and cut back. (One
-    difference: at T=1 without h0, a is not used at all, so its gradient is None rather than zeros.)
+    first-order linear recurrences) for eq. 2a of Mamba, by `_blelloch`. Same arguments and result as
+    `scan_sequential`; functional, so autograd differentiates it (at T=1 without h0, a is not used at all,
+    so its gradient is None rather than zeros).
     A custom backward (`_ReverseScanGrad`, as scan_logspace uses) would save memory but measured only
     1.1x-1.5x faster forward+backward on one CPU core, so autograd's plain version stays."""
     _check(a, b, h0)
@@ -349,23 +333,16 @@ def selective_scan_chunked(x, delta, A, Bm, Cm, discretization="zoh_approx", chu
 
 # -----------------------------------------------------------------------------
 # Triton kernels: RMSNorm, LayerNorm, SwiGLU, flash attention and Mamba's selective scan, each forward and
-# backward
+# backward; their references are model.py's written-out paths (norm_impl='manual', FeedForward's SwiGLU,
+# manual_attention, selective_scan_reference).
 #
-# Each public *_triton function is an autograd Function whose forward and backward are hand-written
-# Triton kernels. Its reference is model.py's own written-out path of the same math (norm_impl='manual',
-# FeedForward's SwiGLU, manual_attention, selective_scan_reference), which the tests
-# (tests/test_triton_kernels.py) prove it equal to in value and gradient on odd sizes. model.py holds the
-# switch that picks one.
-#
-# Triton is optional (Linux; CUDA builds of torch bring it), so it is imported at the first call of a
-# Triton function, never at `import kernels`, and the kernels below are plain functions until that call
-# decorates them with triton.jit (which needs triton). Compiled or interpreted: triton.jit picks one when
-# it decorates a function, by reading TRITON_INTERPRET, and Triton's own library functions (tl.zeros,
-# tl.sum, ...) are decorated when triton is first imported. So the variable must be set before anything
-# imports triton (torch.compile does); tests/conftest.py sets it first thing on a machine without CUDA,
-# and _triton_kernels refuses, saying so, when it came too late. The interpreter runs each program of the
-# grid in turn with NumPy, on CPU tensors: slow, but exact enough to test the kernels' arithmetic and
-# masks on a laptop.
+# Triton (Linux; CUDA builds of torch bring it) is imported at the first call of a Triton function, never at
+# `import kernels`: the kernels below are plain functions until that call decorates them with triton.jit.
+# triton.jit compiles or interprets by reading TRITON_INTERPRET when it decorates, and Triton's own library
+# (tl.zeros, tl.sum, ...) is decorated at triton's first import, so the variable must be set before anything
+# imports triton (torch.compile does): tests/conftest.py sets it first thing without CUDA, and _triton_kernels
+# refuses, saying so, when it came too late. The interpreter runs each program of the grid in turn with NumPy,
+# on CPU tensors: slow, but exact enough to test the kernels' arithmetic and masks on a laptop.
 #
 # Conventions in the kernels: every reduction and accumulator is float32, whatever the inputs; a block
 # is a power of two at least as long as what it covers (tl.arange needs a power of two), and loads and
@@ -452,11 +429,9 @@ def _row_warps(block):
 
 
 def _n_row_programs(n_rows, device):
-    """How many programs the norms' backward runs. Each walks a strided share of the rows and keeps its
-    own float32 partial sum of dweight (a row of the (programs, C) buffer that torch then sums): a few
-    programs per streaming multiprocessor fill the GPU without a partial buffer as tall as the input.
-    In the interpreter, 4 programs, so that each of the tests' few rows is not its own program and the
-    stride loop is exercised."""
+    """How many programs the norms' backward runs, each over a strided share of the rows, keeping its float32
+    partial dweight (a row of the (programs, C) buffer torch then sums): a few per streaming multiprocessor
+    fill the GPU without a buffer as tall as the input. In the interpreter 4, so the stride loop is exercised."""
     if device.type == "cuda":
         return max(1, min(n_rows, 4 * torch.cuda.get_device_properties(device).multi_processor_count))
     return max(1, min(n_rows, 4))
@@ -478,7 +453,6 @@ def _as_rows(x, name, *params):
 # (Ba et al. 2016), y = (x - mean) / sqrt(var + eps) * w + b with the biased variance, over the last dim.
 # RMSNorm is LayerNorm without the centring and the bias, so one pair of kernels computes both: CENTER
 # subtracts the mean (and takes its gradient), HAS_BIAS adds b.
-
 
 def _norm_fwd(X, W, B, Y, MEAN, RSTD, C, eps, CENTER: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_C: tl.constexpr):
     """One row per program: mean (CENTER; else 0), r = 1 / sqrt(mean((x - mean)^2) + eps),
@@ -571,27 +545,19 @@ class _NormTriton(torch.autograd.Function):
 
 
 def rms_norm_triton(x, weight, eps):
-    """RMSNorm (Zhang & Sennrich 2019): y = x / sqrt(mean(x^2) + eps) * w over the last dim, fused into
-    one Triton kernel forward and one backward (dx, and dweight summed from per-program float32 parts).
-
-    x: any leading shape, last dim C (any C up to MAX_NORM_WIDTH); weight: (C,). Statistics in float32;
-    returns x's dtype. float32, float16, bfloat16. Equals model.RMSNorm's written-out path (norm_impl='manual')."""
+    """RMSNorm over the last dim in one Triton kernel forward and one backward (dweight summed from per-program
+    float32 parts). x: any leading shape, last dim C <= MAX_NORM_WIDTH; weight: (C,); float32, float16 or
+    bfloat16, statistics in float32, x's dtype out. Equals model.RMSNorm's written-out path (norm_impl='manual')."""
     return _NormTriton.apply(x, weight, None, eps, False, "rms_norm_triton")
 
 
 def layer_norm_triton(x, weight, bias, eps):
-    """LayerNorm (Ba et al. 2016): y = (x - mean) / sqrt(var + eps) * w + b over the last dim, with the
-    biased variance of torch.nn.LayerNorm, fused into one Triton kernel forward and one backward (dx,
-    and dweight and dbias summed from per-program float32 parts).
-
-    x: any leading shape, last dim C (up to MAX_NORM_WIDTH); weight: (C,); bias: (C,) or None.
-    Statistics in float32; returns x's dtype. float32, float16, bfloat16. Equals model.LayerNorm's written-out path
-    (norm_impl='manual')."""
+    """LayerNorm over the last dim (the biased variance, as torch.nn.LayerNorm), as rms_norm_triton; bias: (C,)
+    or None. Equals model.LayerNorm's written-out path (norm_impl='manual')."""
     return _NormTriton.apply(x, weight, bias, eps, True, "layer_norm_triton")
 
 
 # --- SwiGLU (Shazeer 2020, "GLU variants improve transformer", eq. 6): silu(gate) * value
-
 
 SWIGLU_BLOCK = 1024  # elements per program: elementwise work, so any size that keeps the loads wide
 
@@ -675,7 +641,6 @@ def swiglu_triton(gate, value):
 # the row is padding nobody reads; its L is +inf, so that exp2(s - L) is 0 in the backward even before the
 # mask zeroes it (L = -inf would compute infinities, then discard them).
 # There is no dropout: callers run it with dropout 0 (or in eval), or take another path.
-
 
 def _attn_fwd(Q, K, V, OUT, LSE, KEY_MASK,
               sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sob, soh, sot, sod,
@@ -936,18 +901,13 @@ class _FlashAttentionTriton(torch.autograd.Function):
 
 
 def flash_attention_triton(q, k, v, key_mask=None, causal=False):
-    """softmax(q k^T / sqrt(hs) + M) v by FlashAttention-2 (Dao 2023): tiled, online softmax, O(T) memory,
-    float32 accumulation; the backward is Algorithm 2, recomputing the probabilities from q, k and the
-    saved row logsumexp in two Triton kernels (dk and dv per key block, dq per query block).
-
-    q: (B, nh, Tq, hs); k, v: (B, nkv, Tk, hs) with nh % nkv == 0 (grouped-query attention: query head h
-    reads kv head h // (nh // nkv); dk and dv sum over the query heads of their group); hs <= 128, any
-    Tq and Tk. key_mask: bool (B, Tk), True for real keys, or None. causal: query i sits at position
-    Tk - Tq + i and sees the keys at positions <= that. Scale 1/sqrt(hs). A query row with no allowed
-    key returns 0 (and passes no gradient). No dropout. float32 (exact float32 products unless
-    torch.set_float32_matmul_precision allows TF32), float16, bfloat16. Returns (B, nh, Tq, hs) in q's
-    dtype. Equals model.manual_attention with the key/value heads repeated, where that is defined (it gives NaN
-    for a row with no allowed key)."""
+    """softmax(q k^T / sqrt(hs) + M) v by FlashAttention-2 (Dao 2023), as the section's comment says: forward
+    (Algorithm 1) and backward (Algorithm 2: dk and dv per key block, dq per query block) in Triton.
+    q: (B, nh, Tq, hs); k, v: (B, nkv, Tk, hs), nh % nkv == 0 (dk and dv sum over the query heads of their
+    group); hs <= MAX_HEAD_SIZE, any Tq and Tk. key_mask: bool (B, Tk), True for real keys, or None; causal:
+    query i sits at position Tk - Tq + i. float32 (exact products unless torch.set_float32_matmul_precision
+    allows TF32), float16, bfloat16; returns (B, nh, Tq, hs) in q's dtype. Equals model.manual_attention with
+    the key/value heads repeated where that is defined (a row with no allowed key: NaN there, 0 here)."""
     return _FlashAttentionTriton.apply(q, k, v, key_mask, causal)
 
 
@@ -999,7 +959,6 @@ def flash_attention_triton(q, k, v, key_mask=None, causal=False):
 # would need one, and would divide by -inf there). The bilinear a is negative once z < -2: nothing here
 # takes a logarithm, so signs need no care (unlike a log-space scan), and 1 - z/2 > 1 for z < 0, so its
 # divisions are safe.
-
 
 MAX_SCAN_STATE = 256  # N: one (BLOCK_D, N) state tile per program lives in registers (Mamba uses N = 16)
 _DISC_CODES = {"zoh_approx": 0, "zoh": 1, "bilinear": 2}
@@ -1168,12 +1127,8 @@ def _check_selective_scan(x, delta, A, Bm, Cm, discretization, chunk):
 
 
 class _SelectiveScanTriton(torch.autograd.Function):
-    """Mamba's selective scan (Gu & Dao 2023, Algorithm 2: the SSM with input-dependent Delta, B, C), fused
-    the way sec. 3.3.2 describes its hardware-aware scan: the discretization, the recurrence and the
-    read-out in one kernel, the states kept in fast memory (here, registers) and never written out but at
-    chunk boundaries; the backward recomputes them, a chunk at a time, from those boundaries, instead of
-    saving the (B, T, D, N) states. Memory: y (B, T, D) and the chunk starts (B, T/chunk, D, N) forward;
-    the backward adds one chunk of states per program (B, D/BLOCK_D, chunk + 1, BLOCK_D, BLOCK_N:
+    """The fused scan of the section's comment. Memory: y (B, T, D) and the chunk starts (B, T/chunk, D, N)
+    forward; the backward adds one chunk of states per program (B, D/BLOCK_D, chunk + 1, BLOCK_D, BLOCK_N:
     independent of T), the gradients, and the partial sums of dA, dB, dC over channel blocks."""
 
     @staticmethod
@@ -1218,17 +1173,12 @@ class _SelectiveScanTriton(torch.autograd.Function):
 
 
 def selective_scan_triton(x, delta, A, Bm, Cm, discretization="zoh_approx", chunk=64):
-    """model.selective_scan_reference's y, Mamba's selective SSM before its skip and gate (Gu & Dao 2023,
-    Algorithm 2), in one Triton kernel forward and one backward that never hold the (B, T, D, N) states
-    (see _SelectiveScanTriton): per step, a_bar, bx_bar = discretize(delta_t, A, B_t, x_t), h_t = a_bar
-    h_{t-1} + bx_bar, y_t = h_t C_t.
-
-    x, delta: (B, T, D); A: (D, N), negative (N up to MAX_SCAN_STATE, any N: padded and masked); Bm, Cm:
-    (B, T, N). discretization: one of DISCRETIZATIONS. chunk: the steps between saved states; the forward
-    saves T/chunk of them, the backward recomputes `chunk` at a time. Returns y (B, T, D), float32, or
-    float64 where an input is float64: the arithmetic is float64 then, float32 otherwise (float32, float16
-    and bfloat16 inputs, which may be mixed). Gradients for every input, each in its input's dtype.
-    Equals model.selective_scan_reference."""
+    """model.selective_scan_reference's y (Mamba's SSM before its skip and gate) in one Triton kernel forward
+    and one backward that never hold the (B, T, D, N) states (the section's comment).
+    x, delta: (B, T, D); A: (D, N), negative, N <= MAX_SCAN_STATE; Bm, Cm: (B, T, N). discretization: one of
+    DISCRETIZATIONS. chunk: the steps between the states the forward saves; the backward recomputes `chunk` at
+    a time. Returns y (B, T, D) in float64 where an input is float64 (the arithmetic too), else float32
+    (float32, float16 and bfloat16 inputs, which may be mixed); gradients in each input's dtype."""
     _check_selective_scan(x, delta, A, Bm, Cm, discretization, chunk)
     return _SelectiveScanTriton.apply(x, delta, A, Bm, Cm, discretization, chunk)
 
@@ -1278,9 +1228,8 @@ def compile_step(step, static):
            on, every batch size (`mark_decode_sizes` says which sizes vary).
       static (CUDA): every token replays one CUDA graph (mode 'reduce-overhead'), which needs the same
            shapes every time: the position is a (1,) tensor and the whole cache is attended to, its
-           unwritten keys masked out (`real`: True on the cache positions that are not padding). A graph
-           replays on the addresses it was recorded with, so the cache is the model's, kept from call to
-           call (`static_cache`)."""
+           unwritten keys masked out (`real`: True on the cache positions that are not padding), and the
+           cache is the model's, kept from call to call (`static_cache`)."""
     if not static:
         def dynamic_step(idx, pos, mask, cache):
             return step(idx, pos, None if mask is None else mask[:, :pos + 1], cache)  # (B, pos + 1): keys so far

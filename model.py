@@ -49,7 +49,6 @@ from configurator import ConfigError, UserError
 # step 10 % slower than Hugging Face's BERT). norm_impl='triton' calls the fused kernels of kernels.py (a
 # GPU, or Triton's interpreter). tests/test_model.py and tests/test_triton_kernels.py hold them equal.
 
-
 NORM_IMPLS = ("torch", "manual", "triton")
 
 
@@ -109,7 +108,6 @@ def make_norm(kind, cfg):
 # -----------------------------------------------------------------------------
 # Rotary position embeddings (Su et al. 2021, RoFormer)
 
-
 def rope_cache(seq_len, head_dim, theta=10000.0, device=None):
     """cos and sin tables for RoPE, each (seq_len, head_dim/2).
 
@@ -147,7 +145,6 @@ def apply_rope(x, cos, sin):
 # -----------------------------------------------------------------------------
 # Attention
 
-
 def manual_attention(q, k, v, mask=None, dropout_p=0.0, training=False):
     """The reference: softmax(Q K^T / sqrt(d_k) + M) V (Vaswani et al. 2017, eq. 1).
 
@@ -167,17 +164,12 @@ ATTN_IMPLS = ("sdpa", "manual", "triton")
 
 class Attention(nn.Module):
     """Multi-head attention with optional grouped-query heads (n_kv_head < n_head), RoPE, key-padding
-    masks and a causal flag.
-
-    Three paths compute the same function: the SDPA fast path (F.scaled_dot_product_attention, which
-    picks a fused kernel), `manual_attention` above, which can also return the weights, and the
-    flash-attention kernel of kernels.py (Triton: a GPU, or its interpreter), which takes the key-padding
-    mask and the causal flag themselves rather than a (T, S) mask. cfg.attn_impl (ATTN_IMPLS) forces one;
-    need_weights=True always takes the manual path. The Triton kernel has no dropout: training with
-    attention dropout on it is refused, not silently done without.
-    The projections are separate matrices named as Llama names them (wq, wk, wv, wo).
-    Cross-attention (an encoder-decoder's decoder reading the encoder) is the same module with the
-    keys and values computed from another sequence, `kv`, and causal=False."""
+    masks and a causal flag; cross-attention (a decoder reading the encoder) is the same module with the
+    keys and values from another sequence, `kv`, and causal=False. Projections named as Llama's (wq, wk, wv, wo).
+    Three paths compute the same function, cfg.attn_impl (ATTN_IMPLS) forcing one: SDPA (the fast path),
+    `manual_attention` (the reference, which need_weights=True always takes), and kernels.py's Triton flash
+    attention, which reads the key-padding mask and the causal flag itself and has no dropout (refused, not
+    silently skipped)."""
 
     def __init__(self, cfg, causal=None):
         super().__init__()
@@ -299,7 +291,6 @@ class KVCache:
 # -----------------------------------------------------------------------------
 # Feed-forward networks
 
-
 FFN_IMPLS = ("torch", "triton")
 
 
@@ -307,8 +298,7 @@ class FeedForward(nn.Module):
     """Position-wise FFN, by cfg.ffn:
     'gelu':   W2 GELU(W1 x + b1) + b2                          (Vaswani et al.; GPT-2)
     'swiglu': W2 (SiLU(W1 x) * W3 x)                           (Shazeer 2020, eq. 6; Llama)
-    SwiGLU has three matrices of width ffn_hidden; the gate W1 and the value W3 are kept apart and
-    named as Llama names them (w1 gate, w3 value, w2 output). cfg.ffn_impl='triton' computes SwiGLU's
+    Named as Llama names them (w1 gate, w3 value, w2 output). cfg.ffn_impl='triton' computes SwiGLU's
     SiLU(a) * b in one fused kernel (kernels.py) instead of PyTorch's separate SiLU and multiply."""
 
     def __init__(self, cfg):
@@ -330,7 +320,6 @@ class FeedForward(nn.Module):
 
 # -----------------------------------------------------------------------------
 # The one Block
-
 
 class Block(nn.Module):
     """Pre-norm layer (Xiong et al. 2020), the same for every model family:
@@ -378,7 +367,6 @@ class Block(nn.Module):
 
 # -----------------------------------------------------------------------------
 # Config checks, initialization and FLOPs shared by every model family
-
 
 # The values each choice takes, in every config that has it as a field (what a family fixes as a class
 # attribute, such as Llama's pos or Mamba's ffn, is no choice). A config class may widen an entry with its own
@@ -451,14 +439,11 @@ def init_weights(model, n_applied_layers):
 
 
 def block_flops(cfg, T, cross_len=0, queries=None):
-    """Forward FLOPs of one Block on a sequence of length T computing Q = T positions (or Q = queries:
-    Block.forward's `queries`), matrix multiplies only (2 per multiply-add, the convention of
-    torch.utils.flop_counter.FlopCounterMode):
-        projections 2*C*(Q*2*C + T*2*C_kv) (queries and output per computed position, keys and values
-        per position),  QK^T and AV 2 * 2*Q*T*C (the full Q x T, also when causal, as both attention paths
-        compute it),  FFN 2*Q*C*F*(3 for SwiGLU, 2 for GELU);
-        a cross-attention over cross_len encoder states 2*T*C*2*C + 2*cross_len*C*2*C + 2*2*T*cross_len*C;
-        a Mamba mixer (cfg.mixer == 'mamba'): mamba_flops."""
+    """Forward FLOPs of one Block on T positions computing Q = T (or `queries`, as Block.forward), matrix
+    multiplies only, 2 per multiply-add (torch.utils.flop_counter.FlopCounterMode's convention): projections
+    2*C*(Q*2*C + T*2*C_kv), QK^T and AV 2*2*Q*T*C (the full Q x T, causal or not, as both paths compute it),
+    FFN 2*Q*C*F*(3 SwiGLU, 2 GELU), a cross-attention over cross_len states 2*T*C*2*C + 2*cross_len*C*2*C +
+    2*2*T*cross_len*C; a Mamba mixer: mamba_flops."""
     if getattr(cfg, "mixer", "attention") == "mamba":
         return mamba_flops(cfg, T)
     C = cfg.n_embd
@@ -474,14 +459,10 @@ def block_flops(cfg, T, cross_len=0, queries=None):
 # -----------------------------------------------------------------------------
 # What every model family shares: the input embedding, parameter accounting, FLOPs, weight decay
 
-
 class TokenModel(nn.Module):
-    """The pieces every family needs, written once. A subclass builds `tok_emb` (and, if its config
-    asks for them, `pos_emb`, `seg_emb`, `emb_norm`), a `head`, and sets `depth`, the number of
-    Blocks one forward applies; it defines `head_flops(T)`.
-
-    Class attributes a family declares:
-        tasks   the tasks (data.py's task names) whose batches its forward takes"""
+    """The pieces every family needs, written once. A subclass builds `tok_emb` (and, if its config asks
+    for them, `pos_emb`, `seg_emb`, `emb_norm`) and a `head`, sets `depth` (the Blocks one forward applies)
+    and declares `tasks` (data.py's task names whose batches its forward takes)."""
 
     tasks = ()
     emb_scale = 1.0  # the token embedding's multiplier in `embed` (the encoder-decoder's is sqrt(d))
@@ -530,18 +511,20 @@ class TokenModel(nn.Module):
         return {"total": total, "embedding": emb, "non_embedding": total - emb, "trainable": trainable}
 
     def flops_per_forward(self, seq_len, batch_size=1, **head):
-        """Analytic forward FLOPs for a batch of sequences of length seq_len: `block_flops` per applied
-        Block (the last computing `last_queries` positions) plus the output head (`head`: what the family's
-        head_flops takes besides the length, such as the encoder's masked=k). Norms, softmax and embedding
-        look-ups are left out."""
+        """Analytic forward FLOPs for a batch of sequences of length seq_len: `block_flops` per applied Block
+        (the last computing `last_queries` positions) plus the head's (`head`: what head_flops takes besides the
+        length, such as the encoder's masked=k). Norms, softmax and embedding look-ups are left out."""
         blocks = block_flops(self.cfg, seq_len) * (self.depth - 1)
         blocks += block_flops(self.cfg, seq_len, queries=self.last_queries(**head))
         return batch_size * (blocks + self.head_flops(seq_len, **head))
 
     def last_queries(self, **head):
-        """How many positions the last applied Block computes: None, every one (a family whose head reads
-        only some positions says fewer)."""
+        """How many positions the last applied Block computes: None, every one."""
         return None
+
+    def head_flops(self, seq_len):
+        """A language model's head: logits over the vocabulary at every position (a family with another says so)."""
+        return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size
 
     def no_weight_decay(self):
         """Names of the parameters AdamW must not decay: vectors (norm gains, biases) and embedding
@@ -554,7 +537,6 @@ class TokenModel(nn.Module):
 # -----------------------------------------------------------------------------
 # Sampling and decoding, shared: the next token (every language model's generate), the causal language models'
 # decoding loop (GPT, Llama), and the seq2seq families' greedy decoding (the encoder-decoder, Mamba)
-
 
 def sample_next(logits, temperature=1.0, top_k=None, top_p=None, epsilon=None, generator=None):
     """The next token (B, 1) from the last position's logits (B, V).
@@ -595,11 +577,9 @@ def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager")
     in its first P columns, left-padded; mask (B, P + steps) is True on real tokens, None without padding.
     Fills columns P, P+1, ... with pick(logits (B, V)) -> (B,), the next token of each row, and stops
     when every row has produced eos_id. Returns the number of columns filled.
-
-    use_cache=False runs the whole sequence again at every step (the reference the cache is tested
-    against). With the cache, the prompt goes through once (prefill), then one token a step, either eagerly
-    (mode 'eager') or through the compiled step of kernels.compiled_decoding (mode 'compiled', the fast path:
-    built once per model and device, and the same tokens come out: tests/test_llama.py holds them equal)."""
+    use_cache=False runs the whole sequence again at every step (the reference). With the cache, the prompt
+    goes through once (prefill), then one token a step, eagerly (mode 'eager') or through the compiled step
+    of kernels.compiled_decoding (mode 'compiled', the fast path; tests/test_llama.py holds the tokens equal)."""
     B, total = idx.shape
     dev = idx.device
     cache = compiled = None
@@ -653,7 +633,6 @@ def greedy_extend(next_logits, idx, steps, eos_id):
 
 # -----------------------------------------------------------------------------
 # Encoder classifier: the recurrent-vs-baseline study
-
 
 @dataclass
 class EncoderConfig:
@@ -792,7 +771,6 @@ class EncoderClassifier(TokenModel):
 # -----------------------------------------------------------------------------
 # Decoder-only language model: the char-level GPT of the embedding-normalization study
 
-
 @dataclass
 class GPTConfig:
     """Causal LM. Defaults are the study's model (seed 004, section 4): a GPT-2-style pre-LN decoder
@@ -870,16 +848,10 @@ class GPT(TokenModel):
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
 
-    def head_flops(self, seq_len):
-        return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size  # logits at every position
-
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None, use_cache=True,
                  mode="eager"):
-        """Extend idx (B, T) by max_new_tokens sampled tokens. temperature=0 takes the most likely token
-        (greedy, deterministic); otherwise logits are divided by the temperature, cut to the top_k most
-        likely tokens if given, and sampled with `generator` (a torch.Generator, for reproducible samples).
-
+        """Extend idx (B, T) by max_new_tokens tokens, sampled as sample_next says (temperature 0: greedy).
         Without the cache (the reference) every step runs the last block_size tokens again. With it
         (`decode`: eager or compiled) tokens come one step each while the sequence fits the context, the same
         tokens as the reference; past the context, learned positions cannot slide (a token's embedding
@@ -1074,9 +1046,7 @@ class Llama(TokenModel):
         return logits, loss
 
     def head_flops(self, seq_len):
-        if self.cls_head is not None:
-            return 2 * self.cfg.n_embd * self.cfg.n_classes
-        return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size
+        return 2 * self.cfg.n_embd * self.cfg.n_classes if self.cls_head is not None else super().head_flops(seq_len)
 
     @torch.no_grad()
     def generate(self, prompts, max_new_tokens, temperature=1.0, top_k=None, top_p=None, epsilon=None,
@@ -1113,7 +1083,6 @@ class Llama(TokenModel):
 
 # -----------------------------------------------------------------------------
 # Encoder-decoder (Vaswani et al. 2017): the Pig Latin study's transformer, the 'pair' layout
-
 
 @dataclass
 class EncDecConfig:
@@ -1257,9 +1226,6 @@ class EncoderDecoder(TokenModel):
         dec = block_flops(cfg, seq_len, cross_len=seq_len) * cfg.n_dec_layer
         return batch_size * (enc + dec + self.head_flops(seq_len))
 
-    def head_flops(self, seq_len):
-        return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size
-
 
 # -----------------------------------------------------------------------------
 # Mamba (Gu & Dao 2023): the Pig Latin study's other family, the 'joined' layout. Its selective state-space
@@ -1277,7 +1243,6 @@ class EncoderDecoder(TokenModel):
 #     h              the state, h_t = A-bar_t h_{t-1} + B-bar_t x_t (eq. 2a); y_t = C_t h_t + D x_t (eq. 2b)
 #     D_skip         the skip D of eq. 2b (named so it is not read as the width)
 #     z              the gate branch: the output is y * SiLU(z) (Figure 3)
-
 
 discretize, DISCRETIZATIONS = kernels.discretize, kernels.DISCRETIZATIONS  # (kernels.py's: the fast scans' inputs)
 
@@ -1304,10 +1269,9 @@ class MambaMixer(nn.Module):
                                                    (divided by sqrt(n_embd) with cfg.dt_div_sqrt)
         h_t = A-bar_t h_{t-1} + B-bar_t x_t        the scan (kernels.selective_scan), per channel and state
         y = C_t h_t + D_skip x_t;  y = y * SiLU(z);  out_proj(y)
-    The scan is picked by cfg.scan ('sequential' reference, 'parallel' Blelloch, 'logspace' Heinsen),
-    the discretization by cfg.discretization. It has the (x, key_mask, rope, ...) -> (y, weights)
-    signature of Attention so Block can hold either; it is causal by construction and reads no
-    positions (the recurrence is the position), and padding must be on the right."""
+    cfg.scan and cfg.discretization pick the algorithms. It has Attention's (x, key_mask, rope, ...) ->
+    (y, weights) signature, so Block can hold either; it is causal by construction and reads no positions
+    (the recurrence is the position), and padding must be on the right."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -1517,9 +1481,6 @@ class Mamba(TokenModel):
         self.train(was_training)
         return out
 
-    def head_flops(self, seq_len):
-        return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size
-
     def no_weight_decay(self):
         """As every family, plus A_log: decaying it would pull A towards -1 for every state."""
         return super().no_weight_decay() | {f"layers.{i}.mamba.A_log" for i in range(self.cfg.n_layer)}
@@ -1576,9 +1537,8 @@ class BagOfWordsConfig:
 
 
 class BagOfWords(nn.Module):
-    """logits = x W + b for the document vector x of BagOfWordsConfig (the section's comment), W the
-    (n_features, n_classes) table, b the bias. A classifier with the encoder's forward signature, so train.py
-    and evaluate.py drive it as they drive the encoder; it is not a TokenModel, having no Blocks."""
+    """logits = x W + b (the section's comment). A classifier with the encoder's forward signature, so train.py
+    and evaluate.py drive it as they drive the encoder; not a TokenModel, having no Blocks."""
 
     tasks = ("classification",)
     depth = 0  # Blocks applied per forward (evaluate.py reports it as the effective depth)
