@@ -26,18 +26,20 @@ masked-language-model split is a classification split whose labels are all 0.
 
 Text becomes token ids by tokenizer.py's functions (the special ids, the text cleaning, GPT-2 BPE with
 our compact or full vocabulary, the Llama tokenizer, characters), the same in preparation and at inference.
+Each preparer names the source files it reads; corpora/sources.py says where they come from (canonical URL,
+sha256) and fetches them (downloaded once, or read from a local mirror), and corpora/piglatin.py holds Pig
+Latin's rules and the words of its splits.
 
-Read top to bottom: the .bin format and the splits written in it -> sources and downloads -> SST-2 ->
-subsets and the one classification writer -> IMDB, Yelp polarity and the three-domain sets -> Tiny
-Shakespeare -> Pig Latin -> the Llama's sets (SST-5, CFIMDB, IMDB reviews) -> the encoder's MLM corpus ->
-the dataset registry (DATASETS: name -> preparer and task) and `load_dataset` -> batch streams (one per
-task; each batch a pure function of the seed and its position, so a resumed run sees exactly the batches
+Read top to bottom: the .bin format and the splits written in it -> the Llama tokenizers and checkpoints read
+by name -> SST-2 -> subsets and the one classification writer -> IMDB, Yelp polarity and the three-domain
+sets -> Tiny Shakespeare -> Pig Latin -> the Llama's sets (SST-5, CFIMDB, IMDB reviews) -> the encoder's MLM
+corpus -> the dataset registry (DATASETS: name -> preparer and task) and `load_dataset` -> batch streams (one
+per task; each batch a pure function of the seed and its position, so a resumed run sees exactly the batches
 it would have seen).
 """
 
 import argparse
 import csv
-import hashlib
 import io
 import json
 import math
@@ -46,7 +48,6 @@ import re
 import struct
 import sys
 import tarfile
-import zipfile
 import zlib
 from dataclasses import dataclass
 from typing import Callable
@@ -55,6 +56,9 @@ import numpy as np
 import torch
 
 from configurator import UserError
+from corpora.piglatin import (PIG_LATIN_VOCAB, UNSEEN_WORDS, hyphen_parts, novel_words, pieces_of, pig_latin,
+                              pig_latin_rule, source_words, split_novel, unseen_words, word_pieces)
+from corpora.sources import SOURCES, archive_file, fetch, source_file
 from tokenizer import (CLS, N_SPECIAL, PAD, PREPROCESSING, UNK, CharCodec, DataError, LlamaTextEncoder,
                        LlamaTokenizer, TextEncoder, bpe, clean_text, cls_ids, get_tokenizer, id_map_from_vocab)
 
@@ -220,208 +224,7 @@ class PairList:
 
 
 # -----------------------------------------------------------------------------
-# Sources: canonical URLs, the files they hold, and their sha256 (see shared/data/SOURCES.md); the
-# downloads and the local mirror; the Llama tokenizers and checkpoints that are read by name
-
-_MINLLAMA = "https://raw.githubusercontent.com/neubig/minllama-assignment/main/data"  # one file per URL
-_MINLLAMA_FILES = {  # name -> sha256. cfimdb-test.txt is left out: its labels are placeholders (all 0)
-    "sst-train.txt": "7aeac81f2a387f2ce7fab98ed8f40ef85cc9c8ad11bcbb63b122e95665cb1f35",
-    "sst-dev.txt": "11963c76cd073e68006da0390620aadf5a4b8f775e2f900e92a50b3002e39b9b",
-    "sst-test.txt": "bdcc8352d37bdc82113e4a4dd887b824144201539d5a1e49be566232d306a4ba",
-    "sst-label-mapping.json": "831e6914e25d9b9eb56ff9095b3f035bdaf1b9568d385a70ef481c82af0382b3",
-    "cfimdb-train.txt": "278e200499d1d68a1a9d80e3947a2203cc97130632d8a53f2b9c11de9cb6c699",
-    "cfimdb-dev.txt": "b38f0c095c4624e85927116728140e96d0221969b34146f65eae5b5bb24752b8",
-    "cfimdb-label-mapping.json": "afeac43f5a5fe8758469078418519df4c8503c2e30e2fcf6c61464fce3d44a36",
-}
-
-
-_TINYLLAMAS = "https://huggingface.co/karpathy/tinyllamas/resolve/main/stories260K"
-
-
-def one_file_each(base, files):
-    """A source of plain files {path: sha256}, each downloaded from base/<its file name>."""
-    return {"urls": {rel: f"{base}/{os.path.basename(rel)}" for rel in files}, "files": files}
-
-
-def _minllama_source(prefix):
-    return one_file_each(_MINLLAMA, {f"minllama_sst_cfimdb/{k}": v for k, v in _MINLLAMA_FILES.items()
-                                     if k.startswith(prefix)})
-
-
-SOURCES = {
-    "sst2": {
-        "url": "https://dl.fbaipublicfiles.com/glue/data/SST-2.zip",
-        "files": {  # path inside the archive and inside a mirror folder -> sha256
-            "SST-2/train.tsv": "48eac26399f8456935f81dd9e3a745c1430adb6c62e233ccfe22db4a0d15d1d1",
-            "SST-2/dev.tsv": "54a9c12c77e402fc14d6a66a506f24d999f596b0176eb777c972cccc2f9cc4b0",
-        },
-    },
-    # llama2.c's tokenizers and its smallest model (karpathy/llama2.c and the HF tinyllamas repository)
-    "tok512": one_file_each(_TINYLLAMAS, {"tinyllamas/stories260K/tok512.bin":
-                                          "037cb335abb25d1fa9e8ecae30ed2a3a8ace9302862ebcdc05d51a6bbb10c312"}),
-    "llama2_tokenizer": one_file_each("https://github.com/karpathy/llama2.c/raw/master",
-                                      {"llama2_tokenizer/tokenizer.bin":
-                                       "50a52ef822ee9e83de5ce9d0be0a025a773d019437f58b5ff9dcafb063ece361"}),
-    "stories260K": one_file_each(_TINYLLAMAS, {"tinyllamas/stories260K/stories260K.bin":
-                                               "b0a507e7ad0f626624f17112325e66691f9076d622e1d3274d103d00299f2696"}),
-    # SST-5 and CFIMDB in the NLP course's format (see the minllama section below)
-    "sst5": _minllama_source("sst-"),
-    "cfimdb": _minllama_source("cfimdb-"),
-    # IMDB (Maas et al. 2011): one archive of 50,000 reviews, checked whole (see archive_file). The mirror
-    # holds a repack of its labelled part, with the same paths inside and its own checksum.
-    "imdb": {"url": "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz",
-             "sha256": "c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe",
-             "mirror_file": "aclImdb_labelled.tar.gz",
-             "mirror_sha256": "fc132c2a23a4d23eec474b518907765dbc9c59e648c1e57ac8010670238ed697"},
-    # Zhang et al. (2015)'s polarity sets: one archive each, too large for the mirror (a mirror folder may
-    # hold the same archive under its own name: the checksum is the canonical one)
-    "yelp_polarity": {"url": "https://s3.amazonaws.com/fast-ai-nlp/yelp_review_polarity_csv.tgz",
-                      "sha256": "528f22e286cad085948acbc3bea7e58188416546b0e364d0ae4ca0ce666abe35",
-                      "mirror_file": "yelp_review_polarity_csv.tgz",
-                      "mirror_sha256": "528f22e286cad085948acbc3bea7e58188416546b0e364d0ae4ca0ce666abe35"},
-    "amazon_polarity": {"url": "https://s3.amazonaws.com/fast-ai-nlp/amazon_review_polarity_csv.tgz",
-                        "sha256": "d2a3ee7a214497a5d1b8eaed7c8d7ba2737de00ada3b0ec46243983efa100361",
-                        "mirror_file": "amazon_review_polarity_csv.tgz",
-                        "mirror_sha256": "d2a3ee7a214497a5d1b8eaed7c8d7ba2737de00ada3b0ec46243983efa100361"},
-    # UCI Sentiment Labelled Sentences (Kotzias et al. 2015): a zip whose folder name has spaces
-    "uci_sentences": {
-        "url": "https://archive.ics.uci.edu/ml/machine-learning-databases/00331/sentiment%20labelled%20sentences.zip",
-        "cache_name": "uci_sentiment_labelled_sentences.zip",
-        "files": {"uci_sentiment_sentences/imdb_labelled.txt":
-                  "aef2e49e3da25714d61175e3a6e68eeef74a20a2f914318dc3be9947ea86512d",
-                  "uci_sentiment_sentences/yelp_labelled.txt":
-                  "c76468b7b5c6e56a0804d728345c5f84aa2142ddb214420f61cc9cfd4c00d2ea",
-                  "uci_sentiment_sentences/amazon_cells_labelled.txt":
-                  "47003fc0a0d4840b00e96e715b6189bad09e7443a3da41c4cbe12ffc79f86ae3"},
-        "archive_dir": "sentiment labelled sentences",  # the files' folder inside the zip
-    },
-    # Pride and Prejudice (Project Gutenberg eBook #1342), the Pig Latin study's words. gutenberg.org's own
-    # files (www.gutenberg.org/cache/epub/1342/pg1342.txt) wrap the text in licence boilerplate that changes
-    # over time; Project Gutenberg's GitHub copy at a fixed commit is the same text, byte for byte, always.
-    "pride_and_prejudice": {
-        "url": "https://raw.githubusercontent.com/gutenbergbooks/1342/041e520899f9a02af517d6cb253bc1fdfbf923e2/"
-               "1342-0.txt",
-        "cache_name": "pride_and_prejudice_1342-0.txt",
-        "files": {"gutenberg_pride_and_prejudice/1342-0.txt":
-                  "86dab871eec9c0cef97f4cb6313f86c6cc48f6f7809534e65cd3f1c1d486d247"},
-    },
-    "shakespeare_char": {  # char-rnn's Tiny Shakespeare, a plain text file (no archive)
-        "url": "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
-        "cache_name": "tinyshakespeare.txt",  # 'input.txt' would say nothing in data/_downloads
-        "files": {"tinyshakespeare/input.txt": "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"},
-    },
-}
-
-
-def sha256(data):
-    return hashlib.sha256(data).hexdigest()
-
-
-def download(url, dest, timeout=60):
-    """Stream url to dest (via a .part file, so a broken download never looks finished)."""
-    import requests  # only needed when actually downloading
-
-    print(f"downloading {url}")
-    part = dest + ".part"
-    with requests.get(url, stream=True, timeout=timeout) as r:
-        r.raise_for_status()
-        with open(part, "wb") as f:
-            for chunk in r.iter_content(chunk_size=1 << 20):
-                f.write(chunk)
-    os.replace(part, dest)
-
-
-def download_once(url, local):
-    """Download url to local unless it is there already; a failure says how to work offline."""
-    if os.path.isfile(local):
-        return
-    os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
-    try:
-        download(url, local)
-    except Exception as e:
-        raise DataError(f"could not download {url} ({e}); without a network, use a local "
-                        f"mirror: --mirror DIR or DATA_MIRROR=DIR") from None
-
-
-def cached(name, rel, cache_dir):
-    """Where a download of source `name` keeps its file `rel`: a file of its own (a source of `urls`), or
-    the source's one download (the file itself, or the archive holding it)."""
-    src = SOURCES[name]
-    if "urls" in src:
-        return os.path.join(cache_dir, name, os.path.basename(rel))
-    return os.path.join(cache_dir, src.get("cache_name", os.path.basename(src["url"])))
-
-
-def fetch(name, mirror=None, cache_dir="data/_downloads"):
-    """{relative path: bytes} of the files of source `name`, each checked against its sha256: read from
-    mirror/<relative path>, or downloaded once into cache_dir (its `urls`, or its one `url`: the file
-    itself or an archive holding the files)."""
-    src = SOURCES[name]
-    out, where = {}, {}
-    if mirror:
-        for rel in src["files"]:
-            where[rel] = os.path.join(mirror, rel)
-            if not os.path.isfile(where[rel]):
-                raise DataError(f"mirror {mirror} has no {rel}; point --mirror/DATA_MIRROR at a copy of shared/data")
-            with open(where[rel], "rb") as f:
-                out[rel] = f.read()
-    elif "urls" in src:  # several plain files, each at its own address
-        for rel, url in src["urls"].items():
-            where[rel] = cached(name, rel, cache_dir)
-            download_once(url, where[rel])
-            with open(where[rel], "rb") as f:
-                out[rel] = f.read()
-    else:
-        local = cached(name, None, cache_dir)
-        download_once(src["url"], local)
-        where = dict.fromkeys(src["files"], local)
-        if not local.endswith(".zip"):  # a single plain file: the download is the file
-            (rel,) = src["files"]
-            with open(local, "rb") as f:
-                out[rel] = f.read()
-        else:
-            try:
-                with zipfile.ZipFile(local) as z:
-                    for rel in src["files"]:  # the mirror's path, or the same name in archive_dir
-                        inside = f"{src['archive_dir']}/{os.path.basename(rel)}" if "archive_dir" in src else rel
-                        out[rel] = z.read(inside)
-            except (zipfile.BadZipFile, KeyError) as e:
-                raise DataError(f"{local} is not the expected archive ({e}); delete it and run again") from None
-    for rel, digest in src["files"].items():
-        if sha256(out[rel]) != digest:
-            raise DataError(f"{name}: {rel} has sha256 {sha256(out[rel])}, expected {digest} "
-                            f"(corrupt or a different version); replace {where[rel]}")
-    return out
-
-
-def source_file(name, rel, mirror=None, cache_dir="data/_downloads"):
-    """The path of one verified file of source `name`: in the mirror, or downloaded into cache_dir
-    (for what reads a path, such as a tokenizer)."""
-    fetch(name, mirror, cache_dir)  # downloads if needed and checks every file's sha256
-    return os.path.join(mirror, rel) if mirror else cached(name, rel, cache_dir)
-
-
-def archive_file(name, mirror=None, cache_dir="data/_downloads"):
-    """The path of source `name`'s archive, its sha256 checked: the mirror's copy (mirror_file) or the
-    canonical download (url), once into cache_dir. For archives of too many files to list one by one."""
-    src = SOURCES[name]
-    if mirror:
-        path, digest = os.path.join(mirror, src["mirror_file"]), src["mirror_sha256"]
-        if not os.path.isfile(path):
-            raise DataError(f"mirror {mirror} has no {src['mirror_file']}: put a copy of {src['url']} there under "
-                            f"that name, or run without --mirror/DATA_MIRROR to download it")
-    else:
-        path, digest = os.path.join(cache_dir, os.path.basename(src["url"])), src["sha256"]
-        download_once(src["url"], path)
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    if h.hexdigest() != digest:
-        raise DataError(f"{name}: {path} has sha256 {h.hexdigest()}, expected {digest} (corrupt or a different "
-                        f"version); delete it and run again")
-    return path
-
+# The Llama tokenizers and checkpoints that are read by name (their files are sources: corpora/sources.py)
 
 LLAMA_TOKENIZERS = {  # name -> (source, file): the tokenizers of llama2.c's models
     "tok512": ("tok512", "tinyllamas/stories260K/tok512.bin"),  # stories260K's 512 pieces
@@ -781,137 +584,11 @@ def prepare_shakespeare_char(mirror=None, out_dir=None, verbose=True, **_ignored
 
 
 # -----------------------------------------------------------------------------
-# Pig Latin: English words and their translations, characters as tokens (the seq2seq study)
-#
-# The rules (one common form of the game; the seed write-up's examples all follow it):
-#   - a word starting with a vowel (a, e, i, o, u) gets "way":            is -> isway, equal -> equalway
-#   - otherwise the consonants before the first vowel move to the end, then "ay":
-#                                                                          brown -> ownbray, strengthening ->
-#                                                                          engtheningstray
-#   - "y" is a consonant as the first letter and a vowel after it:        yellow -> ellowyay, rhythm -> ythmrhay
-#   - "qu" moves as one consonant (the u goes with its q):                 quite -> itequay, square -> aresquay
-#   - a word with no vowel at all (mr, xv) gets "ay":                      mr -> mray
-#   - a hyphenated word is translated part by part:                       pleasure-grounds -> easureplay-oundsgray
+# Pig Latin: English words and their translations, characters as tokens (the seq2seq study). The rules, the
+# novel's words and how they are split are corpora/piglatin.py's; here the pairs are written, and a training
+# split is given compounds of its own words.
 
-PIG_LATIN_VOCAB = ["[PAD]", "[SOS]", "[EOS]", "-", *"abcdefghijklmnopqrstuvwxyz"]  # ids 0, 1, 2, then characters
-SOS, EOS = 1, 2  # PAD is 0, as everywhere
-_PIG_WORD = re.compile(r"[a-z]+(?:-[a-z]+)*")  # what the study translates: letters, single inner hyphens
-
-
-def pig_latin_part(word):
-    """One unhyphenated lower-case word in Pig Latin, by the rules above."""
-    if word[0] in "aeiou":
-        return word + "way"
-    i = 1  # the first letter is a consonant, 'y' included
-    while i < len(word) and word[i] not in "aeiouy":
-        i += 1
-    if i < len(word) and word[i] == "u" and word[i - 1] == "q":
-        i += 1  # 'qu' moves together
-    return word[i:] + word[:i] + "ay"
-
-
-def pig_latin(word):
-    """A word (lower-case letters, single inner hyphens) in Pig Latin, each hyphenated part apart."""
-    if not _PIG_WORD.fullmatch(word):
-        raise ValueError(f"{word!r}: Pig Latin here takes lower-case letters a-z and inner hyphens")
-    return "-".join(pig_latin_part(part) for part in word.split("-"))
-
-
-def pig_latin_rule(word):
-    """The rule a word falls under, for the error analysis: 'hyphenated', 'vowel' (+way), 'no vowel'
-    (+ay) or 'consonant' (the cluster moves)."""
-    if "-" in word:
-        return "hyphenated"
-    if word[0] in "aeiou":
-        return "vowel"
-    return "consonant" if any(c in "aeiouy" for c in word[1:]) else "no vowel"
-
-
-def novel_words(text):
-    """The distinct words of a text, sorted: runs of letters (with inner hyphens or apostrophes),
-    lower-cased, keeping those of a-z and hyphens only. Possessives and contractions (darcy's, don't)
-    and words with accents (tete-a-tete spelt with them) are left out, not cut: their pieces would be
-    new words that the text does not have."""
-    found = re.findall(r"[^\W\d_]+(?:[-'\u2019][^\W\d_]+)*", text.lower())
-    return sorted({w for w in found if _PIG_WORD.fullmatch(w)})
-
-
-def source_words(split):
-    """The source words of a Pig Latin split (PairSplit or PairList), decoded."""
-    codec = CharCodec(PIG_LATIN_VOCAB)
-    return [codec.decode(split[i][0]) for i in range(len(split))]
-
-
-def pig_latin_rules(split):
-    """The Pig Latin rule (pig_latin_rule) of each source word of a seq2seq split, or None for a split
-    whose vocabulary (its `vocab`) is not Pig Latin's characters."""
-    if getattr(split, "vocab", None) != PIG_LATIN_VOCAB:
-        return None
-    return [pig_latin_rule(w) for w in source_words(split)]
-
-
-def word_pieces(word):
-    """The runs of a word's hyphenated parts, the word itself included: good-humoured -> {good-humoured, good,
-    humoured}; sea-bathing-place -> also sea-bathing and bathing-place. A word occurs in another (whole or
-    inside it) when it is one of the other's pieces."""
-    parts = word.split("-")
-    return {"-".join(parts[i:j]) for i in range(len(parts)) for j in range(i + 1, len(parts) + 1)}
-
-
-def pieces_of(words):
-    """Every piece (word_pieces) of every word: all that occurs in these words."""
-    return set().union(*map(word_pieces, words))
-
-
-UNSEEN_WORDS = 3000  # the unseen split's size: a seeded sample of the review words the novel lacks
-
-
-def unseen_words(texts, novel, block_size, n=UNSEEN_WORDS, seed=1337):
-    """The unseen-word test set: distinct words of `texts`, cleaned by novel_words' rule, that occur nowhere
-    in `novel` (the novel's words: neither as a word nor inside a hyphenated one, as bathing in bathing-place)
-    and that fit the models' context as the novel's words do (word, [EOS], [SOS] and translation in
-    block_size tokens); a seeded sample of n of them (all if fewer), sorted. A novel word may be a part of
-    one of them (action-packed): hyphen_parts tells those compounds apart. Returns (the sample, how many
-    words qualified)."""
-    in_novel = pieces_of(novel)
-    candidates = [w for w in novel_words("\n".join(texts))
-                  if w not in in_novel and len(w) + len(pig_latin(w)) + 2 <= block_size]
-    rng = np.random.default_rng([seed, 23])  # a stream of its own: the novel's split does not depend on it
-    pick = rng.choice(len(candidates), size=min(n, len(candidates)), replace=False)
-    return sorted(candidates[i] for i in pick), len(candidates)
-
-
-def split_novel(words, seed, n_val, n_test):
-    """The novel's words split into train, val and test (sorted lists) so that no validation or test word
-    occurs in another word of the novel, whole or inside it, and so in no word of another split: a word that
-    is part of another word (century in eighteenth-century, self in self-conceit; in-law would be, beside
-    son-in-law) always trains, and the validation and test words are drawn at random (seeded) from the
-    rest. Training words may still be parts of a held-out compound (good-humoured in test, good in
-    training): that tests the rule for hyphens on known words."""
-    inside = {p for w in words for p in word_pieces(w) if p != w}  # the pieces of other words
-    free = [w for w in words if w not in inside]
-    order = np.random.default_rng(seed).permutation(len(free))
-    val, test = [free[i] for i in order[:n_val]], [free[i] for i in order[n_val:n_val + n_test]]
-    held_out = set(val) | set(test)
-    return {"train": [w for w in words if w not in held_out], "val": sorted(val), "test": sorted(test)}
-
-
-def hyphen_parts(word, taught):
-    """For a hyphenated word, whether every part occurs in training ('known parts': `taught`, the pieces of
-    the training words, holds each) or not ('new parts'); None for a word without hyphens. A compound of
-    known parts tests the rule for hyphens alone; one with a new part tests the single-word rules too."""
-    if "-" not in word:
-        return None
-    return "known parts" if all(p in taught for p in word.split("-")) else "new parts"
-
-
-def hyphen_part_groups(split):
-    """hyphen_parts of each source word of a Pig Latin split that knows what was taught (`taught`, set by
-    Dataset on the held-out splits); else None."""
-    taught = getattr(split, "taught", None)
-    if taught is None or getattr(split, "vocab", None) != PIG_LATIN_VOCAB:
-        return None
-    return [hyphen_parts(w, taught) for w in source_words(split)]
+SOS, EOS = 1, 2  # PIG_LATIN_VOCAB's [SOS] and [EOS]; PAD is 0, as everywhere
 
 
 def hyphen_compounds(train, share, seed, block_size, exclude=()):

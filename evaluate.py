@@ -48,6 +48,7 @@ import torch.nn.functional as F
 import configurator
 import data
 from bench.timing import timed
+from corpora import piglatin
 from export import read_llama2c
 from model import DECODE_MODES, CheckpointError, LlamaConfig, build_model, load_checkpoint, raw_model
 
@@ -77,10 +78,10 @@ SEQ2SEQ_METRICS = {
     "loss": Metric("loss per character", "lower", "loss"),
     "word_accuracy": Metric("word accuracy (greedy, whole word exact)", "higher", "word acc"),
     "char_accuracy": Metric("next-character accuracy (teacher-forced)", "higher", "char acc"),
-    # Pig Latin: word accuracy by the rule a word falls under (data.pig_latin_rule), where the split has such words
+    # Pig Latin: word accuracy by the rule a word falls under (piglatin.pig_latin_rule), where the split has such words
     **{f"word_accuracy_{r.replace(' ', '_')}": Metric(f"word accuracy, {r} words", "higher")
        for r in ("consonant", "vowel", "no vowel", "hyphenated")},
-    # and its hyphenated words by whether every part occurs in training (data.hyphen_parts), on a held-out split
+    # and its hyphenated words by whether every part occurs in training (piglatin.hyphen_parts), on a held-out split
     **{f"word_accuracy_hyphenated_{g.replace(' ', '_')}": Metric(f"word accuracy, hyphenated words of {g}", "higher")
        for g in ("known parts", "new parts")},
 }
@@ -252,8 +253,8 @@ def evaluate_seq2seq(model, split, device, ctx, batch_size=256):
         raise data.DataError("the split to evaluate is empty")
     predictions = translate_split(model, split, device, ctx, batch_size)
     right = [pred == split[j][1].tolist() for j, pred in enumerate(predictions)]
-    by_rule = accuracy_by(data.pig_latin_rules(split) or [], right)  # Pig Latin words: each rule's words apart
-    parts = data.hyphen_part_groups(split) or []  # its compounds of known parts and of new ones apart
+    by_rule = accuracy_by(piglatin.pig_latin_rules(split) or [], right)  # Pig Latin words: each rule's words apart
+    parts = piglatin.hyphen_part_groups(split) or []  # its compounds of known parts and of new ones apart
     by_parts = accuracy_by([g for g in parts if g], [ok for g, ok in zip(parts, right) if g])
     return {"loss": loss_sum / n_chars, "word_accuracy": sum(right) / len(split), "char_accuracy": correct / n_chars,
             **{f"word_accuracy_{k.replace(' ', '_')}": v["accuracy"] for k, v in by_rule.items()},
@@ -700,10 +701,11 @@ def accuracy_by(keys, right):
 
 def error_analysis(words, truths, predictions):
     """What the write-up did by hand: the wrong translations, and word accuracy by word length and by
-    Pig Latin rule (data.pig_latin_rule: consonant cluster, vowel, hyphenated, no vowel)."""
+    Pig Latin rule (piglatin.pig_latin_rule: consonant cluster, vowel, hyphenated, no vowel)."""
     right = [p == t for p, t in zip(predictions, truths)]
     lengths = [f"{n:02d}" if n < 12 else "12+" for n in map(len, words)]
-    return {"by_length": accuracy_by(lengths, right), "by_rule": accuracy_by(map(data.pig_latin_rule, words), right),
+    return {"by_length": accuracy_by(lengths, right),
+            "by_rule": accuracy_by(map(piglatin.pig_latin_rule, words), right),
             "errors": [{"word": w, "truth": t, "predicted": p} for w, t, p, ok in zip(words, truths, predictions, right)
                        if not ok]}
 
@@ -770,7 +772,7 @@ def seq2seq_report(model, ckpt, path, args, device, ctx):
 
 def read_word_list(path, codec, block_size):
     """--file for a seq2seq model: one word per line, optionally followed by a tab and its expected
-    translation (else the rules' answer, data.pig_latin). Words follow --text's rule (upper case read as
+    translation (else the rules' answer, piglatin.pig_latin). Words follow --text's rule (upper case read as
     lower case; letters a-z with single inner hyphens); a translation must be in the model's characters,
     and word and translation must fit its context as the training words did (word, [EOS], [SOS] and
     translation in block_size). Blank lines are skipped. Anything else is a DataError naming the line."""
@@ -782,10 +784,10 @@ def read_word_list(path, codec, block_size):
                     continue
                 word, sep, truth = line.rstrip("\n").partition("\t")
                 word = word.strip().lower()
-                if not data._PIG_WORD.fullmatch(word):
+                if not piglatin._PIG_WORD.fullmatch(word):
                     raise data.DataError(f"{path}:{n}: {word!r} is not a word the model translates (letters a-z "
                                          f"with single inner hyphens, then optionally a tab and its translation)")
-                truth = truth.strip() if sep else data.pig_latin(word)
+                truth = truth.strip() if sep else piglatin.pig_latin(word)
                 try:
                     ids = codec.encode(word), codec.encode(truth)
                 except ValueError as e:
@@ -1023,15 +1025,15 @@ def print_word_breakdown(name, splits, max_errors):
 
 def seq2seq_words(text, option, sep=None):
     """The words of --text (split at white space) or --words (at commas) for a seq2seq model, by one rule
-    for both: upper case is read as lower case, as the training words were (data.novel_words lower-cases
+    for both: upper case is read as lower case, as the training words were (piglatin.novel_words lower-cases
     the novel), and each word must be one the study translates (letters a-z, single inner hyphens:
-    data.pig_latin's domain). Empty input, an empty word or any other word is a ConfigError naming it."""
+    piglatin.pig_latin's domain). Empty input, an empty word or any other word is a ConfigError naming it."""
     words = [w.strip() for w in str(text).lower().split(sep)]
     if not any(words):
         raise configurator.ConfigError(f"{option} is empty: give {'comma-separated words' if sep else 'words'} "
                                        f"to translate")
     for w in words:
-        if not data._PIG_WORD.fullmatch(w):
+        if not piglatin._PIG_WORD.fullmatch(w):
             what = "an empty word" if not w else f"{w!r}, which is not a word the model translates"
             raise configurator.ConfigError(f"{option} {text!r} has {what} (letters a-z with single inner hyphens; "
                                            f"upper case is read as lower case)")
@@ -1040,12 +1042,12 @@ def seq2seq_words(text, option, sep=None):
 
 def translate_text(model, ckpt, path, text, device, ctx):
     """--text for a seq2seq model: each word of the text (seq2seq_words) translated greedily, printed
-    beside the rules' answer (data.pig_latin)."""
+    beside the rules' answer (piglatin.pig_latin)."""
     codec = data.CharCodec(ckpt["data"]["vocab"])
     words = seq2seq_words(text, "--text")
     out = [codec.decode(ids) for ids in translate_split(model, data.PairList([(codec.encode(w), []) for w in words]),
                                                         device, ctx)]
-    print(f"{path}: {' '.join(out)}  (the rules: {' '.join(map(data.pig_latin, words))})")
+    print(f"{path}: {' '.join(out)}  (the rules: {' '.join(map(piglatin.pig_latin, words))})")
 
 
 def classify_text(paths, args, device, ctx):

@@ -9,11 +9,11 @@ at import time, before anything loads tiktoken. Tests that need them skip cleanl
 Fixtures:
     real_mirror      the real SST-2 mirror folder (skips if absent)
     fixture_mirror   a tiny fake SST-2 mirror (60 train / 20 dev lines) written to a temporary folder
-    fixture_digests  a context manager that points data.SOURCES at the fake files' sha256
+    fixture_digests  a context manager that points sources.SOURCES at the fake files' sha256
     tiny_dataset     the fake mirror prepared by data.prepare_sst2 ('standard': 64 / 8 / 8 examples)
     tiny_cfg         a factory for a complete train.py config dict with a tiny model on tiny_dataset
     char_mirror      a mirror with a small fake tinyshakespeare (about 6,000 characters)
-    char_digest      points data.SOURCES at the fake corpus's sha256 for one test
+    char_digest      points sources.SOURCES at the fake corpus's sha256 for one test
     stop_after       stop_after(k): the next train.train() stops as at a Ctrl-C, after k steps (to resume it)
 """
 
@@ -44,6 +44,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import data  # noqa: E402
+from corpora import sources  # noqa: E402
 
 # The models here are tiny (width <= 64): one thread is faster than several fighting over the cores,
 # and it keeps the suite polite on a shared machine.
@@ -58,7 +59,7 @@ def need_tokenizer():
 
 
 def fake_downloads(monkeypatch, payload):
-    """Replace data.download by one that writes `payload` and records each URL asked for; returns the
+    """Replace sources.download by one that writes `payload` and records each URL asked for; returns the
     list of URLs (so a test can check what was downloaded, and that it was downloaded once)."""
     calls = []
 
@@ -67,13 +68,13 @@ def fake_downloads(monkeypatch, payload):
         with open(dest, "wb") as f:
             f.write(payload)
 
-    monkeypatch.setattr(data, "download", download)
+    monkeypatch.setattr(sources, "download", download)
     return calls
 
 @pytest.fixture(scope="session")
 def real_mirror():
     mirror = os.environ["DATA_MIRROR"]
-    if not all(os.path.isfile(os.path.join(mirror, rel)) for rel in data.SOURCES["sst2"]["files"]):
+    if not all(os.path.isfile(os.path.join(mirror, rel)) for rel in sources.SOURCES["sst2"]["files"]):
         pytest.skip(f"no SST-2 mirror at {mirror} (set DATA_MIRROR to a copy of shared/data)")
     need_tokenizer()
     return mirror
@@ -115,14 +116,14 @@ def fixture_mirror(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def fixture_digests(fixture_mirror):
-    """`with fixture_digests():` makes data.fetch accept the fake files (it checks sha256 against
-    data.SOURCES); the real digests are restored on exit."""
+    """`with fixture_digests():` makes sources.fetch accept the fake files (it checks sha256 against
+    sources.SOURCES); the real digests are restored on exit."""
 
     @contextlib.contextmanager
     def patched():
         with pytest.MonkeyPatch.context() as mp:
-            for rel in data.SOURCES["sst2"]["files"]:
-                mp.setitem(data.SOURCES["sst2"]["files"], rel, sha256_file(os.path.join(fixture_mirror, rel)))
+            for rel in sources.SOURCES["sst2"]["files"]:
+                mp.setitem(sources.SOURCES["sst2"]["files"], rel, sha256_file(os.path.join(fixture_mirror, rel)))
             yield
 
     return patched
@@ -182,7 +183,7 @@ def char_mirror(tmp_path_factory):
 def char_digest(char_mirror, monkeypatch):
     rel = "tinyshakespeare/input.txt"
     with open(os.path.join(char_mirror, rel), "rb") as f:
-        monkeypatch.setitem(data.SOURCES["shakespeare_char"]["files"], rel, data.sha256(f.read()))
+        monkeypatch.setitem(sources.SOURCES["shakespeare_char"]["files"], rel, sources.sha256(f.read()))
 
 
 # -----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import data
+from corpora import sources
 import tokenizer
 from conftest import need_tokenizer, sha256_file
 
@@ -220,8 +221,8 @@ def test_split_rejects_unknown_protocol():
 
 def test_fetch_from_fixture_mirror(fixture_mirror, fixture_digests):
     with fixture_digests():
-        files = data.fetch("sst2", mirror=fixture_mirror)
-    for rel in data.SOURCES["sst2"]["files"]:
+        files = sources.fetch("sst2", mirror=fixture_mirror)
+    for rel in sources.SOURCES["sst2"]["files"]:
         with open(os.path.join(fixture_mirror, rel), "rb") as f:
             assert files[rel] == f.read()
 
@@ -233,12 +234,12 @@ def test_fetch_rejects_checksum_mismatch(fixture_mirror, fixture_digests, tmp_pa
         with open(bad / "SST-2" / "dev.tsv", "ab") as f:
             f.write(b"an extra line \t1\n")
         with pytest.raises(data.DataError, match="sha256"):
-            data.fetch("sst2", mirror=str(bad))
+            sources.fetch("sst2", mirror=str(bad))
 
 
 def test_fetch_rejects_real_digests_for_fake_files(fixture_mirror):
     with pytest.raises(data.DataError, match="sha256"):
-        data.fetch("sst2", mirror=fixture_mirror)  # the real SOURCES digests, the fake files
+        sources.fetch("sst2", mirror=fixture_mirror)  # the real SOURCES digests, the fake files
 
 
 def test_fetch_reports_missing_mirror_file(fixture_mirror, fixture_digests, tmp_path):
@@ -247,7 +248,7 @@ def test_fetch_reports_missing_mirror_file(fixture_mirror, fixture_digests, tmp_
     shutil.copy(os.path.join(fixture_mirror, "SST-2", "train.tsv"), partial / "SST-2")
     with fixture_digests():
         with pytest.raises(data.DataError, match="dev.tsv"):
-            data.fetch("sst2", mirror=str(partial))
+            sources.fetch("sst2", mirror=str(partial))
 
 
 def _zip_bytes(members):
@@ -260,9 +261,9 @@ def _zip_bytes(members):
 
 @pytest.fixture
 def fake_download(monkeypatch, fixture_mirror):
-    """Replace data.download by a function that writes an archive made here; returns the call log."""
+    """Replace sources.download by a function that writes an archive made here; returns the call log."""
     members = {}
-    for rel in data.SOURCES["sst2"]["files"]:
+    for rel in sources.SOURCES["sst2"]["files"]:
         with open(os.path.join(fixture_mirror, rel), "rb") as f:
             members[rel] = f.read()
     calls = []
@@ -272,7 +273,7 @@ def fake_download(monkeypatch, fixture_mirror):
         with open(dest, "wb") as f:
             f.write(_zip_bytes(members))
 
-    monkeypatch.setattr(data, "download", download)
+    monkeypatch.setattr(sources, "download", download)
     return members, calls
 
 
@@ -280,9 +281,9 @@ def test_fetch_downloads_once_and_verifies(fake_download, fixture_digests, tmp_p
     members, calls = fake_download
     cache = str(tmp_path / "cache")
     with fixture_digests():
-        assert data.fetch("sst2", mirror=None, cache_dir=cache) == members
-        assert data.fetch("sst2", mirror=None, cache_dir=cache) == members  # from the cached archive
-    assert calls == [data.SOURCES["sst2"]["url"]]
+        assert sources.fetch("sst2", mirror=None, cache_dir=cache) == members
+        assert sources.fetch("sst2", mirror=None, cache_dir=cache) == members  # from the cached archive
+    assert calls == [sources.SOURCES["sst2"]["url"]]
     assert os.listdir(cache) == ["SST-2.zip"]
 
 
@@ -291,25 +292,25 @@ def test_fetch_corrupt_archive(fake_download, fixture_digests, tmp_path):
     os.makedirs(cache)
     (cache / "SST-2.zip").write_bytes(b"this is not a zip file" * 10)
     with fixture_digests(), pytest.raises(data.DataError, match="not the expected archive"):
-        data.fetch("sst2", mirror=None, cache_dir=str(cache))
+        sources.fetch("sst2", mirror=None, cache_dir=str(cache))
     (cache / "SST-2.zip").write_bytes(_zip_bytes({"SST-2/train.tsv": b"sentence\tlabel\n"}))  # no dev.tsv
     with fixture_digests(), pytest.raises(data.DataError, match="not the expected archive"):
-        data.fetch("sst2", mirror=None, cache_dir=str(cache))
+        sources.fetch("sst2", mirror=None, cache_dir=str(cache))
     assert fake_download[1] == []  # an archive was there, so nothing was downloaded
 
 
 def test_fetch_wrong_archive_content(fake_download, tmp_path):
     with pytest.raises(data.DataError, match="sha256"):  # the real digests against the fake archive
-        data.fetch("sst2", mirror=None, cache_dir=str(tmp_path / "cache"))
+        sources.fetch("sst2", mirror=None, cache_dir=str(tmp_path / "cache"))
 
 
 def test_fetch_download_failure_points_to_a_mirror(monkeypatch, tmp_path):
     def offline(url, dest, timeout=60):
         raise ConnectionError("network is unreachable")
 
-    monkeypatch.setattr(data, "download", offline)
+    monkeypatch.setattr(sources, "download", offline)
     with pytest.raises(data.DataError, match="mirror"):
-        data.fetch("sst2", mirror=None, cache_dir=str(tmp_path / "cache"))
+        sources.fetch("sst2", mirror=None, cache_dir=str(tmp_path / "cache"))
 
 
 # -----------------------------------------------------------------------------
@@ -375,7 +376,8 @@ def real_prepared(real_mirror, tmp_path_factory):
 def test_real_sst2_splits(real_prepared, real_mirror, protocol):
     folder, meta = real_prepared(protocol)
     assert {k: c["n"] for k, c in meta["counts"].items()} == EXPECTED[protocol]
-    assert sha256_file(os.path.join(real_mirror, "SST-2/train.tsv")) == data.SOURCES["sst2"]["files"]["SST-2/train.tsv"]
+    assert sha256_file(os.path.join(real_mirror, "SST-2/train.tsv")) == \
+        sources.SOURCES["sst2"]["files"]["SST-2/train.tsv"]
     splits = {k: data.ClassificationSplit(folder, k) for k in EXPECTED[protocol]}
     assert {k: len(v) for k, v in splits.items()} == EXPECTED[protocol]
     for k, s in splits.items():
@@ -387,7 +389,7 @@ def test_real_sst2_splits(real_prepared, real_mirror, protocol):
     assert not (splits["train"].tokens == data.UNK).any()  # the compact vocab is the training vocab
 
     # the stored sequences are the TextEncoder's output for the split's sentences, in order
-    files = data.fetch("sst2", real_mirror)
+    files = sources.fetch("sst2", real_mirror)
     parsed = data.parse_sst2_tsv(files["SST-2/train.tsv"]), data.parse_sst2_tsv(files["SST-2/dev.tsv"])
     sents = data.split_sst2(*parsed, protocol, meta["seed"])
     assert np.array_equal(splits["train"].labels, sents["train"][1])

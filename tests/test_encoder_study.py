@@ -20,6 +20,7 @@ import torch
 
 import configurator
 import data
+from corpora import sources
 import evaluate
 import model
 import lab.plan
@@ -282,7 +283,7 @@ def test_yelp_polarity_downloads_checks_and_standardizes(tmp_path, monkeypatch):
     (scaled down here) drawn with train and val from train.csv and test from test.csv."""
     need_tokenizer()
     payload = yelp_archive()
-    monkeypatch.setitem(data.SOURCES["yelp_polarity"], "sha256", data.sha256(payload))
+    monkeypatch.setitem(sources.SOURCES["yelp_polarity"], "sha256", sources.sha256(payload))
     monkeypatch.setattr(data, "STANDARD_SIZES", {"train": 24, "val": 6, "test": 10})
     calls = fake_downloads(monkeypatch, payload)
     monkeypatch.chdir(tmp_path)
@@ -294,7 +295,7 @@ def test_yelp_polarity_downloads_checks_and_standardizes(tmp_path, monkeypatch):
     assert set(ds.splits["train"].labels) == {0, 1}
     data.prepare_yelp_polarity(verbose=False, out_dir=str(tmp_path / "again"))
     assert len(calls) == 1  # downloaded once
-    monkeypatch.setitem(data.SOURCES["yelp_polarity"], "sha256", "0" * 64)
+    monkeypatch.setitem(sources.SOURCES["yelp_polarity"], "sha256", "0" * 64)
     with pytest.raises(data.DataError, match="expected 0000"):
         data.prepare_yelp_polarity(verbose=False, out_dir=str(tmp_path / "bad"))
 
@@ -318,18 +319,18 @@ def test_multidomain_from_three_downloaded_archives(tmp_path, monkeypatch):
     """The seed's three-domain task: a third of every split from each source, the domain as the label,
     test drawn from each source's test file."""
     need_tokenizer()
-    payloads = {data.SOURCES["imdb"]["url"]: imdb_archive(), data.SOURCES["yelp_polarity"]["url"]: yelp_archive(),
-                data.SOURCES["amazon_polarity"]["url"]: tgz({
+    payloads = {sources.SOURCES["imdb"]["url"]: imdb_archive(), sources.SOURCES["yelp_polarity"]["url"]: yelp_archive(),
+                sources.SOURCES["amazon_polarity"]["url"]: tgz({
                     f"amazon_review_polarity_csv/{h}.csv": zhang_csv([(1 + i % 2, f"title {i}", f"a {h} gadget {i}")
                                                                       for i in range(30)]) for h in ("train", "test")})}
     for name in ("imdb", "yelp_polarity", "amazon_polarity"):
-        monkeypatch.setitem(data.SOURCES[name], "sha256", data.sha256(payloads[data.SOURCES[name]["url"]]))
+        monkeypatch.setitem(sources.SOURCES[name], "sha256", sources.sha256(payloads[sources.SOURCES[name]["url"]]))
 
     def download(url, dest, timeout=60):
         with open(dest, "wb") as f:
             f.write(payloads[url])
 
-    monkeypatch.setattr(data, "download", download)
+    monkeypatch.setattr(sources, "download", download)
     monkeypatch.setattr(data, "STANDARD_SIZES", {"train": 15, "val": 6, "test": 9})
     monkeypatch.chdir(tmp_path)
     meta = data.prepare_multidomain(verbose=False)
@@ -345,7 +346,7 @@ def test_multidomain_uci_on_the_real_mirror(real_mirror, tmp_path):
     assert {k: c["labels"] for k, c in meta["counts"].items()} == {"train": [800, 800, 800], "val": [100] * 3,
                                                                    "test": [100] * 3}
     # the three splits partition each file's 1,000 lines
-    files = data.fetch("uci_sentences", real_mirror)
+    files = sources.fetch("uci_sentences", real_mirror)
     per_file = [len([x for x in files[rel].decode().split("\n") if x.strip()]) for rel in data._UCI_DOMAINS]
     assert per_file == [1000, 1000, 1000]
 
@@ -356,20 +357,20 @@ def test_uci_zip_download_path(tmp_path, monkeypatch, real_mirror):
 
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
-        for rel in data.SOURCES["uci_sentences"]["files"]:
+        for rel in sources.SOURCES["uci_sentences"]["files"]:
             z.writestr(f"sentiment labelled sentences/{os.path.basename(rel)}",
                        open(os.path.join(real_mirror, rel), "rb").read())
         z.writestr("__MACOSX/._imdb_labelled.txt", b"debris")
     calls = fake_downloads(monkeypatch, buf.getvalue())
-    files = data.fetch("uci_sentences", cache_dir=str(tmp_path))
-    assert calls == [data.SOURCES["uci_sentences"]["url"]] and len(files) == 3
+    files = sources.fetch("uci_sentences", cache_dir=str(tmp_path))
+    assert calls == [sources.SOURCES["uci_sentences"]["url"]] and len(files) == 3
 
 
 def test_imdb_classification_from_an_archive(tmp_path, monkeypatch):
     need_tokenizer()
     payload = imdb_archive(20)
     (tmp_path / "aclImdb_labelled.tar.gz").write_bytes(payload)
-    monkeypatch.setitem(data.SOURCES["imdb"], "mirror_sha256", data.sha256(payload))
+    monkeypatch.setitem(sources.SOURCES["imdb"], "mirror_sha256", sources.sha256(payload))
     meta = data.prepare_imdb(mirror=str(tmp_path), n_val=4, max_len=8, out_dir=str(tmp_path / "imdb"), verbose=False)
     assert {k: c["n"] for k, c in meta["counts"].items()} == {"train": 16, "val": 4, "test": 20}
     assert meta["max_len"] == 8 and meta["counts"]["test"]["truncated"] == 20  # every review cut to 8 tokens

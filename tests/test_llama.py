@@ -640,6 +640,7 @@ import tarfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import data  # noqa: E402
+from corpora import sources  # noqa: E402
 import evaluate  # noqa: E402
 
 
@@ -667,7 +668,7 @@ def review_mirror(tmp_path, monkeypatch):
         readme = tarfile.TarInfo("aclImdb/README")
         tar.addfile(readme, io.BytesIO(b""))
     (root / "aclImdb_labelled.tar.gz").write_bytes(buf.getvalue())
-    monkeypatch.setitem(data.SOURCES["imdb"], "mirror_sha256", data.sha256(buf.getvalue()))
+    monkeypatch.setitem(sources.SOURCES["imdb"], "mirror_sha256", sources.sha256(buf.getvalue()))
     (root / "minllama_sst_cfimdb").mkdir()
     files = {"cfimdb-train.txt": "".join(f"{i % 2} ||| this movie number {i} was {'good' if i % 2 else 'bad'} .\n"
                                          for i in range(40)),
@@ -676,7 +677,8 @@ def review_mirror(tmp_path, monkeypatch):
              "cfimdb-label-mapping.json": json.dumps(["bad", "good"])}
     for name, text in files.items():
         (root / "minllama_sst_cfimdb" / name).write_text(text)
-        monkeypatch.setitem(data.SOURCES["cfimdb"]["files"], f"minllama_sst_cfimdb/{name}", data.sha256(text.encode()))
+        monkeypatch.setitem(sources.SOURCES["cfimdb"]["files"], f"minllama_sst_cfimdb/{name}",
+                            sources.sha256(text.encode()))
     monkeypatch.setenv("DATA_MIRROR", str(root))
     monkeypatch.chdir(tmp_path)
     return str(root)
@@ -701,18 +703,18 @@ def test_imdb_lm_corpus_from_the_test_half(review_mirror, tmp_path):
     assert again["counts"] == meta["counts"]  # the split is seeded
     with pytest.raises(data.DataError, match="n_val=12: the archive holds 12 test-half reviews"):
         data.prepare_imdb_lm(tokenizer="tok512", mirror=review_mirror, out_dir="lm", n_val=12, verbose=False)
-    train_half = data.read_imdb(data.archive_file("imdb", review_mirror), "train")  # neg 0, 2, .., then pos 1, 3, ..
+    train_half = data.read_imdb(sources.archive_file("imdb", review_mirror), "train")  # neg 0, 2, .., then pos 1, 3, ..
     assert train_half[1] == ("Review 2 of the train half.\n\nIt was trainhalf and neg.", 0, 3)
     assert train_half[6] == ("Review 1 of the train half.\n\nIt was trainhalf and pos.", 1, 9)
-    assert [r[1:] for r in data.read_imdb(data.archive_file("imdb", review_mirror), "test")][:2] == [(0, 1), (0, 3)]
+    assert [r[1:] for r in data.read_imdb(sources.archive_file("imdb", review_mirror), "test")][:2] == [(0, 1), (0, 3)]
 
 
 def test_imdb_archive_is_checked_whole_and_downloaded_once(review_mirror, tmp_path, monkeypatch):
-    monkeypatch.setitem(data.SOURCES["imdb"], "mirror_sha256", "0" * 64)
+    monkeypatch.setitem(sources.SOURCES["imdb"], "mirror_sha256", "0" * 64)
     with pytest.raises(data.DataError, match="aclImdb_labelled.tar.gz has sha256 .*expected 0000"):
-        data.archive_file("imdb", review_mirror)
+        sources.archive_file("imdb", review_mirror)
     with pytest.raises(data.DataError, match="mirror .* has no aclImdb_labelled.tar.gz"):
-        data.archive_file("imdb", str(tmp_path))
+        sources.archive_file("imdb", str(tmp_path))
     calls = []
 
     def fake_download(url, dest, timeout=60):
@@ -720,11 +722,11 @@ def test_imdb_archive_is_checked_whole_and_downloaded_once(review_mirror, tmp_pa
         with open(dest, "wb") as f:
             f.write(open(os.path.join(review_mirror, "aclImdb_labelled.tar.gz"), "rb").read())
 
-    monkeypatch.setattr(data, "download", fake_download)
-    monkeypatch.setitem(data.SOURCES["imdb"], "sha256",
-                        data.sha256(open(os.path.join(review_mirror, "aclImdb_labelled.tar.gz"), "rb").read()))
+    monkeypatch.setattr(sources, "download", fake_download)
+    monkeypatch.setitem(sources.SOURCES["imdb"], "sha256",
+                        sources.sha256(open(os.path.join(review_mirror, "aclImdb_labelled.tar.gz"), "rb").read()))
     for _ in range(2):
-        path = data.archive_file("imdb", None, cache_dir=str(tmp_path / "cache"))
+        path = sources.archive_file("imdb", None, cache_dir=str(tmp_path / "cache"))
     assert calls == ["https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"]
     assert path == str(tmp_path / "cache" / "aclImdb_v1.tar.gz")
     (tmp_path / "junk.tar.gz").write_bytes(b"not a tar")
@@ -788,8 +790,8 @@ def test_zero_shot_counts_the_texts_cut_at_preparation_and_for_the_context(revie
     dev = "".join(f"{i % 2} ||| {' '.join(['the'] * n)}\n" for i, n in enumerate(lengths))
     assert [len(tok.encode(line.split(" ||| ")[1], bos=True)) for line in dev.splitlines()] == [n + 1 for n in lengths]
     (Path(review_mirror) / "minllama_sst_cfimdb" / "cfimdb-dev.txt").write_text(dev)
-    monkeypatch.setitem(data.SOURCES["cfimdb"]["files"], "minllama_sst_cfimdb/cfimdb-dev.txt",
-                        data.sha256(dev.encode()))
+    monkeypatch.setitem(sources.SOURCES["cfimdb"]["files"], "minllama_sst_cfimdb/cfimdb-dev.txt",
+                        sources.sha256(dev.encode()))
     write_llama2c(tiny_llama(vocab_size=512, block_size=64), "lm.bin", 0)  # a vocabulary of 512: tok512
     evaluate.main(["--ckpt", "lm.bin", "--zero_shot", "cfimdb", "--split", "test", "--json", "zs.json",
                    "--device", "cpu"])

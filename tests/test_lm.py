@@ -15,6 +15,7 @@ import torch
 
 import configurator
 import data
+from corpora import sources
 import evaluate
 import tokenizer
 import train
@@ -241,13 +242,13 @@ def test_shakespeare_char_download_path(char_mirror, char_digest, monkeypatch, t
     calls = fake_downloads(monkeypatch, payload)
     cache = str(tmp_path / "cache")
     for _ in range(2):
-        assert data.fetch("shakespeare_char", mirror=None, cache_dir=cache) == {"tinyshakespeare/input.txt": payload}
-    assert calls == [data.SOURCES["shakespeare_char"]["url"]]
+        assert sources.fetch("shakespeare_char", mirror=None, cache_dir=cache) == {"tinyshakespeare/input.txt": payload}
+    assert calls == [sources.SOURCES["shakespeare_char"]["url"]]
     assert calls[0].startswith("https://raw.githubusercontent.com/karpathy/char-rnn/")
     with open(os.path.join(cache, "tinyshakespeare.txt"), "ab") as f:
         f.write(b"tampered")
     with pytest.raises(data.DataError, match="sha256"):
-        data.fetch("shakespeare_char", mirror=None, cache_dir=cache)
+        sources.fetch("shakespeare_char", mirror=None, cache_dir=cache)
 
 
 def test_shakespeare_char_corrupt_mirror_file(char_mirror, tmp_path):

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import data
+from corpora import sources
 import evaluate
 import model
 import tokenizer
@@ -253,13 +254,13 @@ def test_pretrain_then_fine_tune_from_the_checkpoint(tiny_cfg, tiny_dataset, tmp
 
 def write_tsv(path, rows):
     path.write_text("sentence\tlabel\n" + "".join(f"{s} \t{label}\n" for s, label in rows))
-    return data.sha256(path.read_bytes())
+    return sources.sha256(path.read_bytes())
 
 
 @pytest.fixture
 def corpus_mirror(tmp_path, monkeypatch):
     """A mirror with a tiny SST-2 (40 train sentences, 8 dev; three dev sentences are also in train) and a
-    tiny IMDB archive (6 reviews a half, each naming its half), its digests in data.SOURCES; the working
+    tiny IMDB archive (6 reviews a half, each naming its half), its digests in sources.SOURCES; the working
     directory is a fresh folder."""
     need_tokenizer()
     root = tmp_path / "mirror"
@@ -268,7 +269,7 @@ def corpus_mirror(tmp_path, monkeypatch):
     train_rows = [(" ".join(words[(i + j) % 10] for j in range(1 + i % 7)) + f" number{i}", i % 2) for i in range(40)]
     dev_rows = [(f"a dev sentence {i} , {words[i]}", i % 2) for i in range(5)]
     dev_rows += [(train_rows[i][0], 1) for i in (5, 6, 7)]  # GLUE's files repeat sentences too
-    files = data.SOURCES["sst2"]["files"]
+    files = sources.SOURCES["sst2"]["files"]
     monkeypatch.setitem(files, "SST-2/train.tsv", write_tsv(root / "SST-2" / "train.tsv", train_rows))
     monkeypatch.setitem(files, "SST-2/dev.tsv", write_tsv(root / "SST-2" / "dev.tsv", dev_rows))
     buf = io.BytesIO()
@@ -280,7 +281,7 @@ def corpus_mirror(tmp_path, monkeypatch):
                 info.size = len(text)
                 tar.addfile(info, io.BytesIO(text))
     (root / "aclImdb_labelled.tar.gz").write_bytes(buf.getvalue())
-    monkeypatch.setitem(data.SOURCES["imdb"], "mirror_sha256", data.sha256(buf.getvalue()))
+    monkeypatch.setitem(sources.SOURCES["imdb"], "mirror_sha256", sources.sha256(buf.getvalue()))
     monkeypatch.chdir(tmp_path)
     return str(root), [s for s, _ in train_rows], [s for s, _ in dev_rows]
 

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import data
+from corpora import piglatin, sources
 import evaluate
 import model as M
 import tokenizer
@@ -60,15 +61,15 @@ def imdb_tgz(reviews=REVIEWS):
 
 @pytest.fixture
 def novel_mirror(tmp_path, monkeypatch):
-    """A mirror holding a short fake 1342-0.txt and a small IMDB archive, with data.SOURCES pointing at their
+    """A mirror holding a short fake 1342-0.txt and a small IMDB archive, with sources.SOURCES pointing at their
     sha256s."""
     path = tmp_path / "mirror" / REL
     path.parent.mkdir(parents=True)
     path.write_text(TEXT, encoding="utf-8")
-    monkeypatch.setitem(data.SOURCES[NOVEL]["files"], REL, data.sha256(path.read_bytes()))
+    monkeypatch.setitem(sources.SOURCES[NOVEL]["files"], REL, sources.sha256(path.read_bytes()))
     archive = imdb_tgz()
-    (tmp_path / "mirror" / data.SOURCES["imdb"]["mirror_file"]).write_bytes(archive)
-    monkeypatch.setitem(data.SOURCES["imdb"], "mirror_sha256", data.sha256(archive))
+    (tmp_path / "mirror" / sources.SOURCES["imdb"]["mirror_file"]).write_bytes(archive)
+    monkeypatch.setitem(sources.SOURCES["imdb"], "mirror_sha256", sources.sha256(archive))
     return str(tmp_path / "mirror")
 
 
@@ -92,22 +93,22 @@ def pig_data(novel_mirror, tmp_path):
     ("mr", "mray"), ("a", "away"), ("a-b", "away-bay"),
 ])
 def test_pig_latin_rules(word, pig):
-    assert data.pig_latin(word) == pig
+    assert piglatin.pig_latin(word) == pig
 
 
 @pytest.mark.parametrize("bad", ["", "Brown", "don't", "a--b", "-a", "tête", "b1"])
 def test_pig_latin_refuses_what_it_does_not_define(bad):
     with pytest.raises(ValueError, match="lower-case letters"):
-        data.pig_latin(bad)
+        piglatin.pig_latin(bad)
 
 
 def test_rule_names():
-    assert [data.pig_latin_rule(w) for w in ("brown", "is", "a-b", "mr", "my")] == \
+    assert [piglatin.pig_latin_rule(w) for w in ("brown", "is", "a-b", "mr", "my")] == \
         ["consonant", "vowel", "hyphenated", "no vowel", "consonant"]
 
 
 def test_novel_words_keeps_plain_and_hyphenated_words_only():
-    words = data.novel_words(TEXT)
+    words = piglatin.novel_words(TEXT)
     assert words == sorted(set(words))
     for w in ("pleasure-grounds", "good-humoured", "mr", "xv", "daughters", "sisters", "chapter", "i"):
         assert w in words
@@ -122,19 +123,19 @@ def test_novel_words_keeps_plain_and_hyphenated_words_only():
 
 
 def split_words(ds):
-    codec = tokenizer.CharCodec(data.PIG_LATIN_VOCAB)
+    codec = tokenizer.CharCodec(piglatin.PIG_LATIN_VOCAB)
     return {k: [codec.decode(s[i][0]) for i in range(len(s))] for k, s in ds.splits.items()}
 
 
 def check_no_held_out_word_occurs_elsewhere(splits):
     """The split's rule, for every pair of splits: no word is in two splits, and no held-out word (val, test,
-    unseen) occurs in a word of another split, whole or inside it (data.word_pieces). A training word may be
+    unseen) occurs in a word of another split, whole or inside it (piglatin.word_pieces). A training word may be
     a part of a held-out compound (a compound of known words), and an unseen compound may hold any novel
     word (the novel's val and test words are as new to the model as the review's own). Returns the words
     found inside another split's words, by (outer split, inner split)."""
     inside = {}
     for outer in splits:
-        outer_pieces = data.pieces_of(splits[outer])
+        outer_pieces = piglatin.pieces_of(splits[outer])
         for inner in splits:
             if inner == outer:
                 continue
@@ -146,11 +147,11 @@ def check_no_held_out_word_occurs_elsewhere(splits):
 
 
 def test_word_pieces():
-    assert data.word_pieces("brown") == {"brown"}
-    assert data.word_pieces("re-read") == {"re-read", "re", "read"}
-    assert data.word_pieces("sea-bathing-place") == {"sea-bathing-place", "sea-bathing", "bathing-place", "sea",
+    assert piglatin.word_pieces("brown") == {"brown"}
+    assert piglatin.word_pieces("re-read") == {"re-read", "re", "read"}
+    assert piglatin.word_pieces("sea-bathing-place") == {"sea-bathing-place", "sea-bathing", "bathing-place", "sea",
                                                      "bathing", "place"}  # not sea-place: it is not in the word
-    assert data.pieces_of(["re-read", "read", "a-b"]) == {"re-read", "re", "read", "a-b", "a", "b"}
+    assert piglatin.pieces_of(["re-read", "read", "a-b"]) == {"re-read", "re", "read", "a-b", "a", "b"}
 
 
 NOVEL_WORDS = sorted(["re", "read", "re-read", "bathing", "place", "bathing-place", "sea-bathing", "sea-bathing-place",
@@ -164,15 +165,15 @@ def test_split_novel_trains_every_word_that_is_part_of_another(seed):
     """A word that is part of another word (re, read, bathing, sea-bathing, century, good, self, conceit, ...)
     is always a training word; val and test are drawn from the rest, at their sizes; a training word may be
     part of a held-out compound."""
-    split = data.split_novel(NOVEL_WORDS, seed, 4, 5)
+    split = piglatin.split_novel(NOVEL_WORDS, seed, 4, 5)
     assert [len(split[k]) for k in ("val", "test")] == [4, 5] and sorted(sum(split.values(), [])) == NOVEL_WORDS
     parts = {"re", "read", "bathing", "place", "sea-bathing", "century", "good", "self", "conceit"}
     assert parts <= set(split["train"])
     check_no_held_out_word_occurs_elsewhere(split)
     assert all(split[k] == sorted(split[k]) for k in split)
-    assert split == data.split_novel(NOVEL_WORDS, seed, 4, 5)
+    assert split == piglatin.split_novel(NOVEL_WORDS, seed, 4, 5)
     assert {k: v for k, v in split.items() if k != "train"} != \
-        {k: v for k, v in data.split_novel(NOVEL_WORDS, seed + 10, 4, 5).items() if k != "train"}
+        {k: v for k, v in piglatin.split_novel(NOVEL_WORDS, seed + 10, 4, 5).items() if k != "train"}
 
 
 def test_unseen_words_occur_nowhere_in_the_novel():
@@ -180,10 +181,10 @@ def test_unseen_words_occur_nowhere_in_the_novel():
     holds a novel word (bathing-suit, brown-ish) is, and so is one that only spells like it (rereading)."""
     texts = ["Bathing, re and read; sea-bathing at the bathing-suit place-holder.", "Brown-ish brown; rereading."]
     novel = ["bathing-place", "re-read", "sea-bathing-place", "brown"]
-    got, qualified = data.unseen_words(texts, novel, 43)
+    got, qualified = piglatin.unseen_words(texts, novel, 43)
     assert got == ["and", "at", "bathing-suit", "brown-ish", "place-holder", "rereading", "the"] and qualified == 7
-    sample, _ = data.unseen_words(texts, novel, 43, n=3)
-    assert len(sample) == 3 and set(sample) < set(got) and sample == data.unseen_words(texts, novel, 43, n=3)[0]
+    sample, _ = piglatin.unseen_words(texts, novel, 43, n=3)
+    assert len(sample) == 3 and set(sample) < set(got) and sample == piglatin.unseen_words(texts, novel, 43, n=3)[0]
 
 
 def test_the_pair_check_catches_the_old_leaks():
@@ -206,26 +207,26 @@ def test_unseen_split_holds_review_words_the_novel_lacks(pig_data):
     compound) and that fits the context, with its translation; its composition by rule in meta.json."""
     ds = data.Dataset(pig_data)
     assert list(ds.splits) == ["train", "val", "test", "unseen"]
-    codec, split = tokenizer.CharCodec(data.PIG_LATIN_VOCAB), ds.splits["unseen"]
+    codec, split = tokenizer.CharCodec(piglatin.PIG_LATIN_VOCAB), ds.splits["unseen"]
     pairs = [(codec.decode(s), codec.decode(t)) for s, t in (split[i] for i in range(len(split)))]
     words = [w for w, _ in pairs]
-    assert all(t == data.pig_latin(w) for w, t in pairs)
-    novel, block = set(data.novel_words(TEXT)), ds.meta["block_size"]
-    everything = data.novel_words(" ".join(REVIEWS).replace("<br />", "\n"))
-    fits = [w for w in everything if len(w) + len(data.pig_latin(w)) + 2 <= block]
-    assert words == sorted(w for w in fits if w not in data.pieces_of(novel))  # fewer than UNSEEN_WORDS: all
+    assert all(t == piglatin.pig_latin(w) for w, t in pairs)
+    novel, block = set(piglatin.novel_words(TEXT)), ds.meta["block_size"]
+    everything = piglatin.novel_words(" ".join(REVIEWS).replace("<br />", "\n"))
+    fits = [w for w in everything if len(w) + len(piglatin.pig_latin(w)) + 2 <= block]
+    assert words == sorted(w for w in fits if w not in piglatin.pieces_of(novel))  # fewer than UNSEEN_WORDS: all
     assert not novel & set(words) and {"brown", "quite", "grounds"} <= set(everything) - set(words)
     assert {"well-made", "over-the-top", "xkcd", "utterly", "yellow-green", "sci-fi"} <= set(words)
     assert "antidisestablishmentarianism-supercalifragilistic" in set(everything) - set(fits)
     assert not {"director", "directors", "br", "r2d2"} & set(words)  # a possessive is left out; <br /> is no word
-    rules = [data.pig_latin_rule(w) for w in words]
+    rules = [piglatin.pig_latin_rule(w) for w in words]
     assert ds.meta["counts"]["unseen"]["rules"] == {r: rules.count(r) for r in sorted(set(rules))}
     assert ds.meta["unseen"] == {"from": "the IMDB reviews, both halves (6)", "qualified": len(words),
                                  "sample": len(words)}
 
 
 def test_unseen_sample_is_seeded_and_leaves_the_novel_split_alone(novel_mirror, tmp_path):
-    codec = tokenizer.CharCodec(data.PIG_LATIN_VOCAB)
+    codec = tokenizer.CharCodec(piglatin.PIG_LATIN_VOCAB)
 
     def words(seed, n_unseen):
         out = str(tmp_path / f"{seed}_{n_unseen}")
@@ -238,8 +239,8 @@ def test_unseen_sample_is_seeded_and_leaves_the_novel_split_alone(novel_mirror, 
     assert a["unseen"] == b["unseen"] != c["unseen"] and a["unseen"] == sorted(a["unseen"])
     assert set(a["unseen"]) < set(every["unseen"])
     assert all(a[k] == every[k] for k in ("train", "val", "test"))  # the sample's size leaves the novel's split
-    n_val = len(data.novel_words(TEXT)) // 10
-    novel = data.split_novel(data.novel_words(TEXT), 1, n_val, n_val)
+    n_val = len(piglatin.novel_words(TEXT)) // 10
+    novel = piglatin.split_novel(piglatin.novel_words(TEXT), 1, n_val, n_val)
     assert all(a[k] == novel[k] for k in ("train", "val", "test"))  # the novel's split alone, unseen words aside
 
 
@@ -252,7 +253,7 @@ def test_a_folder_without_the_unseen_split_still_reads(pig_data):
 
 def test_prepare_splits_are_disjoint_and_decode(pig_data):
     ds = data.Dataset(pig_data)
-    assert ds.task == "seq2seq" and ds.meta["vocab"] == data.PIG_LATIN_VOCAB
+    assert ds.task == "seq2seq" and ds.meta["vocab"] == piglatin.PIG_LATIN_VOCAB
     assert ds.facts()["vocab_size"] == 30 and ds.meta["specials"] == {"pad": 0, "sos": 1, "eos": 2}
     codec = tokenizer.CharCodec(ds.meta["vocab"])
     seen = {}
@@ -262,21 +263,21 @@ def test_prepare_splits_are_disjoint_and_decode(pig_data):
         for i in range(len(split)):
             src, tgt = split[i]
             word = codec.decode(src)
-            assert codec.decode(tgt) == data.pig_latin(word)
+            assert codec.decode(tgt) == piglatin.pig_latin(word)
             assert word not in seen, f"{word} in {seen.get(word)} and {name}"
             seen[word] = name
         assert list(split.lengths) == [len(split[i][0]) for i in range(len(split))]
-    assert sorted(seen) == data.novel_words(TEXT)
+    assert sorted(seen) == piglatin.novel_words(TEXT)
     n = len(seen)
     assert (len(ds.splits["val"]), len(ds.splits["test"])) == (n // 10, n // 10)
-    assert ds.meta["block_size"] == max(len(w) + len(data.pig_latin(w)) + 2 for w in seen)
+    assert ds.meta["block_size"] == max(len(w) + len(piglatin.pig_latin(w)) + 2 for w in seen)
     check_no_held_out_word_occurs_elsewhere(split_words(ds))
 
 
 def test_prepare_is_deterministic_and_seeded(novel_mirror, tmp_path):
     def words(out, seed):
         data.prepare_piglatin(mirror=novel_mirror, out_dir=out, seed=seed, verbose=False)
-        split, codec = data.Dataset(out).splits["val"], tokenizer.CharCodec(data.PIG_LATIN_VOCAB)
+        split, codec = data.Dataset(out).splits["val"], tokenizer.CharCodec(piglatin.PIG_LATIN_VOCAB)
         return [codec.decode(split[i][0]) for i in range(len(split))]
 
     a, b = words(str(tmp_path / "a"), 1), words(str(tmp_path / "b"), 1)
@@ -287,20 +288,20 @@ def real_novel_words():
     mirror = os.environ["DATA_MIRROR"]
     if not os.path.isfile(os.path.join(mirror, REL)):
         pytest.skip(f"no {REL} in {mirror}")
-    raw = data.fetch(NOVEL, mirror)[REL]  # sha256 checked
-    return data.novel_words(raw.decode("utf-8"))
+    raw = sources.fetch(NOVEL, mirror)[REL]  # sha256 checked
+    return piglatin.novel_words(raw.decode("utf-8"))
 
 
 def test_real_novel_counts():
     """The mirror's Pride and Prejudice: the counts docs/piglatin_mamba.md states, and its split by the rule."""
     words = real_novel_words()
     assert len(words) == 6829 and sum("-" in w for w in words) == 188
-    split = data.split_novel(words, 1337, 682, 682)
+    split = piglatin.split_novel(words, 1337, 682, 682)
     assert [len(split[k]) for k in ("train", "val", "test")] == [5465, 682, 682]
-    inside = {p for w in words for p in data.word_pieces(w) if p != w} & set(words)
+    inside = {p for w in words for p in piglatin.word_pieces(w) if p != w} & set(words)
     assert len(inside) == 191 and inside <= set(split["train"])
     assert {"century", "eighteenth", "self"} <= inside  # the reviewer's cases (test and val words before) train now
-    assert {"bathing", "re"} <= data.pieces_of(words) - set(words)  # (unseen before): parts of novel compounds
+    assert {"bathing", "re"} <= piglatin.pieces_of(words) - set(words)  # (unseen before): parts of novel compounds
     check_no_held_out_word_occurs_elsewhere(split)
 
 
@@ -313,9 +314,9 @@ def test_real_prepared_split_teaches_no_held_out_word():
         pytest.skip(f"{folder} is not prepared (python data.py piglatin)")
     splits = split_words(data.Dataset(folder))
     words = real_novel_words()
-    assert {k: v for k, v in splits.items() if k != "unseen"} == data.split_novel(words, 1337, 682, 682), \
+    assert {k: v for k, v in splits.items() if k != "unseen"} == piglatin.split_novel(words, 1337, 682, 682), \
         f"{folder} was prepared by another split rule: python data.py piglatin rebuilds it"
-    assert len(splits["unseen"]) == 3000 and not set(splits["unseen"]) & data.pieces_of(words)
+    assert len(splits["unseen"]) == 3000 and not set(splits["unseen"]) & piglatin.pieces_of(words)
     inside = check_no_held_out_word_occurs_elsewhere(splits)
     assert {pair for pair, found in inside.items() if found} == {
         ("val", "train"), ("test", "train"), ("unseen", "train"), ("unseen", "val"), ("unseen", "test")}
@@ -326,13 +327,13 @@ def test_download_path_and_corrupt_file(novel_mirror, monkeypatch, tmp_path):
     calls = fake_downloads(monkeypatch, payload)
     cache = str(tmp_path / "cache")
     for _ in range(2):
-        assert data.fetch(NOVEL, mirror=None, cache_dir=cache) == {REL: payload}
-    assert calls == [data.SOURCES[NOVEL]["url"]]  # once: the second read is from the cache
+        assert sources.fetch(NOVEL, mirror=None, cache_dir=cache) == {REL: payload}
+    assert calls == [sources.SOURCES[NOVEL]["url"]]  # once: the second read is from the cache
     assert calls[0].startswith("https://raw.githubusercontent.com/gutenbergbooks/1342/")
-    with open(os.path.join(cache, data.SOURCES[NOVEL]["cache_name"]), "ab") as f:
+    with open(os.path.join(cache, sources.SOURCES[NOVEL]["cache_name"]), "ab") as f:
         f.write(b"tampered")
     with pytest.raises(data.DataError, match="sha256"):
-        data.fetch(NOVEL, mirror=None, cache_dir=cache)
+        sources.fetch(NOVEL, mirror=None, cache_dir=cache)
 
 
 def test_corrupt_split_is_refused(pig_data):
@@ -646,7 +647,7 @@ def test_train_and_evaluate_seq2seq(pig_data, tmp_path, family, capsys):
     errors = report["splits"]["test"]["errors"]
     assert len(errors) == round((1 - report["word_accuracy"]) * len(test))
     for e in errors:
-        assert e["truth"] == data.pig_latin(e["word"]) and e["predicted"] != e["truth"]
+        assert e["truth"] == piglatin.pig_latin(e["word"]) and e["predicted"] != e["truth"]
     assert "wrong translations" in capsys.readouterr().out
     evaluate.main(["--ckpt", os.path.join(cfg["out_dir"], "ckpt.pt"), "--text", "Brown is"])
     printed = capsys.readouterr().out
@@ -658,20 +659,20 @@ def test_train_and_evaluate_seq2seq(pig_data, tmp_path, family, capsys):
 
 def test_hyphen_compounds_are_made_of_training_words_and_teach_no_held_out_word():
     words = ["brown", "is", "quite", "mr", "yellow", "self", "conceit", "ill-bred"]
-    codec = tokenizer.CharCodec(data.PIG_LATIN_VOCAB)
-    train_split = data.PairList([(codec.encode(w), codec.encode(data.pig_latin(w))) for w in words],
-                                data.PIG_LATIN_VOCAB)
+    codec = tokenizer.CharCodec(piglatin.PIG_LATIN_VOCAB)
+    train_split = data.PairList([(codec.encode(w), codec.encode(piglatin.pig_latin(w))) for w in words],
+                                piglatin.PIG_LATIN_VOCAB)
     made = data.hyphen_compounds(train_split, 2.0, seed=3, block_size=30, exclude=["self-conceit", "is-mr"])
     pairs = [(codec.decode(s), codec.decode(t)) for s, t in (made[i] for i in range(len(made)))]
-    assert pairs[:len(words)] == [(w, data.pig_latin(w)) for w in words]  # the training words first, unchanged
+    assert pairs[:len(words)] == [(w, piglatin.pig_latin(w)) for w in words]  # the training words first, unchanged
     compounds = pairs[len(words):]
     assert len(compounds) == 16 and len({w for w, _ in compounds}) == 16  # 2.0 x 8, all distinct
     plain = {w: t for w, t in pairs[:len(words)] if "-" not in w}
     for word, translation in compounds:
         parts = word.split("-")
         assert 2 <= len(parts) <= 3 and all(p in plain for p in parts)  # plain training words only
-        assert translation == "-".join(plain[p] for p in parts) == data.pig_latin(word)
-        assert not data.word_pieces(word) & {"self-conceit", "is-mr"} and len(word) + len(translation) + 2 <= 30
+        assert translation == "-".join(plain[p] for p in parts) == piglatin.pig_latin(word)
+        assert not piglatin.word_pieces(word) & {"self-conceit", "is-mr"} and len(word) + len(translation) + 2 <= 30
     assert list(made.lengths) == [len(w) for w, _ in pairs]
     again = data.hyphen_compounds(train_split, 2.0, seed=3, block_size=30, exclude=["self-conceit", "is-mr"])
     assert [again[i][0].tolist() for i in range(len(again))] == [made[i][0].tolist() for i in range(len(made))]
@@ -689,9 +690,9 @@ def test_the_run_keeps_held_out_words_out_of_its_compounds():
     plain = ["brown", "is", "mr", "quite", "self", "yellow"]
     pairs = [f"{a}-{b}" for a in plain for b in plain if a < b]  # 15 compounds of training words
     held_out = {"val": pairs[0::3], "test": pairs[1::3], "unseen": pairs[2::3]}
-    codec = tokenizer.CharCodec(data.PIG_LATIN_VOCAB)
-    split = lambda words: data.PairList([(codec.encode(w), codec.encode(data.pig_latin(w))) for w in words],  # noqa
-                                        data.PIG_LATIN_VOCAB)
+    codec = tokenizer.CharCodec(piglatin.PIG_LATIN_VOCAB)
+    split = lambda words: data.PairList([(codec.encode(w), codec.encode(piglatin.pig_latin(w))) for w in words],  # noqa
+                                        piglatin.PIG_LATIN_VOCAB)
     dataset = SimpleNamespace(splits={"train": split(plain), **{k: split(v) for k, v in held_out.items()}})
     cfg = {**train.make_config(["--model=encdec"]), "dataset": "fake", "hyphen_compounds": 3.0, "seed": 1,
            "batch_size": 4}
@@ -699,7 +700,7 @@ def test_the_run_keeps_held_out_words_out_of_its_compounds():
 
     def taught(stream_split):
         words = [codec.decode(stream_split[i][0]) for i in range(len(stream_split))]
-        return words, data.pieces_of(words)
+        return words, piglatin.pieces_of(words)
 
     # the fixture can catch a leak: without the exclusions, the same compounds teach words of every held-out split
     unguarded = taught(data.hyphen_compounds(dataset.splits["train"], 3.0, cfg["seed"], model_cfg.block_size))[1]
@@ -718,10 +719,10 @@ def test_training_with_compounds(pig_data, tmp_path, capsys):
     stream = train.TASKS["seq2seq"].stream(ds, M.EncDecConfig(vocab_size=30, block_size=43), cfg)
     n_train = len(ds.splits["train"])
     assert len(stream.split) == n_train + round(0.5 * n_train)
-    codec = tokenizer.CharCodec(data.PIG_LATIN_VOCAB)
+    codec = tokenizer.CharCodec(piglatin.PIG_LATIN_VOCAB)
     held_out = {codec.decode(s[i][0]) for k, s in ds.splits.items() if k != "train" for i in range(len(s))}
     taught = {codec.decode(stream.split[i][0]) for i in range(len(stream.split))}
-    assert not data.pieces_of(taught) & held_out and sum("-" in w for w in taught) >= round(0.5 * n_train)
+    assert not piglatin.pieces_of(taught) & held_out and sum("-" in w for w in taught) >= round(0.5 * n_train)
     summary = train.train(cfg)
     assert "hyphen_compounds: " in capsys.readouterr().out
     assert summary["unseen_n"] == len(ds.splits["unseen"]) and "unseen_word_accuracy_hyphenated" in summary
@@ -767,7 +768,7 @@ def test_error_analysis_by_hand():
         ("thoughtless", "consonant", "11", False),
     ]
     words = [w for w, *_ in table]
-    truths = [data.pig_latin(w) for w in words]
+    truths = [piglatin.pig_latin(w) for w in words]
     predicted = [t if ok else t[::-1] for t, (*_, ok) in zip(truths, table)]
     got = evaluate.error_analysis(words, truths, predicted)
     assert got["by_rule"] == {"consonant": {"n": 7, "accuracy": 3 / 7}, "hyphenated": {"n": 1, "accuracy": 0.0},
@@ -776,19 +777,19 @@ def test_error_analysis_by_hand():
     assert got["by_length"] == {"02": {"n": 3, "accuracy": 2 / 3}, "03": {"n": 1, "accuracy": 0.0},
                                 "05": {"n": 3, "accuracy": 2 / 3}, "11": {"n": 1, "accuracy": 0.0},
                                 "12+": {"n": 3, "accuracy": 2 / 3}}
-    assert got["errors"] == [{"word": w, "truth": data.pig_latin(w), "predicted": data.pig_latin(w)[::-1]}
+    assert got["errors"] == [{"word": w, "truth": piglatin.pig_latin(w), "predicted": piglatin.pig_latin(w)[::-1]}
                              for w in ("quite", "thoughtfulness", "my", "a-b", "thoughtless")]
 
 
 class RuleModel(torch.nn.Module):
     """A stand-in seq2seq model whose answers are known in advance, run through evaluate.py's own code path
-    (translate_split, evaluate_seq2seq, seq2seq_report). It translates by data.pig_latin, except a
+    (translate_split, evaluate_seq2seq, seq2seq_report). It translates by piglatin.pig_latin, except a
     hyphenated word, which it translates whole (a-b -> a-bway), and a word of more than 4 characters, whose
     translation loses its last letter. Teacher-forced, it gives its own answer and [EOS], position by
     position, a logit of CONFIDENCE (every other logit 0; past the end of its answer, all 0)."""
 
     CONFIDENCE = 3.0
-    codec = tokenizer.CharCodec(data.PIG_LATIN_VOCAB)
+    codec = tokenizer.CharCodec(piglatin.PIG_LATIN_VOCAB)
 
     def __init__(self):
         super().__init__()
@@ -797,8 +798,8 @@ class RuleModel(torch.nn.Module):
     @staticmethod
     def answer(word):
         if "-" in word:
-            return data.pig_latin_part(word)
-        return data.pig_latin(word)[:-1] if len(word) > 4 else data.pig_latin(word)
+            return piglatin.pig_latin_part(word)
+        return piglatin.pig_latin(word)[:-1] if len(word) > 4 else piglatin.pig_latin(word)
 
     def own(self, src_row):
         """Its answer and [EOS] as ids, for a source row (the word, [EOS], padding)."""
@@ -828,10 +829,10 @@ def rule_model_scores(words):
     """RuleModel's teacher-forced loss per character and character accuracy on these words, in closed
     form: at a position where its answer agrees with the truth, -log(e^c / (e^c + V - 1)); where it
     disagrees, log(e^c + V - 1); past the end of its answer, log V (uniform). Positions: truth + [EOS]."""
-    c, V = RuleModel.CONFIDENCE, len(data.PIG_LATIN_VOCAB)
+    c, V = RuleModel.CONFIDENCE, len(piglatin.PIG_LATIN_VOCAB)
     loss, right, n = 0.0, 0, 0
     for w in words:
-        truth, own = data.pig_latin(w) + "$", RuleModel.answer(w) + "$"  # '$' stands for [EOS]
+        truth, own = piglatin.pig_latin(w) + "$", RuleModel.answer(w) + "$"  # '$' stands for [EOS]
         for t, want in enumerate(truth):
             n += 1
             if t >= len(own):
@@ -849,7 +850,8 @@ def test_seq2seq_figures_of_a_model_that_gets_some_words_right():
     several lengths: translate_split groups them by length and must put each answer back in its place)."""
     words = ["brown", "is", "a-b", "mr", "strengthening", "my", "equal", "quite", "pleasure-grounds", "yellow"]
     codec = RuleModel.codec
-    split = data.PairList([(codec.encode(w), codec.encode(data.pig_latin(w))) for w in words], data.PIG_LATIN_VOCAB)
+    split = data.PairList([(codec.encode(w), codec.encode(piglatin.pig_latin(w))) for w in words],
+                          piglatin.PIG_LATIN_VOCAB)
     got = evaluate.evaluate_seq2seq(RuleModel(), split, "cpu", nullcontext(), batch_size=3)
     assert got["word_accuracy"] == 3 / 10 and got["n"] == 10  # is, mr, my
     assert {k: v for k, v in got.items() if k.startswith("word_accuracy_")} == {  # by rule: my of 5, is of 2, mr
@@ -860,7 +862,7 @@ def test_seq2seq_figures_of_a_model_that_gets_some_words_right():
                                                                                       nullcontext()))
     assert [codec.decode(p) for p in got["predictions"]] == [RuleModel.answer(w) for w in words]
     loss, char_accuracy = rule_model_scores(words)
-    assert got["n_chars"] == sum(len(data.pig_latin(w)) + 1 for w in words)
+    assert got["n_chars"] == sum(len(piglatin.pig_latin(w)) + 1 for w in words)
     assert got["char_accuracy"] == pytest.approx(char_accuracy) and 0 < char_accuracy < 1
     assert got["loss"] == pytest.approx(loss, rel=1e-5)
 
@@ -870,18 +872,19 @@ class ShortFirstPartModel(RuleModel):
 
     @staticmethod
     def answer(word):
-        return data.pig_latin(word) if len(word.split("-")[0]) <= 2 else RuleModel.answer(word)
+        return piglatin.pig_latin(word) if len(word.split("-")[0]) <= 2 else RuleModel.answer(word)
 
 
 def test_hyphenated_words_grouped_by_whether_their_parts_were_taught():
     """A held-out split's compounds apart by whether every part occurs in training (a training word, or a part
     of a hyphenated one: bred from ill-bred), each group's word accuracy counted by hand."""
-    taught = data.pieces_of(["brown", "is", "mr", "self", "ill-bred"])
+    taught = piglatin.pieces_of(["brown", "is", "mr", "self", "ill-bred"])
     words = ["is-mr", "self-bred", "ex-boss", "xylo-phone", "up-to-brown", "brown", "mr"]
-    assert [data.hyphen_parts(w, taught) for w in words] == [
+    assert [piglatin.hyphen_parts(w, taught) for w in words] == [
         "known parts", "known parts", "new parts", "new parts", "new parts", None, None]
     codec = RuleModel.codec
-    split = data.PairList([(codec.encode(w), codec.encode(data.pig_latin(w))) for w in words], data.PIG_LATIN_VOCAB)
+    split = data.PairList([(codec.encode(w), codec.encode(piglatin.pig_latin(w))) for w in words],
+                          piglatin.PIG_LATIN_VOCAB)
     groups = lambda got: {k: v for k, v in got.items() if k.startswith("word_accuracy_hyphenated_")}  # noqa: E731
     assert groups(evaluate.evaluate_seq2seq(ShortFirstPartModel(), split, "cpu", nullcontext())) == {}  # untold
     split.taught = taught
@@ -895,12 +898,12 @@ def test_prepared_held_out_splits_know_what_was_taught(pig_data):
     """Dataset gives each held-out split the pieces of the training words; meta.json counts each held-out
     split's compounds of known and of new parts as the evaluator groups them."""
     ds = data.Dataset(pig_data)
-    codec = tokenizer.CharCodec(data.PIG_LATIN_VOCAB)
+    codec = tokenizer.CharCodec(piglatin.PIG_LATIN_VOCAB)
     train_words = [codec.decode(ds.splits["train"][i][0]) for i in range(len(ds.splits["train"]))]
     assert not hasattr(ds.splits["train"], "taught")
     for name in ("val", "test", "unseen"):
-        assert ds.splits[name].taught == data.pieces_of(train_words)
-        groups = data.hyphen_part_groups(ds.splits[name])
+        assert ds.splits[name].taught == piglatin.pieces_of(train_words)
+        groups = piglatin.hyphen_part_groups(ds.splits[name])
         assert ds.meta["counts"][name]["hyphenated_parts"] == {g: groups.count(g) for g in ("known parts", "new parts")}
     unseen = ds.meta["counts"]["unseen"]["hyphenated_parts"]
     assert unseen == {"known parts": 1, "new parts": 4}  # good-good; well-made, over-the-top, yellow-green, sci-fi
@@ -929,7 +932,7 @@ def test_seq2seq_report_of_a_model_that_gets_some_words_right(pig_data, tmp_path
     loss, char_accuracy = rule_model_scores(words)
     assert report["char_accuracy"] == pytest.approx(char_accuracy) and report["loss"] == pytest.approx(loss, rel=1e-5)
     length = lambda w: "12+" if len(w) >= 12 else f"{len(w):02d}"  # noqa: E731
-    for grouping, key in (("by_rule", data.pig_latin_rule), ("by_length", length)):
+    for grouping, key in (("by_rule", piglatin.pig_latin_rule), ("by_length", length)):
         groups = {}
         for w, ok in zip(words, right):
             groups.setdefault(key(w), []).append(ok)

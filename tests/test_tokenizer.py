@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import data
+from corpora import sources
 import tokenizer
 
 FILES = {
@@ -275,7 +276,7 @@ def run_c_encode(exe, path, vocab_size, jobs):
 def test_encode_equals_the_compiled_run_c(vocab_size, run_c_harness):
     tok = real(vocab_size)
     path = os.path.join(os.environ["DATA_MIRROR"], FILES[vocab_size])
-    files = data.fetch("sst2", os.environ["DATA_MIRROR"])  # as data.py reads them (sha256 checked)
+    files = sources.fetch("sst2", os.environ["DATA_MIRROR"])  # as data.py reads them (sha256 checked)
     sst2 = [s for f in ("SST-2/train.tsv", "SST-2/dev.tsv") for s in data.parse_sst2_tsv(files[f])[0]]
     assert len(sst2) == N_SST2  # so that the test cannot pass on no texts
     # SST-2 as run.c's generate encodes a prompt (BOS, no EOS); the random strings with all four flag pairs
@@ -408,7 +409,8 @@ def minllama_mirror(tmp_path, monkeypatch):
              "cfimdb-label-mapping.json": json.dumps(["bad", "good"])}
     for name, text in files.items():
         (root / "minllama_sst_cfimdb" / name).write_text(text)
-        monkeypatch.setitem(data.SOURCES["cfimdb"]["files"], f"minllama_sst_cfimdb/{name}", data.sha256(text.encode()))
+        monkeypatch.setitem(sources.SOURCES["cfimdb"]["files"], f"minllama_sst_cfimdb/{name}",
+                            sources.sha256(text.encode()))
     return str(root)
 
 
@@ -440,10 +442,10 @@ def test_minllama_download_path_and_bad_lines(minllama_mirror, tmp_path, monkeyp
         with open(dest, "wb") as f:
             f.write(open(os.path.join(minllama_mirror, "minllama_sst_cfimdb", name), "rb").read())
 
-    monkeypatch.setattr(data, "download", fake_download)
+    monkeypatch.setattr(sources, "download", fake_download)
     cache = str(tmp_path / "cache")
     for _ in range(2):
-        files = data.fetch("cfimdb", mirror=None, cache_dir=cache)
+        files = sources.fetch("cfimdb", mirror=None, cache_dir=cache)
     assert len(files) == 3 and len(calls) == 3
     assert all(u.startswith("https://raw.githubusercontent.com/neubig/minllama-assignment/") for u in calls)
     with pytest.raises(data.DataError, match="line 2: expected `<label> \\|\\|\\| <text>`"):

@@ -1,0 +1,145 @@
+"""
+Pig Latin's words (the seq2seq study): the rules, the words of a novel, and the held-out splits that make the
+test one of the rules rather than of memory. data.py's prepare_piglatin writes the pairs into .bin files;
+evaluate.py groups a model's errors by rule and by compound with pig_latin_rules and hyphen_part_groups.
+
+The rules (one common form of the game; the seed write-up's examples all follow it):
+  - a word starting with a vowel (a, e, i, o, u) gets "way":            is -> isway, equal -> equalway
+  - otherwise the consonants before the first vowel move to the end, then "ay":
+                                                                         brown -> ownbray, strengthening ->
+                                                                         engtheningstray
+  - "y" is a consonant as the first letter and a vowel after it:        yellow -> ellowyay, rhythm -> ythmrhay
+  - "qu" moves as one consonant (the u goes with its q):                 quite -> itequay, square -> aresquay
+  - a word with no vowel at all (mr, xv) gets "ay":                      mr -> mray
+  - a hyphenated word is translated part by part:                       pleasure-grounds -> easureplay-oundsgray
+
+Read top to bottom: the characters and the rules (pig_latin, pig_latin_rule) -> the novel's words and a split's
+words read back (novel_words, source_words) -> the pieces of hyphenated words (word_pieces) -> the unseen
+words and the novel's split (unseen_words, split_novel) -> held-out compounds by whether their parts were
+taught (hyphen_parts). data.py's hyphen_compounds makes training compounds of these words.
+"""
+
+import re
+
+import numpy as np
+
+from tokenizer import CharCodec
+
+PIG_LATIN_VOCAB = ["[PAD]", "[SOS]", "[EOS]", "-", *"abcdefghijklmnopqrstuvwxyz"]  # ids 0, 1, 2, then characters
+_PIG_WORD = re.compile(r"[a-z]+(?:-[a-z]+)*")  # what the study translates: letters, single inner hyphens
+
+
+def pig_latin_part(word):
+    """One unhyphenated lower-case word in Pig Latin, by the rules above."""
+    if word[0] in "aeiou":
+        return word + "way"
+    i = 1  # the first letter is a consonant, 'y' included
+    while i < len(word) and word[i] not in "aeiouy":
+        i += 1
+    if i < len(word) and word[i] == "u" and word[i - 1] == "q":
+        i += 1  # 'qu' moves together
+    return word[i:] + word[:i] + "ay"
+
+
+def pig_latin(word):
+    """A word (lower-case letters, single inner hyphens) in Pig Latin, each hyphenated part apart."""
+    if not _PIG_WORD.fullmatch(word):
+        raise ValueError(f"{word!r}: Pig Latin here takes lower-case letters a-z and inner hyphens")
+    return "-".join(pig_latin_part(part) for part in word.split("-"))
+
+
+def pig_latin_rule(word):
+    """The rule a word falls under, for the error analysis: 'hyphenated', 'vowel' (+way), 'no vowel'
+    (+ay) or 'consonant' (the cluster moves)."""
+    if "-" in word:
+        return "hyphenated"
+    if word[0] in "aeiou":
+        return "vowel"
+    return "consonant" if any(c in "aeiouy" for c in word[1:]) else "no vowel"
+
+
+def novel_words(text):
+    """The distinct words of a text, sorted: runs of letters (with inner hyphens or apostrophes),
+    lower-cased, keeping those of a-z and hyphens only. Possessives and contractions (darcy's, don't)
+    and words with accents (tete-a-tete spelt with them) are left out, not cut: their pieces would be
+    new words that the text does not have."""
+    found = re.findall(r"[^\W\d_]+(?:[-'\u2019][^\W\d_]+)*", text.lower())
+    return sorted({w for w in found if _PIG_WORD.fullmatch(w)})
+
+
+def source_words(split):
+    """The source words of a Pig Latin split (PairSplit or PairList), decoded."""
+    codec = CharCodec(PIG_LATIN_VOCAB)
+    return [codec.decode(split[i][0]) for i in range(len(split))]
+
+
+def pig_latin_rules(split):
+    """The Pig Latin rule (pig_latin_rule) of each source word of a seq2seq split, or None for a split
+    whose vocabulary (its `vocab`) is not Pig Latin's characters."""
+    if getattr(split, "vocab", None) != PIG_LATIN_VOCAB:
+        return None
+    return [pig_latin_rule(w) for w in source_words(split)]
+
+
+def word_pieces(word):
+    """The runs of a word's hyphenated parts, the word itself included: good-humoured -> {good-humoured, good,
+    humoured}; sea-bathing-place -> also sea-bathing and bathing-place. A word occurs in another (whole or
+    inside it) when it is one of the other's pieces."""
+    parts = word.split("-")
+    return {"-".join(parts[i:j]) for i in range(len(parts)) for j in range(i + 1, len(parts) + 1)}
+
+
+def pieces_of(words):
+    """Every piece (word_pieces) of every word: all that occurs in these words."""
+    return set().union(*map(word_pieces, words))
+
+
+UNSEEN_WORDS = 3000  # the unseen split's size: a seeded sample of the review words the novel lacks
+
+
+def unseen_words(texts, novel, block_size, n=UNSEEN_WORDS, seed=1337):
+    """The unseen-word test set: distinct words of `texts`, cleaned by novel_words' rule, that occur nowhere
+    in `novel` (the novel's words: neither as a word nor inside a hyphenated one, as bathing in bathing-place)
+    and that fit the models' context as the novel's words do (word, [EOS], [SOS] and translation in
+    block_size tokens); a seeded sample of n of them (all if fewer), sorted. A novel word may be a part of
+    one of them (action-packed): hyphen_parts tells those compounds apart. Returns (the sample, how many
+    words qualified)."""
+    in_novel = pieces_of(novel)
+    candidates = [w for w in novel_words("\n".join(texts))
+                  if w not in in_novel and len(w) + len(pig_latin(w)) + 2 <= block_size]
+    rng = np.random.default_rng([seed, 23])  # a stream of its own: the novel's split does not depend on it
+    pick = rng.choice(len(candidates), size=min(n, len(candidates)), replace=False)
+    return sorted(candidates[i] for i in pick), len(candidates)
+
+
+def split_novel(words, seed, n_val, n_test):
+    """The novel's words split into train, val and test (sorted lists) so that no validation or test word
+    occurs in another word of the novel, whole or inside it, and so in no word of another split: a word that
+    is part of another word (century in eighteenth-century, self in self-conceit; in-law would be, beside
+    son-in-law) always trains, and the validation and test words are drawn at random (seeded) from the
+    rest. Training words may still be parts of a held-out compound (good-humoured in test, good in
+    training): that tests the rule for hyphens on known words."""
+    inside = {p for w in words for p in word_pieces(w) if p != w}  # the pieces of other words
+    free = [w for w in words if w not in inside]
+    order = np.random.default_rng(seed).permutation(len(free))
+    val, test = [free[i] for i in order[:n_val]], [free[i] for i in order[n_val:n_val + n_test]]
+    held_out = set(val) | set(test)
+    return {"train": [w for w in words if w not in held_out], "val": sorted(val), "test": sorted(test)}
+
+
+def hyphen_parts(word, taught):
+    """For a hyphenated word, whether every part occurs in training ('known parts': `taught`, the pieces of
+    the training words, holds each) or not ('new parts'); None for a word without hyphens. A compound of
+    known parts tests the rule for hyphens alone; one with a new part tests the single-word rules too."""
+    if "-" not in word:
+        return None
+    return "known parts" if all(p in taught for p in word.split("-")) else "new parts"
+
+
+def hyphen_part_groups(split):
+    """hyphen_parts of each source word of a Pig Latin split that knows what was taught (`taught`, set by
+    Dataset on the held-out splits); else None."""
+    taught = getattr(split, "taught", None)
+    if taught is None or getattr(split, "vocab", None) != PIG_LATIN_VOCAB:
+        return None
+    return [hyphen_parts(w, taught) for w in source_words(split)]
