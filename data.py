@@ -1223,7 +1223,7 @@ def main(argv=None):
                    "(default: llama2 for sst5 and cfimdb, tok512 for imdb_lm)")
     p.add_argument("--max_len", type=int, default=DEFAULT_MAX_LEN, help="tokens per sequence incl. [CLS] "
                    "(default 256)")
-    p.add_argument("--subset", default="", help=f"sst2, imdb, yelp_polarity, multidomain(_uci): {SUBSETS}")
+    p.add_argument("--subset", default="", help="sst2, imdb, yelp_polarity, multidomain(_uci): " + SUBSETS.replace("%", "%%"))
     p.add_argument("--mirror", default=os.environ.get("DATA_MIRROR"),
                    help="read source files from this folder instead of downloading (default: $DATA_MIRROR)")
     p.add_argument("--out_dir", default=None, help="default: data/<dataset>_<protocol>_<vocab> "

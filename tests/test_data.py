@@ -405,3 +405,11 @@ def test_real_sst2_same_seed_same_bytes(real_prepared, real_mirror, tmp_path):
     folder, _ = real_prepared("glue")
     data.prepare_sst2(protocol="glue", mirror=real_mirror, out_dir=str(tmp_path / "again"), verbose=False)
     assert _bin_bytes(tmp_path / "again") == _bin_bytes(folder)
+
+
+def test_help_prints(capsys):
+    """`python data.py --help` prints the usage (its --subset help once held a bare '%', which argparse
+    reads as a format and crashed on)."""
+    with pytest.raises(SystemExit) as e:
+        data.main(["--help"])
+    assert e.value.code == 0 and "frac<P> (P % of train" in capsys.readouterr().out
