@@ -1,10 +1,9 @@
 """
-Evaluate trained checkpoints: one evaluator per task (classification: loss, accuracy, F1, precision,
-recall, MCC and per-example predictions; language modelling: loss, perplexity, next-token accuracy
-and the embedding norm; seq2seq: loss per character, greedy word accuracy, the translations; masked-
-language modelling: masked-token loss and accuracy), plus
-size, FLOPs and speed; classify your own text or sample from a
-language model. train.py uses the same evaluators during training; this file never imports train.py.
+Evaluate trained checkpoints: one evaluator per task (classification: loss, accuracy, F1, precision, recall, MCC
+and per-example predictions; language modelling: loss, perplexity, next-token accuracy and the embedding norm;
+seq2seq: loss per character, greedy word accuracy, the translations; masked-language modelling: masked-token loss
+and accuracy), plus size, FLOPs and speed; classify your own text or sample from a language model. train.py uses
+the same evaluators during training; this file never imports train.py.
 
     python evaluate.py --ckpt out/sst2_recurrent/ckpt.pt                     # test split, table on stdout
     python evaluate.py --ckpt out/sst2_baseline/ckpt.pt out/sst2_recurrent/ckpt.pt --json results.json
@@ -17,22 +16,21 @@ language model. train.py uses the same evaluators during training; this file nev
     python evaluate.py --ckpt out/piglatin_transformer/ckpt.pt --plots out/piglatin_plots   # seq2seq: word accuracy,
                                               # errors by rule and length, attention maps, embedding projection
 
-Read in order: the metrics, the evaluators (what train.py scores with), the speed of a checkpoint, loading,
-the reports (one per task: every figure of one checkpoint), the tables, and the command line. The speed
-benchmark against other implementations is bench/speed.py (`python -m bench.speed`); the study runner is
-study.py.
+Read in order: the metrics, the evaluators (what train.py scores with), the speed of a checkpoint, loading, the
+reports (one per task: every figure of one checkpoint, with sampling beside the language models'), and the
+command line. Beside it, cli/evaluate_options.py checks its options and reads what they name (files, words,
+a tokenizer, the zero-shot prompts), and reports/ prints the table and draws --plots from the figures computed
+here. The speed benchmark against other implementations is bench/speed.py; the study runner is study.py.
 
 Bad input (an option out of its range, a device this machine lacks, a file that is not there, an option
 that does not suit the checkpoint) ends in one line, `error: ...`, before any long work; anything else is
 a bug and keeps its traceback.
 
-Timing follows the usual rules for honest numbers (bench/timing.py): warm-up passes first, device
-synchronization around every timed region, the median of several repeats, and the conditions (device,
-dtype, torch version, threads) printed and stored with the figures.
+Timing follows bench/timing.py's rules for honest numbers: warm-up passes first, device synchronization around
+every timed region, the median of several repeats, and the conditions printed and stored with the figures.
 """
 
 import argparse
-import importlib.util
 import math
 import os
 import statistics
@@ -48,9 +46,15 @@ import torch.nn.functional as F
 import configurator
 import data
 from bench.timing import timed
+from cli.evaluate_options import (ZERO_SHOT_TEMPLATE, ListSplit, check_args, check_fits, config_defaults, decode_mode,
+                                  label_list, llama_tokenizer_for, read_tsv, read_word_list, seq2seq_words, untrained,
+                                  zero_shot_inputs)
+from cli.options import AT_LEAST_1, Ranged
 from corpora import piglatin
 from export import read_llama2c
-from model import DECODE_MODES, CheckpointError, LlamaConfig, build_model, load_checkpoint, raw_model
+from model import DECODE_MODES, CheckpointError, LlamaConfig, load_checkpoint, raw_model
+from reports.seq2seq_plots import seq2seq_plots
+from reports.table import print_table
 
 # -----------------------------------------------------------------------------
 # metrics: what each evaluator reports, how tables name it, and which way is better
@@ -368,21 +372,6 @@ def generation_speed(model, device, ctx, block_size, n_tokens=50, repeats=3):
     return 1000 * statistics.median(lat), statistics.median(thr)
 
 
-class ListSplit:
-    """An in-memory labelled split with the interface of data.ClassificationSplit."""
-
-    def __init__(self, items):
-        self.items = items
-        self.lengths = np.array([len(ids) for ids, _ in items])
-        self.labels = np.array([lab for _, lab in items], dtype=np.int64)
-
-    def __len__(self):
-        return len(self.items)
-
-    def __getitem__(self, i):
-        return self.items[i]
-
-
 # -----------------------------------------------------------------------------
 # loading
 
@@ -404,60 +393,12 @@ def load(path, device):
     return model, ckpt
 
 
-def untrained(path, split, device):
-    """(a model with fresh weights, its run's split `split`) from a run's full settings (the config.py that
-    study.py records beside a run: every key train.py resolved), for timing an architecture whose trained
-    checkpoint is gone. Raises ConfigError if the file does not hold a classifier's settings."""
-    cfg = {key: value for key, value, _ in configurator.read_settings([path])}
-    missing = [k for k in ("model", "dataset") if k not in cfg]
-    if missing:
-        raise configurator.ConfigError(f"--untrained {path}: not a run's full settings (no {', '.join(missing)}); "
-                                       f"give the config.py of a run record")
-    dataset = data.load_dataset(cfg)
-    if dataset.task != "classification":
-        raise configurator.ConfigError(f"--untrained {path}: a {dataset.task} run; --interleave times classifiers")
-    torch.manual_seed(0)
-    model = build_model(cfg["model"], cfg, dataset.facts()).to(device).eval()
-    return model, dataset.splits[split]
-
-
 def checkpoint_dataset(ckpt, path):
     """The dataset the checkpoint's run trained on (prepared again if its folder is gone), checked to
     have the checkpoint's vocabulary and truncation."""
     dataset = data.load_dataset(ckpt["config"])
     dataset.check_matches(ckpt["data"], f"the checkpoint {path}")
     return dataset
-
-
-def read_tsv(path, encoder):
-    """A labelled file: one `sentence<TAB>label` per line, an optional header line. Sentences are
-    cleaned, tokenized and truncated exactly as in training. A file that cannot be read, is not UTF-8,
-    or has a line of another form (an empty sentence included) is a DataError naming the file and line."""
-    items, truncated = [], 0
-    try:
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, start=1):
-                line = line.rstrip("\n")
-                if not line.strip():
-                    continue
-                text, sep, label = line.rpartition("\t")
-                if not sep or not label.strip().lstrip("-").isdigit():
-                    if n == 1:
-                        continue  # a header
-                    raise data.DataError(f"{path}:{n}: expected `sentence<TAB>integer label`, got {line[:80]!r}")
-                try:
-                    ids = encoder(text, truncate=True)
-                except configurator.ConfigError as e:  # the encoder's word on bad text (an empty sentence)
-                    raise data.DataError(f"{path}:{n}: {e}") from None
-                truncated += encoder.was_truncated
-                items.append((ids, int(label)))
-    except UnicodeDecodeError as e:
-        raise data.DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except OSError as e:
-        raise data.DataError(f"{path}: cannot be read ({e.strerror or e})") from None
-    if not items:
-        raise data.DataError(f"{path} holds no labelled lines")
-    return ListSplit(items), truncated
 
 
 def text_encoder(ckpt):
@@ -524,42 +465,6 @@ def depth_sweep(model, split, loops, device, ctx, batch_size=256):
     finally:
         raw.cfg.n_loops, raw.depth = trained, raw.cfg.n_layer * trained
     return rows
-
-
-TOKENIZER_OF_VOCAB = {512: "tok512", 32000: "llama2"}  # llama2.c's files do not name their tokenizer
-
-
-def llama_tokenizer_for(model, path, name=None):
-    """The Llama tokenizer that goes with a model: the one its training data named, `name`, or by
-    vocabulary size (llama2.c's files do not name theirs), checked against the model's vocabulary."""
-    name = name or TOKENIZER_OF_VOCAB.get(model.cfg.vocab_size)
-    if name is None:
-        raise configurator.ConfigError(f"{path} has a vocabulary of {model.cfg.vocab_size}: name its tokenizer "
-                                       f"with --tokenizer")
-    tok = data.load_llama_tokenizer(name)
-    if tok.vocab_size != model.cfg.vocab_size:
-        raise configurator.ConfigError(f"tokenizer {name} has {tok.vocab_size} pieces, the model "
-                                       f"{model.cfg.vocab_size}: give --tokenizer the model's own")
-    return name, tok
-
-
-# A compiled decode step took 71 s to build on this project's 2-core CPU VM from an empty inductor cache (21 s from
-# a warm one) and saved 2 to 4 ms a token at batch 1 (stories260K, one thread, float32: 202-323 -> about 1,130
-# tokens/s), so it repays itself past about 17,600 generated tokens from a cold cache (9,400 warm): `--decode auto`
-# compiles from this many on. (Measured with torch 2.13.0+cpu on a machine shared with other jobs; see the README.)
-COMPILE_REPAYS = 20_000
-
-
-def decode_mode(args, tokens):
-    """The decode step a command uses: --decode, or for 'auto' the compiled step when it generates at least
-    COMPILE_REPAYS tokens in all, the eager one below that (said on one line either way)."""
-    if args.decode != "auto":
-        return args.decode
-    mode = "compiled" if tokens >= COMPILE_REPAYS else "eager"
-    print(f"decode step: {mode} (--decode auto: {tokens:,} tokens to generate, "
-          f"{'enough' if mode == 'compiled' else 'too few'} to repay compiling it, which pays from "
-          f"{COMPILE_REPAYS:,}; --decode eager|compiled chooses)")
-    return mode
 
 
 def generate_compiled(run, mode, auto):
@@ -704,10 +609,9 @@ def error_analysis(words, truths, predictions):
     Pig Latin rule (piglatin.pig_latin_rule: consonant cluster, vowel, hyphenated, no vowel)."""
     right = [p == t for p, t in zip(predictions, truths)]
     lengths = [f"{n:02d}" if n < 12 else "12+" for n in map(len, words)]
-    return {"by_length": accuracy_by(lengths, right),
-            "by_rule": accuracy_by(map(piglatin.pig_latin_rule, words), right),
-            "errors": [{"word": w, "truth": t, "predicted": p} for w, t, p, ok in zip(words, truths, predictions, right)
-                       if not ok]}
+    by_rule = accuracy_by(map(piglatin.pig_latin_rule, words), right)
+    errors = [dict(word=w, truth=t, predicted=p) for w, t, p, ok in zip(words, truths, predictions, right) if not ok]
+    return {"by_length": accuracy_by(lengths, right), "by_rule": by_rule, "errors": errors}
 
 
 @torch.no_grad()
@@ -766,136 +670,27 @@ def seq2seq_report(model, ckpt, path, args, device, ctx):
     if not args.no_timing:
         res["latency_ms"], res["throughput"] = translation_speed(model, split, device, ctx, args.repeats)
     if args.plots:
-        res["plots"] = seq2seq_plots(model, codec, args.plots, seq2seq_words(args.words, "--words", ","), device)
+        words = seq2seq_words(args.words, "--words", ",")
+        res["plots"] = seq2seq_plots(args.plots, attention_weights(model, codec, words, device),
+                                     raw_model(model).tok_emb.weight, codec.itos)
     return res
 
 
-def read_word_list(path, codec, block_size):
-    """--file for a seq2seq model: one word per line, optionally followed by a tab and its expected
-    translation (else the rules' answer, piglatin.pig_latin). Words follow --text's rule (upper case read as
-    lower case; letters a-z with single inner hyphens); a translation must be in the model's characters,
-    and word and translation must fit its context as the training words did (word, [EOS], [SOS] and
-    translation in block_size). Blank lines are skipped. Anything else is a DataError naming the line."""
-    pairs = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                word, sep, truth = line.rstrip("\n").partition("\t")
-                word = word.strip().lower()
-                if not piglatin._PIG_WORD.fullmatch(word):
-                    raise data.DataError(f"{path}:{n}: {word!r} is not a word the model translates (letters a-z "
-                                         f"with single inner hyphens, then optionally a tab and its translation)")
-                truth = truth.strip() if sep else piglatin.pig_latin(word)
-                try:
-                    ids = codec.encode(word), codec.encode(truth)
-                except ValueError as e:
-                    raise data.DataError(f"{path}:{n}: the translation {truth!r}: {e}") from None
-                if not truth or len(word) + len(truth) + 2 > block_size:
-                    raise data.DataError(f"{path}:{n}: {word!r} -> {truth!r} " + (
-                        "has an empty translation" if not truth else f"does not fit the model's context: word, "
-                        f"translation and 2 markers must be at most {block_size} characters"))
-                pairs.append(ids)
-    except UnicodeDecodeError as e:
-        raise data.DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except OSError as e:
-        raise data.DataError(f"{path}: cannot be read ({e.strerror or e})") from None
-    if not pairs:
-        raise data.DataError(f"{path} holds no words")
-    return data.PairList(pairs, codec.itos)
-
-
 @torch.no_grad()
-def seq2seq_plots(model, codec, out_dir, words, device):
-    """The write-up's pictures, as PNG files in out_dir: for an encoder-decoder, each word's encoder
-    self-attention and cross-attention maps (every head of every layer, from the greedy translation);
-    for any model, a 2-D projection (PCA) of the character embeddings. Returns the files written."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    os.makedirs(out_dir, exist_ok=True)
-    written = []
+def attention_weights(model, codec, words, device):
+    """What --plots draws of an encoder-decoder (reports/seq2seq_plots.py): for each word, its greedy translation
+    and the attention weights of the forward that reads it back, [(word, translation, {'encoder': [(1, n_head,
+    T_src, T_src)], 'cross': [(1, n_head, T_out, T_src)]}, one per layer)]; [] for a model without an encoder."""
     m = raw_model(model)
-    if hasattr(m, "encoder"):
-        for word in words:
-            (out,) = translate_split(m, data.PairList([(codec.encode(word), [])]), device, nullcontext())
-            src = torch.tensor([[*codec.encode(word), data.EOS]], device=device)
-            idx = torch.tensor([[data.SOS, *out]], device=device)  # the decoder's input as it translated
-            _, _, weights = m(src, idx, need_weights=True)
-            src_labels = [*word, "EOS"]
-            tgt_labels = ["SOS", *codec.decode(out)]
-            for kind, maps, rows, cols in (("encoder", weights["encoder"], src_labels, src_labels),
-                                           ("cross", weights["cross"], tgt_labels, src_labels)):
-                n_layer, n_head = len(maps), maps[0].size(1)
-                fig, axes = plt.subplots(n_layer, n_head, figsize=(1.6 * n_head + 1, 1.6 * n_layer + 0.6),
-                                         squeeze=False)
-                for li, w in enumerate(maps):
-                    for hi in range(n_head):
-                        ax = axes[li][hi]
-                        ax.imshow(w[0, hi].float().cpu().numpy(), cmap="viridis", vmin=0, vmax=1)
-                        ax.set_xticks(range(len(cols)), cols, fontsize=5, rotation=90)
-                        ax.set_yticks(range(len(rows)), rows, fontsize=5)
-                        ax.set_title(f"layer {li} head {hi}", fontsize=6)
-                what = "encoder self-attention (rows: queries)" if kind == "encoder" else \
-                    "cross-attention (rows: output so far, columns: the word)"
-                fig.suptitle(f"{word} -> {codec.decode(out)}: {what}", fontsize=8)
-                fig.tight_layout()
-                path = os.path.join(out_dir, f"attention_{kind}_{word}.png")
-                fig.savefig(path, dpi=150)
-                plt.close(fig)
-                written.append(path)
-    # [PAD] is never read; its row moves only through the tied output head, far from the rest, so it
-    # would be the first principal direction by itself: it is left out
-    shown = [i for i, name in enumerate(codec.itos) if name != "[PAD]"]
-    emb = m.tok_emb.weight.float().cpu()[shown]
-    centred = emb - emb.mean(0)
-    _, _, v = torch.linalg.svd(centred, full_matrices=False)
-    xy = (centred @ v[:2].T).numpy()  # (V - 1, 2): the two principal directions
-    fig, ax = plt.subplots(figsize=(5, 5))
-    for i, name in enumerate(codec.itos[j] for j in shown):
-        colour = "tab:red" if name in "aeiou" else "tab:orange" if name == "y" else "tab:blue" if len(name) == 1 \
-            else "tab:gray"
-        ax.scatter(xy[i, 0], xy[i, 1], c=colour, s=12)
-        ax.annotate(name, xy[i], fontsize=8)
-    ax.set_title("character embeddings, first two principal components\n(red: vowels, orange: y, blue: "
-                 "consonants and '-', grey: specials)", fontsize=8)
-    fig.tight_layout()
-    path = os.path.join(out_dir, "embeddings_pca.png")
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
-    return written + [path]
-
-
-ZERO_SHOT_TEMPLATE = "{text} Is this movie {labels}? This movie is"  # the course's prompt; labels: "a, b, or c"
-
-
-def label_list(names):
-    """['bad', 'good'] -> 'bad or good'; ['awful', 'bad', 'average'] -> 'awful, bad, or average'."""
-    return ", ".join(names[:-1]) + ", or " + names[-1] if len(names) > 2 else " or ".join(names)
-
-
-def zero_shot_inputs(tok, split, names, block_size):
-    """The prompts of a labelled split (prepared with the Llama tokenizer `tok`) as token ids: BOS, the
-    text, then the question of ZERO_SHOT_TEMPLATE; each label word's ids (' good', its dummy-prefix
-    space included); the labels; and how many texts were cut so that prompt and label fit block_size."""
-    before, after = ZERO_SHOT_TEMPLATE.split("{text}")
-    head = tok.encode(before.strip(), bos=True)  # [BOS] alone when the template starts with the text
-    tail = tok.encode(after.format(labels=label_list(names)).strip(), bos=False)
-    label_ids = [tok.encode(n, bos=False) for n in names]
-    room = block_size - len(head) - len(tail) - max(map(len, label_ids))
-    if room < 1:
-        raise configurator.ConfigError(f"a context of {block_size} tokens cannot hold the zero-shot prompt's "
-                                       f"{len(head) + len(tail)} tokens, a label and some text")
-    prompts, y_true, cut = [], [], 0
-    for i in range(len(split)):
-        ids, y = split[i]
-        text = [int(t) for t in ids[1:]]  # the prepared ids start with BOS
-        cut += len(text) > room
-        prompts.append(head + text[:room] + tail)
-        y_true.append(int(y))
-    return prompts, label_ids, y_true, cut
+    if not hasattr(m, "encoder"):
+        return []
+    out = []
+    for word in words:
+        (ids,) = translate_split(m, data.PairList([(codec.encode(word), [])]), device, nullcontext())
+        src = torch.tensor([[*codec.encode(word), data.EOS]], device=device)
+        idx = torch.tensor([[data.SOS, *ids]], device=device)  # the decoder's input as it translated
+        out.append((word, codec.decode(ids), m(src, idx, need_weights=True)[2]))
+    return out
 
 
 def zero_shot_report(model, ckpt, path, args, device, ctx):
@@ -939,106 +734,6 @@ def mlm_report(model, ckpt, path, args, device, ctx):
 
 REPORTS = {"classification": classification_report, "lm": lm_report, "generate": generation_report,
            "seq2seq": seq2seq_report, "mlm": mlm_report}
-
-ROWS = [  # (key, label, format)
-    ("word_accuracy", "word accuracy", "{:.4f}"), ("unseen_word_accuracy", "word accuracy, unseen words", "{:.4f}"),
-    ("unseen_loss", "loss per character, unseen words", "{:.4f}"),
-    ("char_accuracy", "char accuracy (teacher-forced)", "{:.4f}"),
-    ("accuracy", "accuracy", "{:.4f}"), ("precision", "precision", "{:.4f}"), ("recall", "recall", "{:.4f}"),
-    ("f1", "F1", "{:.4f}"), ("mcc", "MCC", "{:.4f}"), ("loss", "loss", "{:.4f}"), ("ppl", "perplexity", "{:.3f}"),
-    ("emb_norm", "mean ||X|| (block 1 input)", "{:.3f}"), ("n", "examples (LM: tokens, MLM: masked)", "{:,}"),
-    ("params_total", "params total", "{:,}"), ("params_embedding", "params embedding", "{:,}"),
-    ("params_non_embedding", "params non-embedding", "{:,}"), ("size_mb", "size fp32 (MB)", "{:.2f}"),
-    ("ckpt_bytes", "checkpoint bytes", "{:,}"), ("effective_depth", "effective depth", "{}"),
-    ("flops_per_sample", "FLOPs/sample (fwd)", "{:.3e}"), ("flops_per_token", "FLOPs/token (fwd)", "{:.3e}"),
-    ("latency_ms", "latency bs=1 (ms; LM: per token, seq2seq: per word)", "{:.3f}"),
-    ("throughput", "throughput (samples|tokens|words/s)", "{:,.0f}"),
-    ("texts_cut_at_preparation", "texts cut at data preparation", "{:,}"),
-    ("texts_cut", "texts cut again to fit the context", "{:,}"),
-    ("new_tokens", "generated tokens", "{:,}"), ("decode", "decode step", "{}"),
-    ("compile_s", "decode step compile time (s)", "{:.1f}"),
-    ("tokens_per_s", "generation, batch 1 (tokens/s)", "{:,.0f}"),
-    ("tokens_per_s_batch", "generation, --gen_batch (tokens/s)", "{:,.0f}"),
-    ("tokens_per_s_no_cache", "generation, batch 1, no cache", "{:,.0f}"),
-    ("tokens_per_s_batch_no_cache", "generation, --gen_batch, no cache", "{:,.0f}"),
-]
-
-
-def run_names(paths):
-    """Short column names: each checkpoint's folder, with as many parent folders as it takes to tell
-    them apart (out/study/A/seed1/ckpt.pt and out/study/B/seed1/ckpt.pt -> A/seed1, B/seed1)."""
-    parts = [os.path.dirname(os.path.abspath(p)).split(os.sep) for p in paths]
-    for depth in range(1, max(len(p) for p in parts) + 1):
-        names = ["/".join(p[-depth:]) for p in parts]
-        if len(set(names)) == len(names):
-            return names
-    return list(paths)  # the same file given twice
-
-
-def print_table(results, max_errors=50):
-    names = run_names([r["ckpt"] for r in results])
-    width = max(12, *(len(n) for n in names)) + 2
-    print(f"{'':34s}" + "".join(f"{n:>{width}s}" for n in names))
-    for key, label, fmt in ROWS:
-        if any(key in r for r in results):
-            print(f"{label:34s}" + "".join(f"{fmt.format(r[key]) if key in r else '-':>{width}s}" for r in results))
-    for name, r in zip(names, results):
-        if "confusion_matrix" in r:
-            print(f"confusion matrix of {name} (rows true {r['label_names']}, columns predicted): "
-                  f"{r['confusion_matrix']}")
-        if "loops" in r:
-            print(f"test-time depth of {name} (trained with {r['loops'][0]['trained_loops']} loops): " +
-                  ", ".join(f"{row['n_loops']} loops acc {row['accuracy']:.4f}" for row in r["loops"]))
-        if "prompt" in r:
-            print(f"zero-shot prompt of {name} ({r['dataset']} {r['split']}, {r['tokenizer']} tokens): {r['prompt']!r}")
-            prepared = r.get("texts_cut_at_preparation", "an unrecorded number")
-            print(f"texts of {name}: {prepared} of {r['n']} cut to {r['prepared_max_len']} tokens when the data was "
-                  f"prepared, {r['texts_cut']} cut again to fit the prompt in its context of {r['context']}")
-        if "splits" in r:
-            print_word_breakdown(name, r["splits"], max_errors)
-            for p in r.get("plots", []):
-                print(f"wrote {p}")
-        if "sample" in r:
-            print(f"--- sample from {name} (temperature {r['sample_args']['temperature']}, top_k "
-                  f"{r['sample_args']['top_k']}, seed {r['sample_args']['seed']}):\n{r['sample']}\n---")
-
-
-def print_word_breakdown(name, splits, max_errors):
-    """A seq2seq report's word accuracy by rule and by length, its splits side by side (test | unseen),
-    then each split's wrong translations (the first max_errors)."""
-    heads = [f"{s} (n={v['n']:,})" for s, v in splits.items()]
-    width = max(18, *map(len, heads)) + 2
-    for what in ("by_rule", "by_length"):
-        print(f"word accuracy of {name} {what.replace('_', ' ')}:" + " " * 4 + "".join(f"{h:>{width}s}" for h in heads))
-        keys = sorted({k for v in splits.values() for k in v[what]})
-        for k in keys:
-            cells = [f"{v[what][k]['accuracy']:.3f} ({v[what][k]['n']:,})" if k in v[what] else "-"
-                     for v in splits.values()]
-            print(f"  {k:{len(name) + len(what) + 20}s}" + "".join(f"{c:>{width}s}" for c in cells))
-        overall = [f"{v['word_accuracy']:.3f} ({v['n']:,})" for v in splits.values()]
-        print(f"  {'all':{len(name) + len(what) + 20}s}" + "".join(f"{c:>{width}s}" for c in overall))
-    for s, v in splits.items():
-        print(f"wrong translations of {name} on {s} ({len(v['errors'])}; word: truth / predicted):")
-        for e in v["errors"][:max_errors]:
-            print(f"  {e['word']}: {e['truth']} / {e['predicted']}")
-
-
-def seq2seq_words(text, option, sep=None):
-    """The words of --text (split at white space) or --words (at commas) for a seq2seq model, by one rule
-    for both: upper case is read as lower case, as the training words were (piglatin.novel_words lower-cases
-    the novel), and each word must be one the study translates (letters a-z, single inner hyphens:
-    piglatin.pig_latin's domain). Empty input, an empty word or any other word is a ConfigError naming it."""
-    words = [w.strip() for w in str(text).lower().split(sep)]
-    if not any(words):
-        raise configurator.ConfigError(f"{option} is empty: give {'comma-separated words' if sep else 'words'} "
-                                       f"to translate")
-    for w in words:
-        if not piglatin._PIG_WORD.fullmatch(w):
-            what = "an empty word" if not w else f"{w!r}, which is not a word the model translates"
-            raise configurator.ConfigError(f"{option} {text!r} has {what} (letters a-z with single inner hyphens; "
-                                           f"upper case is read as lower case)")
-    return words
-
 
 def translate_text(model, ckpt, path, text, device, ctx):
     """--text for a seq2seq model: each word of the text (seq2seq_words) translated greedily, printed
@@ -1134,130 +829,6 @@ def parser():
     return p
 
 
-def config_defaults(p, paths):
-    """{option: value} from config files (config/llama_*_prompt.py ...): their top-level assignments,
-    each the name of one of evaluate.py's options."""
-    options = {a.dest: a for a in p._actions if a.dest != "help"}
-    out = {}
-    for key, value, source in configurator.read_settings(paths):
-        if key not in options:
-            near = configurator.closest(key, list(options))
-            raise configurator.ConfigError(f"unknown option {key!r} in {source}{near} (a config file for evaluate.py "
-                                           f"sets its options)")
-        out[key] = [value] if key == "ckpt" and isinstance(value, str) else value
-    return out
-
-
-class Ranged:
-    """An option's type that states its range too, so that the parser says both: argparse converts the command
-    line's text with it (and refuses '2.5' for an int in its own words), check_ranges holds the value to the range."""
-
-    def __init__(self, kind, ok, rule):
-        self.kind, self.ok, self.rule, self.__name__ = kind, ok, rule, kind.__name__  # argparse names the kind
-
-    def __call__(self, text):
-        return self.kind(text)
-
-    def fits(self, value):
-        """Of the kind (an int passes for a float, a bool for neither), finite, and in range."""
-        typed = isinstance(value, int if self.kind is int else (int, float)) and not isinstance(value, bool)
-        return typed and (self.kind is int or math.isfinite(value)) and self.ok(value)  # nan passes no comparison
-
-
-AT_LEAST_1 = Ranged(int, lambda v: v >= 1, "an integer >= 1")
-
-
-def check_ranges(p, args):
-    """Each option's value against its Ranged type and its choices, as soon as the command line and config files
-    are read: a ConfigError that names the option and the values it takes. Config files set values argparse never
-    sees, so their types, ranges and choices are checked here with the command line's (bench/speed.py's too)."""
-    for action in p._actions:
-        value = getattr(args, action.dest, None)
-        if isinstance(action.type, Ranged) and not (value is None and action.default is None):  # None: not set
-            if action.nargs == "+":  # one or more values
-                ok = isinstance(value, (list, tuple)) and len(value) > 0 and all(map(action.type.fits, value))
-                shown = " ".join(map(str, value)) if isinstance(value, (list, tuple)) else repr(value)
-            else:
-                ok, shown = action.type.fits(value), repr(value)
-            if not ok:
-                raise configurator.ConfigError(f"--{action.dest} {shown}: {action.type.rule}")
-        if action.choices is not None and value not in action.choices:
-            raise configurator.ConfigError(f"--{action.dest} {value!r}: expected one of {list(action.choices)}")
-
-
-def check_args(p, args):
-    """Every option's value, checked as soon as the command line and config files are read, before any data
-    is prepared or model loaded: a ConfigError (a DataError for a --file that is not there) that names the
-    option and the values it takes (check_ranges, then the rules of a few options). What depends on the
-    checkpoint is check_fits's."""
-    check_ranges(p, args)
-    if args.text is not None and not str(args.text).strip():
-        raise configurator.ConfigError("--text is empty: give a sentence to classify (or words to translate)")
-    seq2seq_words(args.words, "--words", sep=",")
-    if args.untrained and not args.interleave:
-        raise configurator.ConfigError("--untrained times architectures beside checkpoints: give --interleave too")
-    for path in args.untrained:
-        if not os.path.isfile(path):
-            raise configurator.ConfigError(f"--untrained {path}: no such file")
-    if not args.ckpt and not args.untrained:
-        raise configurator.ConfigError("give --ckpt (or a config file that sets ckpt)")
-    if args.zero_shot is not None:
-        if args.split == "unseen":
-            raise configurator.ConfigError("--split unseen is Pig Latin's; --zero_shot scores train, val or test")
-        labelled = sorted(k for k, v in data.DATASETS.items() if v.task == "classification")
-        if args.zero_shot not in labelled:
-            raise configurator.ConfigError(f"--zero_shot {args.zero_shot!r}: expected a labelled dataset, one of "
-                                           f"{labelled}")
-    if args.file is not None and not os.path.isfile(args.file):
-        raise data.DataError(f"--file {args.file}: no such file")
-    if args.json is not None:
-        folder = os.path.dirname(os.path.abspath(args.json))
-        if not os.path.isdir(folder) or os.path.isdir(args.json):
-            raise configurator.ConfigError(f"--json {args.json}: " + ("a folder, not a file" if os.path.isdir(
-                args.json) else f"there is no folder {folder} to write it in"))
-    if args.plots is not None:
-        if os.path.exists(args.plots) and not os.path.isdir(args.plots):
-            raise configurator.ConfigError(f"--plots {args.plots}: a file, not a folder")
-        if importlib.util.find_spec("matplotlib") is None:
-            raise configurator.ConfigError("--plots needs matplotlib (pip install matplotlib)")
-
-
-TASK_NAMES = {"classification": "classifier", "lm": "language model", "generate": "language model (llama2.c's)",
-              "seq2seq": "seq2seq model", "mlm": "masked-language model"}
-
-
-def check_fits(args, model, ckpt, path):
-    """The options that suit some checkpoints only, against the one just loaded (before any evaluation):
-    a ConfigError that says what the option needs and what this checkpoint is."""
-    task, cfg = ckpt["data"]["task"], raw_model(model).cfg
-    this = f"{path} is a {TASK_NAMES[task]}"
-    if args.text is not None:
-        if task in ("lm", "generate"):
-            raise configurator.ConfigError(f"{this}: give it a --prompt to continue, not --text")
-        if task not in ("classification", "seq2seq"):
-            raise configurator.ConfigError(f"--text takes a classifier or a seq2seq model; {this}")
-        return  # --text ignores the rest
-    if args.zero_shot is not None:
-        if not isinstance(cfg, LlamaConfig) or cfg.n_classes:
-            raise configurator.ConfigError(f"{path} is not a Llama language model; --zero_shot scores one (a "
-                                           f"llama2.c file, or a Llama pretrained here)")
-        return  # the others concern a checkpoint's own data
-    if args.file is not None and task not in ("classification", "seq2seq"):
-        raise configurator.ConfigError(f"--file takes labelled sentences for a classifier or words for a seq2seq "
-                                       f"model; {this}")
-    if args.split == "unseen" and task != "seq2seq":
-        raise configurator.ConfigError(f"--split unseen is Pig Latin's words from outside the novel; {this}")
-    if args.loops is not None and (task != "classification" or not hasattr(cfg, "n_loops")):
-        kind = f"a {type(cfg).__name__.removesuffix('Config')} {TASK_NAMES[task]}"
-        raise configurator.ConfigError(f"--loops re-scores a looped encoder (a classifier whose layer stack is "
-                                       f"applied n_loops times) at other numbers of loops; {path} is {kind}, "
-                                       f"with no loops to vary")
-    if args.plots is not None and task != "seq2seq":
-        raise configurator.ConfigError(f"--plots draws a seq2seq model's attention and embeddings; {this}")
-    if args.prompt is not None and task not in ("lm", "generate"):
-        raise configurator.ConfigError(f"--prompt starts a language model's sample; {this}")
-
-
 def parse_args(argv):
     """The options, checked (check_args): config files first, which set defaults; the command line wins."""
     p, argv, configs = parser(), list(argv), []
@@ -1297,16 +868,11 @@ def evaluate_checkpoints(args, device):
         to_time.append((model, split))
     for r, figures in zip(results, interleaved_timing(to_time, device, ctx, args.repeats, args.batch_size)):
         r.update(figures, timed_interleaved=True)
-    threads = torch.get_num_threads()
-    conditions = {"device": device, "dtype": args.dtype, "torch": torch.__version__, "threads": threads,
+    conditions = {"device": device, "dtype": args.dtype, "torch": torch.__version__, "threads": torch.get_num_threads(),
                   "split": args.file or args.split, "repeats": args.repeats, "batch_size": args.batch_size}
     if device.startswith("cuda"):
         conditions["gpu"] = torch.cuda.get_device_name()
-    where = {"lm": "the validation windows", "generate": "a prompt", "mlm": "the validation split, masked",
-             "zero-shot": f"{args.zero_shot} {args.split}"}.get(results[0]["task"], conditions["split"])
-    print(f"evaluated on {where}: device {device} ({threads} threads), {args.dtype}, "
-          f"torch {torch.__version__}; timing: median of {args.repeats} repeats")
-    print_table(results, args.max_errors)
+    print_table(results, conditions, args.max_errors)
     if args.json:
         for r in results:
             r["conditions"] = conditions

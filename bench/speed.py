@@ -17,8 +17,8 @@ after round, so a slow spell of a shared machine falls on all of them; each figu
 Read in order: the cases (BENCH_CASES) and their batches, the contestants (ours under each switch, the peers),
 the timing of a case (time_contestants), the two cases of their own (generation: generation_bench; Pig Latin:
 piglatin_bench), then run_bench, which prints the tables, and the command line. This is tooling, not the lesson:
-it imports the lesson's files (model.py, data.py, evaluate.py's tokenizer lookup) and nothing imports it but
-gpu_check.py.
+it imports the lesson's files (model.py, data.py) and cli/'s option types and tokenizer lookup, and nothing imports
+it but gpu_check.py.
 """
 
 import argparse
@@ -35,9 +35,10 @@ import torch
 
 import configurator
 import data
-import evaluate
 import kernels
 from bench.timing import conditions, peak_flops, sync, timed
+from cli.evaluate_options import llama_tokenizer_for
+from cli.options import Ranged, check_ranges
 from export import read_llama2c, write_llama2c
 from model import family_settings
 
@@ -320,7 +321,7 @@ def generation_bench(args, device, tokens=None, batches=None, compiled=True):
     import tempfile
     path = data.pretrained_file("stories260K")
     model = read_llama2c(path).to(device)
-    _, tok = evaluate.llama_tokenizer_for(model, path, None)
+    _, tok = llama_tokenizer_for(model, path, None)
     ids = tok.encode(GEN_PROMPT, bos=True)
     hf = hf_llama(model)
     results = {"prompt": GEN_PROMPT, "new_tokens": tokens, "tables": {}}
@@ -544,13 +545,13 @@ def parser():
                                 "same batches; --cases generate and piglatin time generation and the Pig Latin models")
     p.add_argument("--cases", nargs="+", default=None, help="only the cases whose name contains one of these "
                    "(generate, piglatin: those cases, which run only when named)")
-    p.add_argument("--bench_batch", type=evaluate.Ranged(int, lambda v: v >= 0, "an integer >= 0 (0: each case's own)"),
+    p.add_argument("--bench_batch", type=Ranged(int, lambda v: v >= 0, "an integer >= 0 (0: each case's own)"),
                    default=0, help="batch size for every case (0: each case's own)")
-    p.add_argument("--bench_seq", type=evaluate.Ranged(int, lambda v: v >= 0, "an integer >= 0 (0: each case's own)"),
+    p.add_argument("--bench_seq", type=Ranged(int, lambda v: v >= 0, "an integer >= 0 (0: each case's own)"),
                    default=0, help="sequence length for every case (0: each case's)")
-    p.add_argument("--bench_steps", type=evaluate.Ranged(int, lambda v: v >= 1, "an integer >= 1"), default=3,
+    p.add_argument("--bench_steps", type=Ranged(int, lambda v: v >= 1, "an integer >= 1"), default=3,
                    help="steps per contestant per round")
-    p.add_argument("--rounds", type=evaluate.Ranged(int, lambda v: v >= 1, "an integer >= 1"), default=5,
+    p.add_argument("--rounds", type=Ranged(int, lambda v: v >= 1, "an integer >= 1"), default=5,
                    help="rounds (the median is reported)")
     p.add_argument("--compile", action="store_true", help="also time every model compiled")
     p.add_argument("--runc", default=None, help="--cases generate: the path of llama2.c's run.c, compiled here with "
@@ -568,7 +569,7 @@ def main(argv=None):
     try:
         p = parser()
         args = p.parse_args(argv)
-        evaluate.check_ranges(p, args)
+        check_ranges(p, args)
         return run_bench(args, configurator.resolve_device(args.device))
     except configurator.UserError as e:
         sys.exit(f"error: {e}")

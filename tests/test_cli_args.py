@@ -13,6 +13,7 @@ import torch
 import configurator
 import data
 import evaluate
+from cli.evaluate_options import seq2seq_words
 from model import GPT, EncoderClassifier, EncoderConfig, GPTConfig, Llama, LlamaConfig, save_checkpoint
 
 
@@ -66,7 +67,7 @@ def test_each_option_is_checked_before_anything_is_loaded(option, message, tmp_p
     (["--bench_batch", "-2"], "--bench_batch -2: an integer >= 0"),
 ])
 def test_the_benchmark_s_options_are_checked_the_same_way(option, message):
-    """bench/speed.py's options (they were evaluate.py --bench's), checked by evaluate.check_ranges before any
+    """bench/speed.py's options (they were evaluate.py --bench's), checked by cli/options.py's check_ranges before any
     model is built."""
     from bench import speed
     with pytest.raises(SystemExit) as e:
@@ -80,7 +81,7 @@ def test_the_edges_of_each_range_are_accepted():
                                 "0", "--max_new_tokens", "1", "--gen_batch", "1", "--loops", "1", "--max_errors", "0",
                                 "--words", "Brown, pleasure-grounds"])
     assert (args.temperature, args.top_k, args.top_p, args.epsilon) == (0.0, 1, 1.0, 0.0)
-    assert evaluate.seq2seq_words(args.words, "--words", ",") == ["brown", "pleasure-grounds"]
+    assert seq2seq_words(args.words, "--words", ",") == ["brown", "pleasure-grounds"]
 
 
 def test_config_file_values_are_checked_too(tmp_path):
@@ -104,7 +105,7 @@ def test_missing_ckpt_is_one_line():
 @pytest.mark.parametrize("text, sep, words", [("Brown IS", None, ["brown", "is"]), ("Brown,IS", ",", ["brown", "is"]),
                                               (" pleasure-Grounds ", None, ["pleasure-grounds"])])
 def test_seq2seq_words_lower_case_both_options(text, sep, words):
-    assert evaluate.seq2seq_words(text, "--x", sep) == words
+    assert seq2seq_words(text, "--x", sep) == words
 
 
 @pytest.mark.parametrize("text, message", [("", "is empty"), ("   ", "is empty"), ("x1", "'x1', which is not a word"),
@@ -112,7 +113,7 @@ def test_seq2seq_words_lower_case_both_options(text, sep, words):
 def test_seq2seq_words_refuse_the_same_way_for_both_options(text, message):
     for option, sep in (("--text", None), ("--words", ",")):
         with pytest.raises(configurator.ConfigError, match=f"^{option} .*{message}"):
-            evaluate.seq2seq_words(text, option, sep)
+            seq2seq_words(text, option, sep)
 
 
 # -----------------------------------------------------------------------------

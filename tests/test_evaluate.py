@@ -15,6 +15,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import evaluate  # noqa: E402
 from bench import speed  # noqa: E402
+from cli.evaluate_options import ListSplit, read_tsv  # noqa: E402
 from model import EncoderClassifier, EncoderConfig, save_checkpoint  # noqa: E402
 
 
@@ -134,7 +135,7 @@ def test_file_evaluation_side_by_side_and_json(tiny_ckpt, tmp_path, capsys):
 
     # the figures are those of the model's own predictions, scored here one sentence at a time
     model, ckpt = evaluate.load(a, "cpu")
-    split, _ = evaluate.read_tsv(tsv, evaluate.text_encoder(ckpt))
+    split, _ = read_tsv(tsv, evaluate.text_encoder(ckpt))
     with torch.no_grad():
         preds = [model(torch.from_numpy(split[i][0])[None])[0].argmax().item() for i in range(3)]
     assert results[0]["predictions"] == preds
@@ -289,7 +290,7 @@ def test_interleaved_timing_times_the_models_in_turns(tiny_ckpt, monkeypatch):
     models = [EncoderClassifier(EncoderConfig(vocab_size=50, block_size=16, n_layer=k, n_embd=16, n_head=2,
                                               dropout=0.0)) for k in (1, 2)]
     rng = np.random.default_rng(0)
-    split = evaluate.ListSplit([(rng.integers(0, 50, size=int(rng.integers(2, 16))), i % 2) for i in range(12)])
+    split = ListSplit([(rng.integers(0, 50, size=int(rng.integers(2, 16))), i % 2) for i in range(12)])
     order, timed = [], evaluate.timed
 
     def spy(fn, device):  # which model each timed call ran, read from the closure's cell

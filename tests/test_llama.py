@@ -555,7 +555,8 @@ def test_evaluate_generates_from_a_llama2c_file(tmp_path, capsys, traced_compile
     assert r["sample_args"]["tokenizer"] == "tok512"
     assert "generation, batch 1 (tokens/s)" in capsys.readouterr().out
     args = evaluate.parse_args(["--ckpt", STORIES260K])
-    assert (evaluate.decode_mode(args, 2_000), evaluate.decode_mode(args, evaluate.COMPILE_REPAYS)) == ("eager", "compiled")
+    decode_mode, repays = evaluate_options.decode_mode, evaluate_options.COMPILE_REPAYS
+    assert (decode_mode(args, 2_000), decode_mode(args, repays)) == ("eager", "compiled")
     assert "too few to repay" in capsys.readouterr().out
     (tmp_path / "junk.bin").write_bytes(b"\0" * 64)
     with pytest.raises(SystemExit, match="llama2.c header"):
@@ -642,6 +643,7 @@ from pathlib import Path  # noqa: E402
 import data  # noqa: E402
 from corpora import sources  # noqa: E402
 import evaluate  # noqa: E402
+from cli import evaluate_options  # noqa: E402
 
 
 @pytest.fixture
@@ -765,16 +767,16 @@ def test_pretrain_a_llama_then_sample_and_prompt_it(review_mirror, capsys):
     test = data.load_dataset({"dataset": "cfimdb", "tokenizer": "tok512"}).splits["test"]
     with pytest.raises(data.DataError, match="prepared with max_len 256, the run asks for 64; delete the folder"):
         data.load_dataset({"dataset": "cfimdb", "tokenizer": "tok512", "max_len": 64})  # data/ holds one folder
-    prompts, label_ids, y, cut = evaluate.zero_shot_inputs(tok, test, ["bad", "good"], m.cfg.block_size)
+    prompts, label_ids, y, cut = evaluate_options.zero_shot_inputs(tok, test, ["bad", "good"], m.cfg.block_size)
     assert tok.decode(prompts[3]) == "a dev review 3 , good Is this movie bad or good? This movie is" and cut == 0
     assert [tok.decode(ids) for ids in label_ids] == [" bad", " good"]
     assert torch.allclose(evaluate.label_log_likelihoods(m, prompts, label_ids, "cpu"), scores, atol=1e-5)
     # a text too long for the context is cut from its end, so prompt and label fit
     frame = len(prompts[3]) - len(tok.encode("a dev review 3 , good", bos=False))  # BOS and the question
-    short, _, _, cut = evaluate.zero_shot_inputs(tok, test, ["bad", "good"], frame + 3 + 4)  # 4 tokens of text
+    short, _, _, cut = evaluate_options.zero_shot_inputs(tok, test, ["bad", "good"], frame + 3 + 4)  # 4 tokens of text
     assert cut == 10 and all(len(q) == frame + 4 for q in short) and short[3][:5] == prompts[3][:5]
     with pytest.raises(ValueError, match="a context of 20 tokens cannot hold the zero-shot prompt"):
-        evaluate.zero_shot_inputs(tok, test, ["bad", "good"], 20)
+        evaluate_options.zero_shot_inputs(tok, test, ["bad", "good"], 20)
     train.train({**cfg, "dataset": "cfimdb", "out_dir": "cls", "max_iters": 1, "eval_interval": 0, "block_size": 256})
     with pytest.raises(SystemExit, match="not a Llama language model"):
         evaluate.main(["--ckpt", "cls/ckpt.pt", "--zero_shot", "cfimdb"])
@@ -811,7 +813,7 @@ def test_evaluate_config_files_set_options(tmp_path):
     p = evaluate.parser()
     good = tmp_path / "gen.py"
     good.write_text("ckpt = 'stories260K'\ntemperature = 0.0\nmax_new_tokens = 7\n")
-    p.set_defaults(**evaluate.config_defaults(p, [str(good)]))
+    p.set_defaults(**evaluate_options.config_defaults(p, [str(good)]))
     args = p.parse_args(["--max_new_tokens", "9"])
     assert (args.ckpt, args.temperature, args.max_new_tokens) == (["stories260K"], 0.0, 9)
     bad = tmp_path / "bad.py"
@@ -822,5 +824,5 @@ def test_evaluate_config_files_set_options(tmp_path):
     for name, want in [("llama_generate", dict(temperature=0.0, prompt="Once upon a time")),
                        ("llama_sst5_prompt", dict(zero_shot="sst5", split="val")),
                        ("llama_cfimdb_prompt", dict(zero_shot="cfimdb", split="test"))]:
-        got = evaluate.config_defaults(p, [os.path.join(root, "config", f"{name}.py")])
+        got = evaluate_options.config_defaults(p, [os.path.join(root, "config", f"{name}.py")])
         assert got["ckpt"] == ["stories260K"] and {k: got[k] for k in want} == want

@@ -21,6 +21,7 @@ import tokenizer
 import train
 from conftest import fake_downloads
 from model import GPT, GPTConfig, LayerNorm, RMSNorm, load_checkpoint
+from reports.table import run_names
 
 
 def tiny_gpt(**kw):
@@ -403,6 +404,6 @@ def test_evaluate_lm_checkpoint(char_dataset, tmp_path, capsys):
 
 
 def test_run_names_tell_study_checkpoints_apart():
-    assert evaluate.run_names(["out/study/A/seed1/ckpt.pt", "out/study/B/seed1/ckpt.pt"]) == ["A/seed1", "B/seed1"]
-    assert evaluate.run_names(["out/a/ckpt.pt", "out/b/last.pt"]) == ["a", "b"]
-    assert evaluate.run_names(["x/ckpt.pt", "x/ckpt.pt"]) == ["x/ckpt.pt", "x/ckpt.pt"]
+    assert run_names(["out/study/A/seed1/ckpt.pt", "out/study/B/seed1/ckpt.pt"]) == ["A/seed1", "B/seed1"]
+    assert run_names(["out/a/ckpt.pt", "out/b/last.pt"]) == ["a", "b"]
+    assert run_names(["x/ckpt.pt", "x/ckpt.pt"]) == ["x/ckpt.pt", "x/ckpt.pt"]

@@ -432,11 +432,14 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys):
 
 
 # Every module of ours, by the layer it sits on: a module imports only modules of lower layers (on layer 0, any
-# other module of layer 0). The lesson's files at the bottom, the tooling (bench/, lab/, corpora/) beside and above
-# them, study.py on top. (bench.same_training runs train.py in subprocesses only: it imports nothing of ours.)
+# other module of layer 0). The lesson's files at the bottom, the tooling (bench/, lab/, corpora/, cli/, reports/)
+# beside and above them, study.py on top. (bench.same_training runs train.py in subprocesses only: it imports nothing
+# of ours.)
+PACKAGES = ("lab", "bench", "corpora", "cli", "reports")
 LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "tokenizer": 0, "lab.stats": 0, "bench.timing": 0,
-          "corpora.sources": 0, "corpora.piglatin": 0,
-          "bench.same_training": 0, "data": 1, "bench.kernels": 1, "lab.records": 1, "export": 2, "evaluate": 3,
+          "bench.same_training": 0, "corpora.sources": 0, "corpora.piglatin": 0, "reports.table": 0,
+          "reports.seq2seq_plots": 0, "data": 1, "bench.kernels": 1, "lab.records": 1, "cli.options": 1, "export": 2,
+          "cli.evaluate_options": 2, "evaluate": 3,
           "train": 4, "bench.speed": 4, "lab.plan": 5, "bench.gpu_sections": 5, "bench.gpu_check": 6, "lab.runs": 6, "lab.cells": 6, "lab.plots": 7,
           "lab.report": 8, "study": 9}
 
@@ -453,16 +456,15 @@ def module_imports(path):
 
 
 def test_imports_run_one_way():
-    """configurator, model, kernels, tokenizer, bench.timing, corpora <- data, lab.records <- export <- evaluate <-
-    train, bench.speed <- lab's plan, runs, cells, plots, report <- study: a module imports only modules of a lower
-    layer (evaluate.py never imports train.py; model.py never imports export.py; nothing imports study.py), and
-    every module of ours is in LAYERS."""
+    """configurator, model, kernels, tokenizer, bench.timing, corpora, reports <- data, lab.records, cli.options <-
+    export, cli.evaluate_options <- evaluate <- train, bench.speed <- lab's plan, runs, cells, plots, report <- study:
+    a module imports only modules of a lower layer (evaluate.py never imports train.py; model.py never imports
+    export.py; reports never imports evaluate.py; nothing imports study.py), and every module of ours is in LAYERS."""
     ours = {os.path.relpath(p, REPO_ROOT)[:-3].replace(os.sep, ".") for p in
-            glob.glob(os.path.join(REPO_ROOT, "*.py")) + glob.glob(os.path.join(REPO_ROOT, "lab", "*.py"))
-            + glob.glob(os.path.join(REPO_ROOT, "bench", "*.py"))
-            + glob.glob(os.path.join(REPO_ROOT, "corpora", "*.py"))}
-    ours -= {"lab.__init__", "bench.__init__", "corpora.__init__",  # packages' docstrings; a script run once
-             "lab.plan_history_from_git"}
+            glob.glob(os.path.join(REPO_ROOT, "*.py"))
+            + [p for pkg in PACKAGES for p in glob.glob(os.path.join(REPO_ROOT, pkg, "*.py"))]}
+    ours -= {f"{pkg}.__init__" for pkg in PACKAGES}  # packages' docstrings
+    ours -= {"lab.plan_history_from_git"}  # a script run once
     assert ours == set(LAYERS), sorted(ours ^ set(LAYERS))
     for name, layer in LAYERS.items():
         imported = module_imports(os.path.join(REPO_ROOT, *name.split(".")) + ".py")
