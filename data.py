@@ -3,7 +3,7 @@ Datasets and batches: download (or read from a local mirror), verify, preprocess
 and write `.bin` token files; read them back; and cut them into the batches that train.py and
 evaluate.py feed to a model.
 
-    python data.py sst2 [--protocol glue|standard] [--vocab compact|full] [--max_len 256]
+    python data.py sst2 [--protocol glue_heldout|glue|standard] [--vocab compact|full] [--max_len 256]
                         [--subset frac10|short30|...] [--mirror DIR] [--out_dir DIR] [--seed 1337]
     python data.py imdb [--max_len 256] [--subset sample1000]            # long movie reviews (IMDB archive)
     python data.py multidomain_uci                                       # 3 domains from the UCI sentences
@@ -283,13 +283,55 @@ def parse_sst2_tsv(data):
     return sents, labels
 
 
+def sentence_holdout(texts, n_val, seed):
+    """GLUE train's rows cut into (train, val, dropped) index lists so that validation is held out by sentence,
+    the way GLUE's own dev split was made. GLUE train holds every phrase of every training sentence (67,349 rows
+    from 6,885 texts that no other row contains: the sentences, and the pieces of neutral sentences that kept a
+    label). Validation draws n_val of those whole texts (seeded); training keeps every row that a remaining whole
+    text holds as a run of its words, so "good" stays though validation sentences hold it too, and drops the
+    rows only the validation sentences hold (and repeats of a validation sentence). No validation text then
+    occurs inside a training text."""
+    words = [" ".join(t.split()) for t in texts]  # containment is judged on whole words
+    rows = set(words)
+    contained, pieces = set(), {}  # pieces: each whole text -> the rows it holds, itself included
+    for text in sorted(rows, key=lambda s: (-len(s.split()), s)):  # longest first: a contained text is skipped
+        if text not in contained:
+            pieces[text] = {piece for piece in word_spans(text) if piece in rows}
+            contained |= pieces[text]
+            pieces[text].add(text)
+    whole = list(pieces)
+    val_texts = {whole[i] for i in np.random.default_rng(seed).permutation(len(whole))[:n_val]}
+    kept = set().union(*(held for text, held in pieces.items() if text not in val_texts))
+    val, train, dropped, seen = [], [], [], set()
+    for i, w in enumerate(words):
+        if w in val_texts and w not in seen:
+            seen.add(w)
+            val.append(i)
+        else:
+            (train if w in kept else dropped).append(i)
+    return train, val, dropped
+
+
+def word_spans(text):
+    """Every run of whole words of `text` shorter than all of it."""
+    w = text.split()
+    return (" ".join(w[i:j]) for i in range(len(w)) for j in range(i + 1, len(w) + 1) if j - i < len(w))
+
+
 def split_sst2(train, dev, protocol, seed):
     """Index the pooled examples into train/val/test, exactly and reproducibly.
-    glue:     train = GLUE train minus a seeded 5 % validation split; test = GLUE dev (872).
-    standard: GLUE train + dev pooled (68,221), shuffled, split 80/10/10 -> 54,576 / 6,822 / 6,823.
+    glue_heldout: validation = 872 whole GLUE train sentences (as many as GLUE dev holds), training = the rest of
+              GLUE train less the phrases only those sentences hold (sentence_holdout); test = GLUE dev (872).
+    glue:     train = GLUE train minus a seeded 5 % validation split of its rows; test = GLUE dev (872). Those
+              validation rows are mostly pieces of training sentences: it selects for memorised phrases.
+    standard: GLUE train + dev pooled (68,221), shuffled, split 80/10/10 -> 54,576 / 6,822 / 6,823 (the seed
+              paper's; validation and test both hold pieces of training sentences).
     `train` and `dev` are (sentences, labels); returns {split: (sentences, labels)}."""
     rng = np.random.default_rng(seed)
-    if protocol == "glue":
+    if protocol == "glue_heldout":
+        keep, val, _ = sentence_holdout(train[0], len(dev[0]), seed)
+        parts = {"train": (train, keep), "val": (train, val), "test": (dev, np.arange(len(dev[0])))}
+    elif protocol == "glue":
         perm = rng.permutation(len(train[0]))
         n_val = round(0.05 * len(perm))
         parts = {"train": (train, perm[n_val:]), "val": (train, perm[:n_val]), "test": (dev, np.arange(len(dev[0])))}
@@ -300,8 +342,11 @@ def split_sst2(train, dev, protocol, seed):
         parts = {"train": (pooled, perm[:n_train]), "val": (pooled, perm[n_train:n_train + n_val]),
                  "test": (pooled, perm[n_train + n_val:])}
     else:
-        raise ValueError(f"unknown protocol {protocol!r}: expected 'glue' or 'standard'")
+        raise ValueError(f"unknown protocol {protocol!r}: expected {' / '.join(PROTOCOLS)}")
     return {k: ([src[0][i] for i in idx], [src[1][i] for i in idx]) for k, (src, idx) in parts.items()}
+
+
+PROTOCOLS = ("glue_heldout", "glue", "standard")
 
 
 def sst2_splits(protocol, seed, mirror=None):
@@ -1217,7 +1262,7 @@ class LMStream:
 def main(argv=None):
     p = argparse.ArgumentParser(description="Download and prepare datasets into .bin token files.")
     p.add_argument("dataset", choices=sorted(DATASETS))
-    p.add_argument("--protocol", default="glue", choices=["glue", "standard"])
+    p.add_argument("--protocol", default="glue", choices=PROTOCOLS)
     p.add_argument("--vocab", default="compact", choices=["compact", "full"])
     p.add_argument("--tokenizer", default="", help="sst5, cfimdb, imdb_lm: the Llama tokenizer, 'llama2' or 'tok512' "
                    "(default: llama2 for sst5 and cfimdb, tok512 for imdb_lm)")

@@ -52,7 +52,9 @@ eval_interval = 0  # iterations between evaluations; 0 = once per epoch (the las
 dataset = "sst2"  # a name in data.DATASETS: 'sst2', 'imdb', 'yelp_polarity', 'multidomain', 'multidomain_uci',
 # 'sst5', 'cfimdb' (classification), 'shakespeare_char',
 # 'imdb_lm' (language modelling), 'piglatin' (seq2seq), 'sst2_mlm' (masked-language-model pretraining of the encoder)
-protocol = "glue"  # 'glue' (test = GLUE dev) or 'standard' (the seed's 80/10/10 split)
+protocol = "glue"  # 'glue_heldout' (validation = 872 whole sentences held out of GLUE train; test = GLUE dev),
+# 'glue' (validation = 5 % of GLUE train's phrases, pieces of training sentences; test = GLUE dev) or 'standard'
+# (the seed's 80/10/10 split of GLUE train + dev pooled)
 vocab = "compact"  # 'compact' (ids seen in training) or 'full' (all 50,257 GPT-2 ids)
 tokenizer = ""  # sst5, cfimdb, imdb_lm: the Llama tokenizer, 'llama2' (32,000 pieces; the default for sst5 and
 # cfimdb) or 'tok512' (stories260K's; the default for imdb_lm)

@@ -12,7 +12,8 @@ A plan sets (names starting with _ are its own helpers):
              with the overrides `set`; test_set names the test examples (cells with the same one are compared on
              a plot); run in order, so a cell may start from a checkpoint an earlier cell trained, or take a
              setting an earlier cell chose: tune=dict(sweep=CELL, key=KEY) gives each config the value of KEY
-             that CELL's grid over KEY found best on validation (lab.runs.tuned_value)
+             that CELL's grid over KEY found best on validation (lab.runs.tuned_value); with inside=True the cell
+             waits while that value is an edge of the grid (the best may lie beyond: extend the grid)
   labels     {config name: how tables call it}
   verdicts   [dict(claim, a, b, metric, cost, rule, margin, subset)]: a and b are "cell/config", or
              "cell/config - cell/config" (a difference per seed); the claim is judged under its rule (RULES:
@@ -129,7 +130,7 @@ PLAN_KEYS = {"out_root": str, "records": str, "seeds": list, "cells": list, "lab
              "conclusions": list, "effect": (int, float), "subsets": dict}
 CELL_KEYS = {"name": str, "configs": list, "set": list, "grid": list, "seeds": list, "test_set": str, "what": str,
              "tune": dict}
-TUNE_KEYS = {"sweep": str, "key": str}
+TUNE_KEYS = {"sweep": str, "key": str, "inside": bool}
 VERDICT_KEYS = {"claim": str, "a": str, "b": str, "metric": str, "cost": str, "rule": str, "margin": (int, float),
                 "subset": str}
 CONCLUSION_KEYS = {"claim": str, "source": str, "verdict": str, "instead": str, "reverse": bool, "note": str}

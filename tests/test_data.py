@@ -216,6 +216,45 @@ def test_split_rejects_unknown_protocol():
 
 
 # -----------------------------------------------------------------------------
+# glue_heldout: validation held out by whole sentence, as GLUE's dev split was
+
+
+def test_sentence_holdout_on_a_phrase_tree():
+    # two sentences and their phrases; "good" is in both, "a b" only in the first
+    texts = ["a b good c", "a b", "good c", "good", "d good e", "d good", "a b good c"]
+    for seed in range(6):
+        train, val, dropped = data.sentence_holdout(texts, 1, seed)
+        assert sorted(train + val + dropped) == list(range(len(texts)))
+        (v,) = val
+        assert texts[v] in ("a b good c", "d good e")  # only whole sentences are drawn
+        assert data.sentence_holdout(texts, 1, seed) == (train, val, dropped)  # seeded
+        kept = {texts[i] for i in train}
+        assert "good" in kept  # the other sentence holds it
+        if texts[v] == "a b good c":
+            assert kept == {"good", "d good e", "d good"}  # its repeat, "a b" and "good c" are dropped
+            assert sorted(dropped) == [1, 2, 6]
+        else:
+            assert kept == {"a b good c", "a b", "good c", "good"} and dropped == [5]
+
+
+def test_glue_heldout_holds_out_whole_sentences(real_mirror):
+    files = sources.fetch("sst2", mirror=real_mirror)
+    texts = data.parse_sst2_tsv(files["SST-2/train.tsv"])[0]
+    train, val, dropped = data.sentence_holdout(texts, 872, 1337)
+    assert (len(train), len(val), len(dropped)) == (59_233, 872, 7_244)  # training keeps 88 % of GLUE train
+    norm = [" ".join(t.split()) for t in texts]
+    training = "\n".join(f" {norm[i]} " for i in train)
+    assert not any(f" {norm[i]} " in training for i in val)  # no validation text inside a training text
+    held = "\n".join(f" {norm[i]} " for i in val)
+    for i in dropped[::20]:  # a dropped phrase: some validation sentence holds it, no training text does
+        assert f" {norm[i]} " in held and f" {norm[i]} " not in training
+    dev = data.parse_sst2_tsv(files["SST-2/dev.tsv"])
+    s = data.split_sst2((texts, list(range(len(texts)))), dev, "glue_heldout", 1337)  # labels = row numbers
+    assert s["train"][1] == train and s["val"][1] == val and s["test"] == dev
+    assert {k: len(v[0]) for k, v in s.items()} == {"train": 59_233, "val": 872, "test": 872}
+
+
+# -----------------------------------------------------------------------------
 # fetch: from a mirror, or from a downloaded archive (the download itself is faked)
 
 
