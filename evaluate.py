@@ -26,7 +26,7 @@ Bad input (an option out of its range, a device this machine lacks, a file that 
 that does not suit the checkpoint) ends in one line, `error: ...`, before any long work; anything else is
 a bug and keeps its traceback.
 
-Timing follows bench/timing.py's rules for honest numbers: warm-up passes first, device synchronization around
+Timing follows bookkeeping/timing.py's rules for honest numbers: warm-up passes first, device synchronization around
 every timed region, the median of several repeats, and the conditions printed and stored with the figures.
 """
 
@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 import configurator
 import data
-from bench.timing import timed
+from bookkeeping.timing import timed
 from cli.evaluate_options import (ZERO_SHOT_TEMPLATE, ListSplit, check_args, check_fits, config_defaults, decode_mode,
                                   label_list, llama_tokenizer_for, read_tsv, read_word_list, seq2seq_words, untrained,
                                   zero_shot_inputs)
@@ -288,7 +288,7 @@ def label_log_likelihoods(model, prompts, label_ids, device, batch_size=32):
 
 
 # -----------------------------------------------------------------------------
-# speed: latency and throughput of a checkpoint (timed as bench/timing.py times everything)
+# speed: latency and throughput of a checkpoint (timed as bookkeeping/timing.py times everything)
 
 
 @torch.no_grad()

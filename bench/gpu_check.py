@@ -85,7 +85,7 @@ GRACE_S = 5  # a section ends itself at its budget (before a step it could not f
 
 def conditions(cpu):
     """What every figure depends on: the device, its driver, the versions, the code's commit."""
-    from lab import records
+    from bookkeeping import records
     versions = {}
     for name, packages in (("triton", ("triton", "pytorch-triton")), ("transformers", ("transformers",)),
                            ("numpy", ("numpy",))):  # (PyTorch's own index ships Triton as pytorch-triton)

@@ -258,7 +258,7 @@ def section_scan(run):
     import kernels
     import model
     from bench.kernels import GOAL_LENGTH, GOAL_SPEEDUP
-    from bench.timing import median_ms
+    from bookkeeping.timing import median_ms
     B, D, N = run.sizes["scan_dims"]
     scans = {"sequential": lambda *a: model.selective_scan_reference(*a, scan="sequential"),
              "parallel": lambda *a: model.selective_scan_reference(*a, scan="parallel"),

@@ -30,7 +30,7 @@ import time
 import torch
 
 import kernels
-from bench.timing import conditions, median_ms
+from bookkeeping.timing import conditions, median_ms
 from kernels import (SCANS, SWIGLU_BLOCK, flash_attention_triton, layer_norm_triton, rms_norm_triton, scan_sequential,
                      swiglu_triton)
 

@@ -1,6 +1,6 @@
 """
 The speed benchmark: our models against equal-sized peers on the same batches, a table per case, with the
-conditions (bench/timing.py) printed above and saved beside the figures.
+conditions (bookkeeping/timing.py) printed above and saved beside the figures.
 
     python -m bench.speed                                     # every case below, on this machine's device
     python -m bench.speed --cases "encoder 6x384" --compile   # one case, eager and compiled
@@ -36,7 +36,7 @@ import torch
 import configurator
 import data
 import kernels
-from bench.timing import conditions, peak_flops, sync, timed
+from bookkeeping.timing import conditions, peak_flops, sync, timed
 from cli.evaluate_options import llama_tokenizer_for
 from cli.options import Ranged, check_ranges
 from export import read_llama2c, write_llama2c

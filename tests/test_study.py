@@ -22,7 +22,7 @@ import pytest
 import configurator
 import data
 import lab.plan
-import lab.records
+import bookkeeping.records
 import lab.runs
 import lab.stats
 import study
@@ -294,7 +294,7 @@ def test_a_run_another_process_trains_is_skipped_not_started_again(tiny_dataset,
     configs = write_tiny_configs(tmp_path, tiny_dataset)
     runs = lab.runs.plan_runs(configs[:1], [1, 2], str(tmp_path / "study"))
     theirs, ours = runs[("tiny_plain", 1)][1], runs[("tiny_plain", 2)][1]
-    with lab.records.out_dir_lock(theirs):
+    with bookkeeping.records.out_dir_lock(theirs):
         with open(os.path.join(theirs["out_dir"], "train.out"), "w") as f:
             f.write("the other study's run\n")
         study.run_pending(runs, list(runs), jobs=1)
@@ -435,10 +435,10 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys):
 # other module of layer 0). The lesson's files at the bottom, the tooling (bench/, lab/, corpora/, cli/, reports/)
 # beside and above them, study.py on top. (bench.same_training runs train.py in subprocesses only: it imports nothing
 # of ours.)
-PACKAGES = ("lab", "bench", "corpora", "cli", "reports")
-LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "tokenizer": 0, "lab.stats": 0, "bench.timing": 0,
+PACKAGES = ("lab", "bench", "bookkeeping", "corpora", "cli", "reports")
+LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "tokenizer": 0, "lab.stats": 0, "bookkeeping.timing": 0,
           "bench.same_training": 0, "corpora.sources": 0, "corpora.piglatin": 0, "reports.table": 0,
-          "reports.seq2seq_plots": 0, "data": 1, "bench.kernels": 1, "lab.records": 1, "cli.options": 1, "export": 2,
+          "reports.seq2seq_plots": 0, "data": 1, "bench.kernels": 1, "bookkeeping.records": 1, "cli.options": 1, "export": 2,
           "cli.evaluate_options": 2, "evaluate": 3,
           "train": 4, "bench.speed": 4, "lab.plan": 5, "bench.gpu_sections": 5, "bench.gpu_check": 6, "lab.runs": 6, "lab.cells": 6, "lab.plots": 7,
           "lab.report": 8, "study": 9}
@@ -469,4 +469,4 @@ def test_imports_run_one_way():
     for name, layer in LAYERS.items():
         imported = module_imports(os.path.join(REPO_ROOT, *name.split(".")) + ".py")
         assert all(LAYERS[m] < layer or (layer == 0 and m != name) for m in imported), (name, imported)
-    assert "lab.records" in module_imports(os.path.join(REPO_ROOT, "study.py"))  # the check above sees real imports
+    assert "bookkeeping.records" in module_imports(os.path.join(REPO_ROOT, "study.py"))  # the check above sees real imports
