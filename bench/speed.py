@@ -17,8 +17,8 @@ after round, so a slow spell of a shared machine falls on all of them; each figu
 Read in order: the cases (BENCH_CASES) and their batches, the contestants (ours under each switch, the peers),
 the timing of a case (time_contestants), the two cases of their own (generation: generation_bench; Pig Latin:
 piglatin_bench), then run_bench, which prints the tables, and the command line. This is tooling, not the lesson:
-it imports the lesson's files (model.py, data.py) and cli/'s option types and tokenizer lookup, and nothing imports
-it but gpu_check.py.
+it imports the lesson's files (model.py, data.py) and evaluation/'s option types and tokenizer lookup, and
+nothing imports it but gpu_check.py.
 """
 
 import argparse
@@ -37,8 +37,8 @@ import configurator
 import data
 import kernels
 from bookkeeping.timing import conditions, peak_flops, sync, timed
-from cli.evaluate_options import llama_tokenizer_for
-from cli.options import Ranged, check_ranges
+from evaluation.options import llama_tokenizer_for
+from evaluation.ranges import Ranged, check_ranges
 from export import read_llama2c, write_llama2c
 from model import family_settings
 
