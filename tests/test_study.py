@@ -438,7 +438,7 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys):
 PACKAGES = ("lab", "bench", "bookkeeping", "corpora", "evaluation")
 LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "tokenizer": 0, "lab.stats": 0, "bookkeeping.timing": 0,
           "bench.same_training": 0, "corpora.sources": 0, "corpora.piglatin": 0, "evaluation.table": 0,
-          "evaluation.seq2seq_plots": 0, "data": 1, "bench.kernels": 1, "bookkeeping.records": 1, "evaluation.ranges": 1, "export": 2,
+          "evaluation.seq2seq_plots": 0, "data": 1, "bench.kernel_speed": 1, "bookkeeping.records": 1, "evaluation.ranges": 1, "export": 2,
           "evaluation.options": 2, "evaluate": 3,
           "train": 4, "bench.speed": 4, "lab.plan": 5, "bench.gpu_sections": 5, "bench.gpu_check": 6, "lab.runs": 6, "lab.cells": 6, "lab.plots": 7,
           "lab.report": 8, "study": 9}
