@@ -19,8 +19,9 @@ the same evaluators during training; this file never imports train.py.
 Read in order: the metrics, the evaluators (what train.py scores with), the speed of a checkpoint, loading, the
 reports (one per task: every figure of one checkpoint, with sampling beside the language models'), and the
 command line. Beside it, evaluation/ checks its options and reads what they name (options.py: files, words,
-a tokenizer, the zero-shot prompts), prints the table (table.py) and draws --plots (seq2seq_plots.py) from the
-figures computed here. The speed benchmark against other implementations is bench/speed.py; the study runner is study.py.
+a tokenizer, the zero-shot prompts), prints the table (table.py) and draws --plots (seq2seq_plots.py) from
+the figures computed here. The speed benchmark against other implementations is bench/speed.py; the study runner
+is study.py.
 
 Bad input (an option out of its range, a device this machine lacks, a file that is not there, an option
 that does not suit the checkpoint) ends in one line, `error: ...`, before any long work; anything else is
