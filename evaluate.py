@@ -47,15 +47,15 @@ import torch.nn.functional as F
 import configurator
 import data
 from bookkeeping.timing import timed
-from evaluation.options import (ZERO_SHOT_TEMPLATE, ListSplit, check_args, check_fits, config_defaults, decode_mode,
-                                  label_list, llama_tokenizer_for, read_tsv, read_word_list, seq2seq_words, untrained,
-                                  zero_shot_inputs)
-from evaluation.ranges import AT_LEAST_1, Ranged
 from corpora import piglatin
-from export import read_llama2c
-from model import DECODE_MODES, CheckpointError, LlamaConfig, load_checkpoint, raw_model
+from evaluation.options import (ZERO_SHOT_TEMPLATE, ListSplit, check_args, check_fits, config_defaults, decode_mode,
+                                label_list, llama_tokenizer_for, read_tsv, read_word_list, seq2seq_words, untrained,
+                                zero_shot_inputs)
+from evaluation.ranges import AT_LEAST_1, Ranged
 from evaluation.seq2seq_plots import seq2seq_plots
 from evaluation.table import print_table
+from export import read_llama2c
+from model import DECODE_MODES, CheckpointError, LlamaConfig, load_checkpoint, raw_model
 
 # -----------------------------------------------------------------------------
 # metrics: what each evaluator reports, how tables name it, and which way is better

@@ -32,9 +32,8 @@ import torch
 import configurator
 import data
 import evaluate
-from bookkeeping import timing
+from bookkeeping import records, timing
 from export import load_pretrained
-from bookkeeping import records
 from model import (CKPT_VERSION, FAMILIES, CheckpointError, build_model, family_settings, from_pretrained,
                    load_checkpoint)
 

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 import torch
 
+import bookkeeping.records
 import configurator
 import data
 from corpora import sources
 import evaluate
 import model
 import lab.plan
-import bookkeeping.records
 import lab.report
 import lab.runs
 import lab.stats

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 import configurator
+import bookkeeping.records
 import data
 import lab.plan
-import bookkeeping.records
 import lab.runs
 import lab.stats
 import study

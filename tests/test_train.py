@@ -21,9 +21,8 @@ import data
 import evaluate
 import model
 import train
-from bookkeeping import timing
+from bookkeeping import records, timing
 from conftest import REPO_ROOT
-from bookkeeping import records
 
 
 def run(cfg):
