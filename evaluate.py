@@ -18,15 +18,16 @@ the same evaluators during training; this file never imports train.py.
 
 Read in order: the metrics, the evaluators (what train.py scores with), the speed of a checkpoint, loading, the
 reports (one per task: every figure of one checkpoint, with sampling beside the language models'), and the
-command line. Beside it, cli/evaluate_options.py checks its options and reads what they name (files, words,
-a tokenizer, the zero-shot prompts), and reports/ prints the table and draws --plots from the figures computed
-here. The speed benchmark against other implementations is bench/speed.py; the study runner is study.py.
+command line. Beside it, evaluation/ checks its options and reads what they name (options.py: files, words,
+a tokenizer, the zero-shot prompts), prints the table (table.py) and draws --plots (seq2seq_plots.py) from
+the figures computed here. The speed benchmark against other implementations is bench/speed.py; the study runner
+is study.py.
 
 Bad input (an option out of its range, a device this machine lacks, a file that is not there, an option
 that does not suit the checkpoint) ends in one line, `error: ...`, before any long work; anything else is
 a bug and keeps its traceback.
 
-Timing follows bench/timing.py's rules for honest numbers: warm-up passes first, device synchronization around
+Timing follows bookkeeping/timing.py's rules for honest numbers: warm-up passes first, device synchronization around
 every timed region, the median of several repeats, and the conditions printed and stored with the figures.
 """
 
@@ -45,16 +46,16 @@ import torch.nn.functional as F
 
 import configurator
 import data
-from bench.timing import timed
-from cli.evaluate_options import (ZERO_SHOT_TEMPLATE, ListSplit, check_args, check_fits, config_defaults, decode_mode,
-                                  label_list, llama_tokenizer_for, read_tsv, read_word_list, seq2seq_words, untrained,
-                                  zero_shot_inputs)
-from cli.options import AT_LEAST_1, Ranged
+from bookkeeping.timing import timed
 from corpora import piglatin
+from evaluation.options import (ZERO_SHOT_TEMPLATE, ListSplit, check_args, check_fits, config_defaults, decode_mode,
+                                label_list, llama_tokenizer_for, read_tsv, read_word_list, seq2seq_words, untrained,
+                                zero_shot_inputs)
+from evaluation.ranges import AT_LEAST_1, Ranged
+from evaluation.seq2seq_plots import seq2seq_plots
+from evaluation.table import print_table
 from export import read_llama2c
 from model import DECODE_MODES, CheckpointError, LlamaConfig, load_checkpoint, raw_model
-from reports.seq2seq_plots import seq2seq_plots
-from reports.table import print_table
 
 # -----------------------------------------------------------------------------
 # metrics: what each evaluator reports, how tables name it, and which way is better
@@ -288,7 +289,7 @@ def label_log_likelihoods(model, prompts, label_ids, device, batch_size=32):
 
 
 # -----------------------------------------------------------------------------
-# speed: latency and throughput of a checkpoint (timed as bench/timing.py times everything)
+# speed: latency and throughput of a checkpoint (timed as bookkeeping/timing.py times everything)
 
 
 @torch.no_grad()
@@ -678,7 +679,7 @@ def seq2seq_report(model, ckpt, path, args, device, ctx):
 
 @torch.no_grad()
 def attention_weights(model, codec, words, device):
-    """What --plots draws of an encoder-decoder (reports/seq2seq_plots.py): for each word, its greedy translation
+    """What --plots draws of an encoder-decoder (evaluation/seq2seq_plots.py): for each word, its greedy translation
     and the attention weights of the forward that reads it back, [(word, translation, {'encoder': [(1, n_head,
     T_src, T_src)], 'cross': [(1, n_head, T_out, T_src)]}, one per layer)]; [] for a model without an encoder."""
     m = raw_model(model)

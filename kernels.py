@@ -27,7 +27,7 @@ Three algorithms, equal up to rounding (SCANS, dispatched by `selective_scan`): 
 loop (T dependent steps); 'parallel', Blelloch's work-efficient scan (O(T) work, O(log T) dependent steps);
 'logspace', Heinsen's two cumulative sums in log space (fewest steps, least precise for long sequences).
 How fast and how precise each path is, and whether every Triton kernel compiles for a GPU that is not here, is
-measured by bench/kernels.py (`python -m bench.kernels scan|precision|triton|compile`).
+measured by bench/kernel_speed.py (`python -m bench.kernel_speed scan|precision|triton|compile`).
 """
 
 # annotations stay strings: the Triton kernels' `tl.constexpr` must not be evaluated where triton is absent
@@ -196,7 +196,7 @@ def scan_logspace(a, b, h0=None):
     Precision: log|a*_t| grows like -t * mean(-log|a|), and h_t comes back as exp(log|a*_t| + log P_t),
     two large numbers that almost cancel. Their rounding, about |log a*_t| * machine epsilon, becomes
     h's relative error, so the error grows with length and with how fast a decays; and where P and N
-    are large and close, their difference loses digits too. `python -m bench.kernels precision`
+    are large and close, their difference loses digits too. `python -m bench.kernel_speed precision`
     measures it. Computes in float32 for float32, float16 and bfloat16 inputs, float64 for float64; returns a's
     dtype."""
     _check(a, b, h0)

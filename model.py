@@ -3,12 +3,14 @@ The transformer building blocks of this lab, written out by hand, and the models
 
 Read the shared parts first, top to bottom: norms -> rotary and sinusoidal positions -> attention and its
 key/value cache -> feed-forward -> the one Block -> the table of config choices, initialization and FLOPs -> what
-every model shares (`TokenModel`) -> sampling and decoding. Then each family, whole, in one place:
+every model shares (`TokenModel`). Then each family, whole, in one place:
     encoder classifier  EncoderConfig, EncoderClassifier: the recurrent-vs-baseline study (and its MLM pretraining)
+    (the generative models from here on share sampling and decoding: sample_next, decode, greedy_extend)
     char GPT            GPTConfig, GPT: the embedding-normalization study
     Llama               LoRA (LoRALinear, add_lora, merge_lora), LlamaConfig, Llama (generate: the shared decode)
     encoder-decoder     EncDecConfig, EncoderDecoder: the Pig Latin study's transformer
     Mamba               selective_scan_reference, MambaMixer, MambaState, MambaConfig, Mamba: its other family
+                        (its reference math, discretize and scan_sequential, is kernels.py's)
     bag of words        BagOfWordsConfig, BagOfWords: the logistic-regression baseline, no Block
 and last the family registry (FAMILIES, build_model, from_pretrained) and checkpoints. The fast paths the
 switches pick (Triton kernels, the parallel and fused scans, the compiled decode step) are in kernels.py, beside
@@ -535,103 +537,6 @@ class TokenModel(nn.Module):
 
 
 # -----------------------------------------------------------------------------
-# Sampling and decoding, shared: the next token (every language model's generate), the causal language models'
-# decoding loop (GPT, Llama), and the seq2seq families' greedy decoding (the encoder-decoder, Mamba)
-
-def sample_next(logits, temperature=1.0, top_k=None, top_p=None, epsilon=None, generator=None):
-    """The next token (B, 1) from the last position's logits (B, V).
-    temperature 0: the most likely token (greedy, deterministic). Otherwise the logits are divided by
-    the temperature, then cut, each cut renormalizing what is left:
-      top_k    keep the k most likely tokens (Fan et al. 2018);
-      epsilon  drop tokens whose probability is below epsilon (Hewitt et al. 2022, epsilon sampling);
-      top_p    keep the fewest most likely tokens whose probabilities reach p (Holtzman et al. 2020);
-    and a token is drawn with `generator` (a torch.Generator, for reproducible samples). The most
-    likely token always survives the cuts, so something is left to draw."""
-    logits = logits.float()
-    if temperature < 0:
-        raise ValueError(f"temperature={temperature} must be >= 0")
-    if temperature == 0:
-        return logits.argmax(-1, keepdim=True)
-    logits = logits / temperature
-    if top_k is not None and top_k < logits.size(-1):
-        kth = torch.topk(logits, top_k).values[:, -1:]  # (B, 1): the k-th largest
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = F.softmax(logits, -1)
-    if epsilon is not None and epsilon > 0:
-        keep = probs >= epsilon
-        keep.scatter_(-1, probs.argmax(-1, keepdim=True), True)
-        probs = probs * keep
-    if top_p is not None and 0 < top_p < 1:
-        sorted_p, order = probs.sort(-1, descending=True)
-        # a token stays if the mass before it is still short of top_p (so the first always stays)
-        cut = (sorted_p.cumsum(-1) - sorted_p) >= top_p * sorted_p.sum(-1, keepdim=True)
-        probs = probs.scatter(-1, order, sorted_p.masked_fill(cut, 0.0))
-    return torch.multinomial(probs, 1, generator=generator)  # multinomial renormalizes
-
-
-DECODE_MODES = ("eager", "compiled")  # decode's step: eager, or compiled (kernels.compiled_decoding)
-
-
-def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager"):
-    """The decoding loop of the causal language models (Llama, GPT). idx (B, P + steps) holds the prompts
-    in its first P columns, left-padded; mask (B, P + steps) is True on real tokens, None without padding.
-    Fills columns P, P+1, ... with pick(logits (B, V)) -> (B,), the next token of each row, and stops
-    when every row has produced eos_id. Returns the number of columns filled.
-    use_cache=False runs the whole sequence again at every step (the reference). With the cache, the prompt
-    goes through once (prefill), then one token a step, eagerly (mode 'eager') or through the compiled step
-    of kernels.compiled_decoding (mode 'compiled', the fast path; tests/test_llama.py holds the tokens equal)."""
-    B, total = idx.shape
-    dev = idx.device
-    cache = compiled = None
-    if use_cache and mode == "compiled":
-        cache, compiled = kernels.compiled_decoding(model, idx, mask)
-    elif use_cache:
-        cache = model.new_cache(B, total)
-    done = torch.zeros(B, dtype=torch.bool, device=dev)
-    end = P
-    for t in range(P, total):
-        key_mask = mask[:, :t] if mask is not None else None
-        if not use_cache:
-            logits = model.step(idx[:, :t], 0, key_mask, None)
-        elif t == P:  # prefill: the whole prompt at once
-            logits = model.step(idx[:, :t], 0, key_mask, cache)
-        elif compiled is None or t - 1 < 2:  # (the compiled step serves positions from 2 on: compile_step)
-            logits = model.step(idx[:, t - 1:t], t - 1, key_mask, cache)
-        else:
-            logits = compiled(idx[:, t - 1:t], t - 1)
-        idx[:, t] = pick(logits)
-        end = t + 1
-        if eos_id is not None:
-            done |= idx[:, t] == eos_id
-            if bool(done.all()):
-                break
-    return end
-
-
-# Sequence to sequence: the Pig Latin study's two families (the encoder-decoder and Mamba). A seq2seq batch is a
-# source (a word and [EOS]) and a target (its translation): the decoder reads [SOS] + target and predicts
-# target + [EOS]. How a family takes the pair is its config's `seq2seq_layout` (data.py cuts the batches so):
-#     'pair'    an encoder reads the source, a decoder the target input (src, src_mask, idx, targets)
-#     'joined'  one causal model reads source and target input as one sequence (idx, targets), and
-#               only the target part is scored (targets -100 elsewhere: cross_entropy's ignore_index)
-
-
-def greedy_extend(next_logits, idx, steps, eos_id):
-    """Greedy decoding shared by the seq2seq families: append the most likely next token to idx (B, T)
-    up to `steps` times, next_logits(idx) giving the last position's logits (B, V), until every row has
-    produced eos_id. Returns only the new tokens (B, <= steps); a row that ended repeats eos_id."""
-    done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
-    start = idx.size(1)
-    for _ in range(steps):
-        nxt = next_logits(idx).argmax(-1).masked_fill(done, eos_id)  # (B,)
-        idx = torch.cat((idx, nxt[:, None]), dim=1)
-        done |= nxt == eos_id
-        if bool(done.all()):
-            break
-    return idx[:, start:]
-
-
-# -----------------------------------------------------------------------------
 # Encoder classifier: the recurrent-vs-baseline study
 
 @dataclass
@@ -766,6 +671,104 @@ class EncoderClassifier(TokenModel):
         if masked:
             return 2 * masked * self.cfg.n_embd * self.cfg.vocab_size
         return 2 * self.cfg.n_embd * self.cfg.n_classes
+
+
+# -----------------------------------------------------------------------------
+# Sampling and decoding, shared by the generative families below (the encoder above never decodes): the next
+# token (every language model's generate), the causal language models' decoding loop (GPT, Llama), and the
+# seq2seq families' greedy decoding (the encoder-decoder, Mamba)
+
+def sample_next(logits, temperature=1.0, top_k=None, top_p=None, epsilon=None, generator=None):
+    """The next token (B, 1) from the last position's logits (B, V).
+    temperature 0: the most likely token (greedy, deterministic). Otherwise the logits are divided by
+    the temperature, then cut, each cut renormalizing what is left:
+      top_k    keep the k most likely tokens (Fan et al. 2018);
+      epsilon  drop tokens whose probability is below epsilon (Hewitt et al. 2022, epsilon sampling);
+      top_p    keep the fewest most likely tokens whose probabilities reach p (Holtzman et al. 2020);
+    and a token is drawn with `generator` (a torch.Generator, for reproducible samples). The most
+    likely token always survives the cuts, so something is left to draw."""
+    logits = logits.float()
+    if temperature < 0:
+        raise ValueError(f"temperature={temperature} must be >= 0")
+    if temperature == 0:
+        return logits.argmax(-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k).values[:, -1:]  # (B, 1): the k-th largest
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = F.softmax(logits, -1)
+    if epsilon is not None and epsilon > 0:
+        keep = probs >= epsilon
+        keep.scatter_(-1, probs.argmax(-1, keepdim=True), True)
+        probs = probs * keep
+    if top_p is not None and 0 < top_p < 1:
+        sorted_p, order = probs.sort(-1, descending=True)
+        # a token stays if the mass before it is still short of top_p (so the first always stays)
+        cut = (sorted_p.cumsum(-1) - sorted_p) >= top_p * sorted_p.sum(-1, keepdim=True)
+        probs = probs.scatter(-1, order, sorted_p.masked_fill(cut, 0.0))
+    return torch.multinomial(probs, 1, generator=generator)  # multinomial renormalizes
+
+
+DECODE_MODES = ("eager", "compiled")  # decode's step: eager, or compiled (kernels.compiled_decoding)
+
+
+def decode(model, idx, mask, P, pick, eos_id=None, use_cache=True, mode="eager"):
+    """The decoding loop of the causal language models (Llama, GPT). idx (B, P + steps) holds the prompts
+    in its first P columns, left-padded; mask (B, P + steps) is True on real tokens, None without padding.
+    Fills columns P, P+1, ... with pick(logits (B, V)) -> (B,), the next token of each row, and stops
+    when every row has produced eos_id. Returns the number of columns filled.
+    use_cache=False runs the whole sequence again at every step (the reference). With the cache, the prompt
+    goes through once (prefill), then one token a step, eagerly (mode 'eager') or through the compiled step
+    of kernels.compiled_decoding (mode 'compiled', the fast path; tests/test_llama.py holds the tokens equal)."""
+    B, total = idx.shape
+    dev = idx.device
+    cache = compiled = None
+    if use_cache and mode == "compiled":
+        cache, compiled = kernels.compiled_decoding(model, idx, mask)
+    elif use_cache:
+        cache = model.new_cache(B, total)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    end = P
+    for t in range(P, total):
+        key_mask = mask[:, :t] if mask is not None else None
+        if not use_cache:
+            logits = model.step(idx[:, :t], 0, key_mask, None)
+        elif t == P:  # prefill: the whole prompt at once
+            logits = model.step(idx[:, :t], 0, key_mask, cache)
+        elif compiled is None or t - 1 < 2:  # (the compiled step serves positions from 2 on: compile_step)
+            logits = model.step(idx[:, t - 1:t], t - 1, key_mask, cache)
+        else:
+            logits = compiled(idx[:, t - 1:t], t - 1)
+        idx[:, t] = pick(logits)
+        end = t + 1
+        if eos_id is not None:
+            done |= idx[:, t] == eos_id
+            if bool(done.all()):
+                break
+    return end
+
+
+# Sequence to sequence: the Pig Latin study's two families (the encoder-decoder and Mamba). A seq2seq batch is a
+# source (a word and [EOS]) and a target (its translation): the decoder reads [SOS] + target and predicts
+# target + [EOS]. How a family takes the pair is its config's `seq2seq_layout` (data.py cuts the batches so):
+#     'pair'    an encoder reads the source, a decoder the target input (src, src_mask, idx, targets)
+#     'joined'  one causal model reads source and target input as one sequence (idx, targets), and
+#               only the target part is scored (targets -100 elsewhere: cross_entropy's ignore_index)
+
+
+def greedy_extend(next_logits, idx, steps, eos_id):
+    """Greedy decoding shared by the seq2seq families: append the most likely next token to idx (B, T)
+    up to `steps` times, next_logits(idx) giving the last position's logits (B, V), until every row has
+    produced eos_id. Returns only the new tokens (B, <= steps); a row that ended repeats eos_id."""
+    done = torch.zeros(idx.size(0), dtype=torch.bool, device=idx.device)
+    start = idx.size(1)
+    for _ in range(steps):
+        nxt = next_logits(idx).argmax(-1).masked_fill(done, eos_id)  # (B,)
+        idx = torch.cat((idx, nxt[:, None]), dim=1)
+        done |= nxt == eos_id
+        if bool(done.all()):
+            break
+    return idx[:, start:]
 
 
 # -----------------------------------------------------------------------------
@@ -1230,8 +1233,13 @@ class EncoderDecoder(TokenModel):
 # -----------------------------------------------------------------------------
 # Mamba (Gu & Dao 2023): the Pig Latin study's other family, the 'joined' layout. Its selective state-space
 # mixer is a Block's other token mixer (cfg.mixer = 'mamba', in place of attention); read here: the scan's
-# reference math, the mixer and its recurrent state, the config and the model. The fast scans it can switch to
-# (parallel, log-space, chunked, Triton) are kernels.py's, beside the sequential loop and the discretizations.
+# reference, the mixer and its recurrent state, the config and the model. The math the reference runs is
+# kernels.py's (model.py imports kernels.py, never the reverse): read `discretize` there (Delta, A, B, x ->
+# A-bar_t, B-bar_t x_t, eq. 4) and `scan_sequential` (the loop h_t = A-bar_t h_{t-1} + B-bar_t x_t, eq. 2a).
+# Which scan runs: the default scan='parallel' (with scan_chunk=0) goes selective_scan_reference ->
+# kernels.selective_scan -> kernels.scan_parallel, Blelloch's scan (`_blelloch`, differentiated by autograd);
+# config/piglatin_mamba.py picks 'sequential', the loop, and piglatin_mamba_large.py the chunked scan. The
+# other fast scans (log-space, chunked, Triton) are kernels.py's too, beside the loop and the discretizations.
 #
 # Glossary (code name -> symbol in the Mamba paper, Algorithm 2 and section 3)
 #     D = d_inner    expanded width E * d (E = expand); the SSM runs on each of the D channels apart

@@ -54,7 +54,7 @@ import time
 
 import data
 from configurator import ConfigError, UserError
-from lab import records
+from bookkeeping import records
 from lab.cells import cell_data, finished_seeds
 from lab.plan import RunFailed, StudyError, check_metric, check_seeds, config_name, load_plan, plan_unchanged
 from lab.report import (check_report_keeps_runs, check_report_path, finished_runs, shared_metrics, study_table,

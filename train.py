@@ -17,7 +17,7 @@ process would: a step's batch is batch_size x grad_accum examples however many p
 The defaults below are the settings; a config file and --key=value arguments override them through
 configurator.py. Everything is an importable function, and the run itself sits behind
 `if __name__ == "__main__"`, so tests can drive `train(config)` on tiny data. The run's bookkeeping (its files,
-the out_dir lock, which configs are the same run, what its log records) is lab/records.py's.
+the out_dir lock, which configs are the same run, what its log records) is bookkeeping/records.py's.
 """
 
 import math
@@ -32,9 +32,8 @@ import torch
 import configurator
 import data
 import evaluate
-from bench import timing
+from bookkeeping import records, timing
 from export import load_pretrained
-from lab import records
 from model import (CKPT_VERSION, FAMILIES, CheckpointError, build_model, family_settings, from_pretrained,
                    load_checkpoint)
 
@@ -95,7 +94,7 @@ device = "auto"  # 'auto' picks cuda, then mps, then cpu
 dtype = "auto"  # 'float32', 'bfloat16', 'float16'; 'auto' = bfloat16 on a GPU that has it, else float32
 compile = False  # torch.compile the model
 peak_tflops = 0.0  # one device's peak TFLOP/s, the denominator of the MFU in the progress lines; 0 = look the GPU
-# up (bench/timing.py's peak_flops); a CPU or an unknown GPU has none, and then no MFU is shown
+# up (bookkeeping/timing.py's peak_flops); a CPU or an unknown GPU has none, and then no MFU is shown
 seed = 1337  # the same in every process of a DDP run, so that they all start from the same weights
 # -----------------------------------------------------------------------------
 DEFAULTS = {k: v for k, v in globals().items()  # the lower-case names above (not imported CONSTANTS)
@@ -526,7 +525,7 @@ def compiled(model, cfg, task):
 
 def device_peak(cfg, dev, dtype_name):
     """(one device's peak FLOP/s, its source) for the MFU, or None: the peak_tflops setting, or the GPU's
-    datasheet figure (bench/timing.py's peak_flops)."""
+    datasheet figure (bookkeeping/timing.py's peak_flops)."""
     if cfg["peak_tflops"] > 0:
         return cfg["peak_tflops"] * 1e12, "the peak_tflops setting"
     return timing.peak_flops(dev, dtype_name)

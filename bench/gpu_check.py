@@ -10,7 +10,7 @@ Sections (SECTIONS below; their code is bench/gpu_sections.py; each its own proc
 own failure):
     kernels  every Triton kernel compiled and run, forward and backward, against its reference in float64, on
              inputs in float32 and in bfloat16 (the interpreter tests of tests/test_triton_kernels.py, on the
-             device); then each against its PyTorch op, timed (bench.kernels.time_triton)
+             device); then each against its PyTorch op, timed (bench.kernel_speed.time_triton)
     scan     Mamba's selective scan: the Triton kernel against the sequential, parallel and chunked PyTorch scans
              at T = 1,024 and 4,096, forward and backward: time, peak memory, agreement
     decode   stories260K greedy: llama2.c's golden text from the eager and the CUDA-graph step; CUDA-graph
@@ -36,7 +36,7 @@ goes on. A section writes its figures as it goes, so one stopped at its budget k
 status: 0 when every check passed, 1 when one failed, 2 when this machine cannot run the check.
 
 This file is tooling, not the lesson: what it runs lives in kernels.py (the Triton kernels), model.py (their
-references), bench/kernels.py (their timing), bench/speed.py (the generation benchmark), configurator.py (the
+references), bench/kernel_speed.py (their timing), bench/speed.py (the generation benchmark), configurator.py (the
 device helpers) and train.py (training).
 """
 
@@ -85,7 +85,7 @@ GRACE_S = 5  # a section ends itself at its budget (before a step it could not f
 
 def conditions(cpu):
     """What every figure depends on: the device, its driver, the versions, the code's commit."""
-    from lab import records
+    from bookkeeping import records
     versions = {}
     for name, packages in (("triton", ("triton", "pytorch-triton")), ("transformers", ("transformers",)),
                            ("numpy", ("numpy",))):  # (PyTorch's own index ships Triton as pytorch-triton)

@@ -3,7 +3,7 @@ The GPU check's sections (bench/gpu_check.py runs them, each in a process of its
 each runs on the device and checks, and the record it leaves. Read Run and item first (a section's record, and a
 step of it that may fail on its own), then the sections in the order they run: kernels, scan, decode, train,
 ddp. What they exercise lives in the lesson's files (kernels.py, model.py, export.py, train.py) and in
-bench/kernels.py and bench/speed.py (the timing and the generation benchmark).
+bench/kernel_speed.py and bench/speed.py (the timing and the generation benchmark).
 """
 
 import json
@@ -156,13 +156,13 @@ def selective_inputs(B, T, D, N, device, dtype=torch.float32, seed=0):
 
 
 def kernel_cases(sizes, device, dtype):
-    """[(name, triton_fn, reference_fn, inputs, input names)]: the cases of `python -m bench.kernels triton` (norms,
-    SwiGLU, attention plain, with a key mask and causal: each beside its PyTorch op, which serves as the
+    """[(name, triton_fn, reference_fn, inputs, input names)]: the cases of `python -m bench.kernel_speed triton`
+    (norms, SwiGLU, attention plain, with a key mask and causal: each beside its PyTorch op, which serves as the
     reference), grouped-query attention, one decoding query against a padded cache, and the selective scan in
     each discretization."""
     import kernels
     import model
-    from bench.kernels import triton_bench_cases
+    from bench.kernel_speed import triton_bench_cases
     batch, T, C, nh, ffn = sizes["kernel_shape"]
     names = {"rms_norm": "x w", "layer_norm": "x w b", "swiglu": "gate value"}
     cases = [(name, fast, ref, inputs, names.get(name, "q k v").split())
@@ -212,7 +212,7 @@ def kernel_errors(fast, reference, inputs, seed=0):
 
 def section_kernels(run):
     import kernels
-    from bench.kernels import time_triton
+    from bench.kernel_speed import time_triton
     if not kernels.triton_available():
         raise RuntimeError("Triton cannot run here (on a CPU: TRITON_INTERPRET=1 before triton's first import)")
     run.figure("triton", kernels.triton.__version__)  # (the module's: its package may be named pytorch-triton)
@@ -257,8 +257,8 @@ def section_kernels(run):
 def section_scan(run):
     import kernels
     import model
-    from bench.kernels import GOAL_LENGTH, GOAL_SPEEDUP
-    from bench.timing import median_ms
+    from bench.kernel_speed import GOAL_LENGTH, GOAL_SPEEDUP
+    from bookkeeping.timing import median_ms
     B, D, N = run.sizes["scan_dims"]
     scans = {"sequential": lambda *a: model.selective_scan_reference(*a, scan="sequential"),
              "parallel": lambda *a: model.selective_scan_reference(*a, scan="parallel"),

@@ -1,6 +1,6 @@
 """
 The speed benchmark: our models against equal-sized peers on the same batches, a table per case, with the
-conditions (bench/timing.py) printed above and saved beside the figures.
+conditions (bookkeeping/timing.py) printed above and saved beside the figures.
 
     python -m bench.speed                                     # every case below, on this machine's device
     python -m bench.speed --cases "encoder 6x384" --compile   # one case, eager and compiled
@@ -17,8 +17,8 @@ after round, so a slow spell of a shared machine falls on all of them; each figu
 Read in order: the cases (BENCH_CASES) and their batches, the contestants (ours under each switch, the peers),
 the timing of a case (time_contestants), the two cases of their own (generation: generation_bench; Pig Latin:
 piglatin_bench), then run_bench, which prints the tables, and the command line. This is tooling, not the lesson:
-it imports the lesson's files (model.py, data.py) and cli/'s option types and tokenizer lookup, and nothing imports
-it but gpu_check.py.
+it imports the lesson's files (model.py, data.py) and evaluation/'s option types and tokenizer lookup, and
+nothing imports it but gpu_check.py.
 """
 
 import argparse
@@ -36,9 +36,9 @@ import torch
 import configurator
 import data
 import kernels
-from bench.timing import conditions, peak_flops, sync, timed
-from cli.evaluate_options import llama_tokenizer_for
-from cli.options import Ranged, check_ranges
+from bookkeeping.timing import conditions, peak_flops, sync, timed
+from evaluation.options import llama_tokenizer_for
+from evaluation.ranges import Ranged, check_ranges
 from export import read_llama2c, write_llama2c
 from model import family_settings
 

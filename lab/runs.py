@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 import train
-from lab import records
+from bookkeeping import records
 from lab.plan import StudyError, check_overrides, check_seeds, config_name, grid_settings, parse_term, run_names
 
 

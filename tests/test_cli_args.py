@@ -13,7 +13,7 @@ import torch
 import configurator
 import data
 import evaluate
-from cli.evaluate_options import seq2seq_words
+from evaluation.options import seq2seq_words
 from model import GPT, EncoderClassifier, EncoderConfig, GPTConfig, Llama, LlamaConfig, save_checkpoint
 
 
@@ -67,8 +67,8 @@ def test_each_option_is_checked_before_anything_is_loaded(option, message, tmp_p
     (["--bench_batch", "-2"], "--bench_batch -2: an integer >= 0"),
 ])
 def test_the_benchmark_s_options_are_checked_the_same_way(option, message):
-    """bench/speed.py's options (they were evaluate.py --bench's), checked by cli/options.py's check_ranges before any
-    model is built."""
+    """bench/speed.py's options (they were evaluate.py --bench's), checked by evaluation/ranges.py's check_ranges
+    before any model is built."""
     from bench import speed
     with pytest.raises(SystemExit) as e:
         speed.main(option)

@@ -1,10 +1,12 @@
 """
 The README and the pages in docs/ cannot rot silently: every relative link names a file that exists (and, for
-a `#anchor`, a heading of that page), and every `config/*.py` that a command names is a config file that
-exists. Reads text only; well under a second. (The encoder page's results table is held to RESULTS.md by
+a `#anchor`, a heading of that page), every `config/*.py` that a command names is a config file that exists,
+and the README's reading paths name definitions that exist, in their files' order. Reads text only; well under
+a second. (The encoder page's results table is held to RESULTS.md by
 tests/test_study_plans.py.)
 """
 
+import ast
 import glob
 import itertools
 import os
@@ -76,3 +78,56 @@ def test_every_relative_link_and_config_exists():
                 broken += [f"{where}: {name} in `{command.strip()}`: no such config"
                            for name in expand(word) if not os.path.exists(os.path.join(REPO_ROOT, name))]
     assert not broken, "\n".join(broken)
+
+
+def reading_paths():
+    """The README's "Where to read the code": [(system, file, [names])], one entry per `- `file`: `a`, `b``
+    item (its continuation lines indented), under the bold name of its system."""
+    text = open(os.path.join(REPO_ROOT, "README.md")).read()
+    section = text.split("## Where to read the code\n", 1)[1].split("\n## ", 1)[0]
+    section = re.sub(r"\n  +", " ", section)  # a list item's continuation lines joined to it
+    out, system = [], None
+    for line in section.splitlines():
+        if m := re.match(r"\*\*(.+?)\*\*", line):
+            system = m.group(1)
+        elif m := re.match(r"- `([\w/]+\.py)`: (.*)", line):
+            out.append((system, m.group(1), re.findall(r"`([\w.]+)`", m.group(2))))
+    return out
+
+
+def definitions(path):
+    """{name: line} of a file's top-level functions, classes and assigned names, and 'Class.method' for the
+    methods of its classes."""
+    lines = {}
+    for node in ast.parse(open(path).read()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            lines[node.name] = node.lineno
+            if isinstance(node, ast.ClassDef):
+                lines |= {f"{node.name}.{f.name}": f.lineno for f in node.body if isinstance(f, ast.FunctionDef)}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for name in (t.elts if isinstance(t, ast.Tuple) else [t]):
+                    if isinstance(name, ast.Name):
+                        lines.setdefault(name.id, node.lineno)
+    return lines
+
+
+def test_reading_paths_name_definitions_in_file_order():
+    """Each system's path through the code (README, "Where to read the code"): every named definition is in
+    the named file, and the names of a file come in the order they appear in it."""
+    paths = reading_paths()
+    systems = {system for system, _, _ in paths}
+    assert {"The recurrent encoder", "The char GPT", "Llama with LoRA and decoding", "The Pig Latin encoder-decoder",
+            "Mamba", "The bag of words"} <= systems, systems
+    wrong = []
+    for system, file, names in paths:
+        assert names, (system, file)
+        found = definitions(os.path.join(REPO_ROOT, file))
+        missing = [n for n in names if n not in found]
+        wrong += [f"{system}: {file} defines no {n}" for n in missing]
+        lines = [found[n] for n in names if n in found]
+        if lines != sorted(lines) or len(set(lines)) != len(lines):
+            wrong.append(f"{system}: {file}: {', '.join(names)} are not in the file's order "
+                         f"(lines {', '.join(map(str, lines))})")
+    assert not wrong, "\n".join(wrong)

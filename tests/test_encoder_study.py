@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 import torch
 
+import bookkeeping.records
 import configurator
 import data
 from corpora import sources
 import evaluate
 import model
 import lab.plan
-import lab.records
 import lab.report
 import lab.runs
 import lab.stats
@@ -542,7 +542,7 @@ def test_a_fresh_clone_writes_the_same_report_from_the_run_records(tiny_dataset,
     record = "results/runs/a/tiny_looped/seed2"
     summary = json.loads(open(f"{record}/summary.json").read())
     assert summary == json.loads(open("out/s/a/tiny_looped/seed2/summary.json").read())
-    assert lab.records.same_run(train.make_config([f"{record}/config.py"]), summary["config"], train.DEFAULTS)
+    assert bookkeeping.records.same_run(train.make_config([f"{record}/config.py"]), summary["config"], train.DEFAULTS)
     with open("results/runs/a/data.json") as f:
         assert json.load(f)["test_labels"] == [int(y) for y in data.Dataset("data").splits["test"].labels]
     text = open("RESULTS.md").read()

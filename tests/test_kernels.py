@@ -1,6 +1,6 @@
 """
 Tests of kernels.py: every fast scan equals the plain reference, forward and gradient (and, at the end, the
-scan benchmarks of bench/kernels.py run and say what they measured).
+scan benchmarks of bench/kernel_speed.py run and say what they measured).
 
 The reference, scan_sequential, is checked against the recurrence unrolled into a sum and against a
 case worked by hand; the fast scans are then checked against it in float64, on odd lengths (1, 3, 7,
@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import bench.kernels as bench_kernels
+import bench.kernel_speed as bench_kernels
 import kernels
 import model
 from kernels import SCANS, scan_sequential, selective_scan
@@ -244,7 +244,7 @@ def test_zoh_keeps_its_digits_for_small_steps():
 
 
 # -----------------------------------------------------------------------------
-# the benchmarks: `python -m bench.kernels scan` and `precision`
+# the benchmarks: `python -m bench.kernel_speed scan` and `precision`
 
 
 def test_scan_benchmark_runs_and_writes_json(tmp_path, capsys):

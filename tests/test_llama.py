@@ -643,7 +643,7 @@ from pathlib import Path  # noqa: E402
 import data  # noqa: E402
 from corpora import sources  # noqa: E402
 import evaluate  # noqa: E402
-from cli import evaluate_options  # noqa: E402
+from evaluation import options as evaluate_options  # noqa: E402
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import tokenizer
 import train
 from conftest import fake_downloads
 from model import GPT, GPTConfig, LayerNorm, RMSNorm, load_checkpoint
-from reports.table import run_names
+from evaluation.table import run_names
 
 
 def tiny_gpt(**kw):

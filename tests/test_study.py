@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 import configurator
+import bookkeeping.records
 import data
 import lab.plan
-import lab.records
 import lab.runs
 import lab.stats
 import study
@@ -294,7 +294,7 @@ def test_a_run_another_process_trains_is_skipped_not_started_again(tiny_dataset,
     configs = write_tiny_configs(tmp_path, tiny_dataset)
     runs = lab.runs.plan_runs(configs[:1], [1, 2], str(tmp_path / "study"))
     theirs, ours = runs[("tiny_plain", 1)][1], runs[("tiny_plain", 2)][1]
-    with lab.records.out_dir_lock(theirs):
+    with bookkeeping.records.out_dir_lock(theirs):
         with open(os.path.join(theirs["out_dir"], "train.out"), "w") as f:
             f.write("the other study's run\n")
         study.run_pending(runs, list(runs), jobs=1)
@@ -432,19 +432,25 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys):
 
 
 # Every module of ours, by the layer it sits on: a module imports only modules of lower layers (on layer 0, any
-# other module of layer 0). The lesson's files at the bottom, the tooling (bench/, lab/, corpora/, cli/, reports/)
-# beside and above them, study.py on top. (bench.same_training runs train.py in subprocesses only: it imports nothing
-# of ours.)
-PACKAGES = ("lab", "bench", "corpora", "cli", "reports")
-LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "tokenizer": 0, "lab.stats": 0, "bench.timing": 0,
-          "bench.same_training": 0, "corpora.sources": 0, "corpora.piglatin": 0, "reports.table": 0,
-          "reports.seq2seq_plots": 0, "data": 1, "bench.kernels": 1, "lab.records": 1, "cli.options": 1, "export": 2,
-          "cli.evaluate_options": 2, "evaluate": 3,
-          "train": 4, "bench.speed": 4, "lab.plan": 5, "bench.gpu_sections": 5, "bench.gpu_check": 6, "lab.runs": 6, "lab.cells": 6, "lab.plots": 7,
-          "lab.report": 8, "study": 9}
+# other module of layer 0). The lesson's files at the bottom with the packages they import at run time (corpora/,
+# evaluation/, bookkeeping/), the tooling (bench/, lab/) above them, study.py on top. (bench.same_training runs
+# train.py in subprocesses only: it imports nothing of ours.)
+PACKAGES = ("lab", "bench", "bookkeeping", "corpora", "evaluation")
+LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "tokenizer": 0, "bookkeeping.timing": 0, "corpora.sources": 0,
+          "corpora.piglatin": 0, "evaluation.table": 0, "evaluation.seq2seq_plots": 0, "data": 1,
+          "bookkeeping.records": 1, "evaluation.ranges": 1, "export": 2, "evaluation.options": 2, "evaluate": 3,
+          "train": 4,
+          "bench.same_training": 0, "bench.kernel_speed": 1, "bench.speed": 4, "bench.gpu_sections": 5,
+          "bench.gpu_check": 6,
+          "lab.stats": 0, "lab.plan": 5, "lab.runs": 6, "lab.cells": 6, "lab.plots": 7, "lab.report": 8,
+          "study": 9}
+# The units the imports are drawn between: each package and each top-level file is one folder-level unit, and
+# these make up the larger ones: the lesson (every top-level file but study.py, and every package not named here),
+# the tooling (bench/, lab/), and study.py on top.
+TOOLING = {"bench": "bench", "lab": "lab", "study": "study"}
 
 
-def module_imports(path):
+def module_imports(path, ours=LAYERS):
     """The modules of ours a file imports, by dotted name ('lab.stats' for `from lab import stats` too)."""
     names = set()
     for node in ast.walk(ast.parse(open(path).read())):
@@ -452,14 +458,15 @@ def module_imports(path):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-    return names & set(LAYERS)
+    return names & set(ours)
 
 
 def test_imports_run_one_way():
-    """configurator, model, kernels, tokenizer, bench.timing, corpora, reports <- data, lab.records, cli.options <-
-    export, cli.evaluate_options <- evaluate <- train, bench.speed <- lab's plan, runs, cells, plots, report <- study:
+    """configurator, model, kernels, tokenizer, bookkeeping.timing, corpora, evaluation's table and plots <- data,
+    bookkeeping.records, evaluation.ranges <- export, evaluation.options <- evaluate <- train <- bench, lab <- study:
     a module imports only modules of a lower layer (evaluate.py never imports train.py; model.py never imports
-    export.py; reports never imports evaluate.py; nothing imports study.py), and every module of ours is in LAYERS."""
+    export.py; evaluation/ never imports evaluate.py; nothing imports study.py), and every module of ours is in
+    LAYERS."""
     ours = {os.path.relpath(p, REPO_ROOT)[:-3].replace(os.sep, ".") for p in
             glob.glob(os.path.join(REPO_ROOT, "*.py"))
             + [p for pkg in PACKAGES for p in glob.glob(os.path.join(REPO_ROOT, pkg, "*.py"))]}
@@ -469,4 +476,49 @@ def test_imports_run_one_way():
     for name, layer in LAYERS.items():
         imported = module_imports(os.path.join(REPO_ROOT, *name.split(".")) + ".py")
         assert all(LAYERS[m] < layer or (layer == 0 and m != name) for m in imported), (name, imported)
-    assert "lab.records" in module_imports(os.path.join(REPO_ROOT, "study.py"))  # the check above sees real imports
+    assert "bookkeeping.records" in module_imports(os.path.join(REPO_ROOT, "study.py"))  # it sees real imports
+
+
+def cycle(edges):
+    """A cycle of the directed graph {(a, b)}, as [a, b, ..., a]; [] if it has none."""
+    after = {}
+    for a, b in edges:
+        after.setdefault(a, set()).add(b)
+    state = {}  # node -> 'open' while on the current path, 'done' after
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in sorted(after.get(node, ())):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt, path + [nxt])):
+                return found
+        state[node] = "done"
+        return []
+
+    for node in sorted(after):
+        if node not in state and (found := visit(node, [node])):
+            return found
+    return []
+
+
+def test_units_import_one_way():
+    """Imports run one way between folders too, each package taken as one unit: the graph of imports between the
+    top-level files and the packages has no cycle (no train.py <-> bench/, lab/ <-> bench/); the lesson imports no
+    tooling package (bench/, lab/) and nothing imports study.py; bench/ and lab/ import the lesson, and each other
+    one way at most. Every package and top-level file is found on disk, so a new one is held to this as well."""
+    packages = sorted(os.path.basename(os.path.dirname(p))
+                      for p in glob.glob(os.path.join(REPO_ROOT, "*", "__init__.py")))
+    assert set(PACKAGES) <= set(packages), packages
+    files = {os.path.relpath(p, REPO_ROOT)[:-3].replace(os.sep, ".") for p in glob.glob(os.path.join(REPO_ROOT, "*.py"))
+             + [p for pkg in packages for p in glob.glob(os.path.join(REPO_ROOT, pkg, "*.py"))]}
+    modules = files | set(packages)
+    unit = lambda name: name.split(".")[0]  # noqa: E731  (a package's modules are the package's unit)
+    edges = {(unit(m), unit(i)) for m in files
+             for i in module_imports(os.path.join(REPO_ROOT, *m.split(".")) + ".py", modules) if unit(i) != unit(m)}
+    assert not cycle(edges), " -> ".join(cycle(edges))
+    larger = lambda name: TOOLING.get(name, "lesson")  # noqa: E731
+    between = {(larger(a), larger(b)) for a, b in edges if larger(a) != larger(b)}
+    assert not {e for e in between if e[0] == "lesson" or e[1] == "study"}, sorted(between)
+    assert not cycle(between), " -> ".join(cycle(between))
+    assert {("bench", "lesson"), ("lab", "lesson"), ("study", "lesson")} <= between  # it sees real imports

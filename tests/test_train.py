@@ -21,9 +21,8 @@ import data
 import evaluate
 import model
 import train
-from bench import timing
+from bookkeeping import records, timing
 from conftest import REPO_ROOT
-from lab import records
 
 
 def run(cfg):
@@ -784,7 +783,7 @@ def test_the_code_commit_counts_changes_to_the_code_not_to_the_records(tmp_path,
     git("init", "-q")
     git("add", ".")
     git("commit", "-q", "-m", "code and records")
-    monkeypatch.setattr(records, "__file__", str(tmp_path / "lab" / "records.py"))  # code_commit asks its checkout
+    monkeypatch.setattr(records, "__file__", str(tmp_path / "bookkeeping" / "records.py"))  # code_commit asks here
     clean = records.code_commit()
     assert re.fullmatch(r"[0-9a-f]{7,}", clean)
     (tmp_path / "results" / "r.json").write_text('{"a": 1}')

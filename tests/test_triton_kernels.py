@@ -28,7 +28,7 @@ import torch
 
 pytest.importorskip("triton", reason="the Triton kernels need triton (pip install triton; Linux)")
 
-import bench.kernels as bench_kernels  # noqa: E402
+import bench.kernel_speed as bench_kernels  # noqa: E402
 import kernels  # noqa: E402
 import model  # noqa: E402
 
@@ -484,7 +484,7 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch, capsys):
 
 
 def test_triton_benchmark_command(tmp_path, capsys):
-    """`python -m bench.kernels triton` at a tiny size: one table row per kernel, and the Triton outputs agree with
+    """`python -m bench.kernel_speed triton` at a tiny size: one table row per kernel, and the Triton outputs agree with
     the PyTorch ops they are timed against."""
     path = tmp_path / "triton.json"
     bench_kernels.main(["triton", "--device", DEVICE, "--dtype", "float32", "--batch", "1", "--lengths", "16",
@@ -502,7 +502,7 @@ def test_triton_benchmark_command(tmp_path, capsys):
 
 
 def test_every_kernel_compiles_for_an_h100(tmp_path):
-    """The interpreter runs the kernels' arithmetic but does not compile them. `python -m bench.kernels compile`
+    """The interpreter runs the kernels' arithmetic but does not compile them. `python -m bench.kernel_speed compile`
     builds every variant the launchers use with Triton's real compiler, for an H100 (sm_90), with no GPU
     present (Triton's wheel brings ptxas), and checks each one's shared memory against the H100's limit.
     In a process of its own: this one runs the interpreter, and a process chooses once."""
@@ -510,7 +510,7 @@ def test_every_kernel_compiles_for_an_h100(tmp_path):
     env["TRITON_DEFAULT_FP_FUSION"] = "1"  # Triton 3.9's default, said out loud (it warns otherwise)
     out = tmp_path / "compiled.json"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    run = subprocess.run([sys.executable, "-m", "bench.kernels", "compile", "--arch", "90", "--dtypes", "bfloat16",
+    run = subprocess.run([sys.executable, "-m", "bench.kernel_speed", "compile", "--arch", "90", "--dtypes", "bfloat16",
                           "--head_sizes", "48", "--json", str(out)], cwd=root, env=env, capture_output=True,
                          text=True, timeout=300)
     if run.returncode and "ptxas" in run.stderr:

@@ -3,12 +3,12 @@ The benchmarks of kernels.py's fast paths: how fast each scan and each Triton ke
 are in float32, and whether every Triton kernel compiles for a GPU that is not here. Timings are measurements,
 not tests (the tests prove the fast paths equal to their references; these say what they cost).
 
-    python -m bench.kernels scan                   # time each scan, forward and forward+backward, eager
-    python -m bench.kernels scan --compile         # ... and under torch.compile
-    python -m bench.kernels scan --device cuda --lengths 256 1024 4096 --batch 8 --d 128 --n 16
-    python -m bench.kernels precision              # float32 error of each scan vs the float64 reference
-    python -m bench.kernels triton --device cuda   # each Triton kernel vs its PyTorch op (F.rms_norm, SDPA, ...)
-    python -m bench.kernels compile --arch 90      # build every Triton kernel for an H100 here, no GPU needed
+    python -m bench.kernel_speed scan                   # time each scan, forward and forward+backward, eager
+    python -m bench.kernel_speed scan --compile         # ... and under torch.compile
+    python -m bench.kernel_speed scan --device cuda --lengths 256 1024 4096 --batch 8 --d 128 --n 16
+    python -m bench.kernel_speed precision              # float32 error of each scan vs the float64 reference
+    python -m bench.kernel_speed triton --device cuda   # each Triton kernel vs its PyTorch op (F.rms_norm, SDPA, ...)
+    python -m bench.kernel_speed compile --arch 90      # build every Triton kernel for an H100 here, no GPU needed
 All take --json FILE (the numbers with their conditions); scan and precision take --plot DIR (PNGs;
 needs matplotlib). See main() for every option.
 Default sizes (B, D, N) = (4, 64, 16), 4,096 numbers per time step, T from 16 to 4096: `scan` takes
@@ -30,12 +30,12 @@ import time
 import torch
 
 import kernels
-from bench.timing import conditions, median_ms
+from bookkeeping.timing import conditions, median_ms
 from kernels import (SCANS, SWIGLU_BLOCK, flash_attention_triton, layer_norm_triton, rms_norm_triton, scan_sequential,
                      swiglu_triton)
 
 # -----------------------------------------------------------------------------
-# The scans: `python -m bench.kernels scan` (time) and `python -m bench.kernels precision` (float32 error)
+# The scans: `python -m bench.kernel_speed scan` (time) and `python -m bench.kernel_speed precision` (float32 error)
 
 
 GOAL_LENGTH, GOAL_SPEEDUP = 1024, 10.0  # the issue's goal: parallel >= 10x faster than sequential at T=1024
@@ -229,7 +229,7 @@ def _plot(plot_fn, out_dir, *args):
 
 
 # -----------------------------------------------------------------------------
-# Benchmark of the Triton kernels: `python -m bench.kernels triton` (time against their PyTorch counterparts)
+# Benchmark of the Triton kernels: `python -m bench.kernel_speed triton` (time against their PyTorch counterparts)
 
 
 def triton_bench_cases(batch, T, n_embd, n_head, ffn, device, dtype, seed=0):
@@ -319,7 +319,7 @@ def triton_table(results, lengths, repeats):
 
 
 def triton_command(p, args):
-    """`python -m bench.kernels triton`: checks that the kernels can run here, then times and prints them."""
+    """`python -m bench.kernel_speed triton`: checks that the kernels can run here, then times and prints them."""
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error("--device cuda, but torch.cuda.is_available() is False")
     try:
@@ -329,8 +329,8 @@ def triton_command(p, args):
     if not args.device.startswith("cuda") and not kernels._interpreting():
         p.error("the Triton kernels run on a CUDA device (--device cuda). On the CPU they run only in Triton's "
                 "interpreter, TRITON_INTERPRET=1, whose timings measure Python, not the kernels: run "
-                "`TRITON_INTERPRET=1 python -m bench.kernels triton --batch 1 --lengths 16` only to see the command "
-                "work")
+                "`TRITON_INTERPRET=1 python -m bench.kernel_speed triton --batch 1 --lengths 16` only to see the "
+                "command work")
     dtype = getattr(torch, args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32"))
     if args.n_embd % args.n_head:
         p.error(f"--n_embd {args.n_embd} is not a multiple of --n_head {args.n_head}")
@@ -352,7 +352,7 @@ def triton_command(p, args):
 
 
 # -----------------------------------------------------------------------------
-# compiling the kernels for a GPU without one: `python -m bench.kernels compile --arch 90`
+# compiling the kernels for a GPU without one: `python -m bench.kernel_speed compile --arch 90`
 #
 # The interpreter checks the kernels' arithmetic; it does not compile them, and the compiler is stricter
 # (types, layouts, shared memory). Triton compiles ahead of time for a named target with no GPU present
@@ -428,7 +428,8 @@ def compile_for_gpu(arch, dtype_names=("float32", "bfloat16"), head_sizes=(64, 1
 
 
 def compile_command(p, args):
-    """`python -m bench.kernels compile`: build every kernel variant for a GPU architecture; print shared memory."""
+    """`python -m bench.kernel_speed compile`: build every kernel variant for a GPU architecture; print shared
+    memory."""
     try:
         rows = compile_for_gpu(args.arch, args.dtypes, args.head_sizes)
     except RuntimeError as e:

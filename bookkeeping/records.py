@@ -12,7 +12,7 @@ conditions and code commit a run's log holds. study.py and lab/runs.py read runs
     describe, summarize                                            the summary record (summary.json)
     code_commit, machine_conditions, run_conditions                what a run's log says it ran on
 
-This module sits below train.py: it imports configurator, model and bench/timing.py, never train.py or
+This module sits below train.py: it imports configurator, model and timing.py beside it, never train.py or
 evaluate.py (the run identity takes train.py's DEFAULTS as an argument for that reason).
 """
 
@@ -27,7 +27,7 @@ from datetime import timedelta
 import torch
 
 import configurator
-from bench import timing
+from bookkeeping import timing
 from model import FAMILIES, family_settings, save_checkpoint
 
 # -----------------------------------------------------------------------------
@@ -299,7 +299,7 @@ def code_commit():
     """The git commit of this code's checkout, short, with '+changes' if tracked files of the code differ
     from it (results/ and the .md pages are records, not code: a study that commits its runs' records as
     they land changes them while its other runs train); 'unknown' outside a git checkout."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout's root, above lab/
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout's root, above bookkeeping/
     try:
         git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True, cwd=here, timeout=10)  # noqa: E731
         head = git("rev-parse", "--short", "HEAD")
@@ -314,7 +314,7 @@ def code_commit():
 
 def machine_conditions(device):
     """The processor (or the GPU of a CUDA device), the cores this process may use and its threads, the
-    versions, and the code's commit: bench/timing.py's conditions under the names run records have always
+    versions, and the code's commit: bookkeeping/timing.py's conditions under the names run records have always
     stored (machine is its device_name), with the cores this process may use (its affinity, which a study
     pins; not the machine's cpu_count) and the commit."""
     c = timing.conditions(device, "float32")

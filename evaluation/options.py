@@ -16,7 +16,7 @@ import torch
 
 import configurator
 import data
-from cli.options import check_ranges
+from evaluation.ranges import check_ranges
 from corpora import piglatin
 from model import LlamaConfig, build_model, raw_model
 
