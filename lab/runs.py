@@ -220,21 +220,29 @@ def best_eval(log_path):
     return best[-1] if best else None
 
 
-def tuned_value(sweep_runs, config, key):
+def validation_score(cfg, record, metric="val_accuracy"):
+    """(metric, validation loss) of a finished run's best checkpoint (best_eval: the lowest validation loss,
+    the checkpoint the run keeps), read from its log; None while the run is not finished."""
+    best = best_eval(run_file(cfg, record, "log.jsonl")) if finished_summary(cfg, record) else None
+    return None if best is None else (best[metric], best["val_loss"])
+
+
+def tuned_value(sweep_runs, config, key, metric="val_accuracy"):
     """The value of `key` that a sweep's grid (its runs: {(name, seed): (argv, cfg, record)}) chooses for
-    `config`: the grid point whose runs' best checkpoints have the highest validation accuracy, mean over the
-    sweep's seeds; of two equal, the lower validation loss. Only the validation split chooses: the test
-    figures of the sweep's runs play no part. Returns (value as the grid spells it, {value: (mean validation
-    accuracy, mean validation loss)}), or (None, {}) until every run of the sweep for `config` has finished."""
+    `config`: the grid point whose runs' best checkpoints have the highest validation accuracy (`metric`; a
+    seq2seq run logs val_word_accuracy), mean over the sweep's seeds; of two equal, the lower validation loss.
+    Only the validation split chooses: the test figures of the sweep's runs play no part. Returns (value as
+    the grid spells it, {value: (mean validation accuracy, mean validation loss)}), or (None, {}) until every
+    run of the sweep for `config` has finished."""
     scores = {}
     for (name, seed), (_, cfg, record) in sweep_runs.items():
         if name.partition("@")[0] != config:
             continue
-        best = best_eval(run_file(cfg, record, "log.jsonl")) if finished_summary(cfg, record) else None
-        if best is None:
+        score = validation_score(cfg, record, metric)
+        if score is None:
             return None, {}
         value = dict(item.split("=", 1) for item in grid_settings(name))[key]
-        scores.setdefault(value, []).append((best["val_accuracy"], best["val_loss"]))
+        scores.setdefault(value, []).append(score)
     means = {v: (float(np.mean([a for a, _ in x])), float(np.mean([loss for _, loss in x])))
              for v, x in scores.items()}
     if not means:
