@@ -1,39 +1,38 @@
 """
-The GPU check: every GPU feature of the lab run once on the device, in minutes, with what it measured written
-down. Run it first whenever a GPU is at hand:
+The GPU check: every GPU feature of the lab run once on the device, in under 8 minutes, each figure written down
+the moment it is measured, and a verdict for every target of docs/speed.md's GPU table. Run it first whenever a
+GPU is at hand, as one command whose --out folder is the one that comes back:
 
-    python -m bench.gpu_check                             # CUDA: every section, under 8 minutes on one H100 or H200
-    python -m bench.gpu_check --cpu                       # the rehearsal: the same sections at tiny sizes on the CPU
-    python -m bench.gpu_check --sections kernels scan     # some sections only
+    python -m bench.gpu_check --prepare --data data       # where $DATA_MIRROR is: the data folder to carry (8 MB)
+    python -m bench.gpu_check --data data --out $OUT      # CUDA: every section, under 8 minutes on one H100/H200
+    python -m bench.gpu_check --data data --out DIR --cpu # the rehearsal: the same command, tiny sizes, on a CPU
 
 Sections (SECTIONS below; their code is bench/gpu_sections.py; each its own process, its own time budget and its
 own failure):
     kernels  every Triton kernel compiled and run, forward and backward, against its reference in float64, on
-             inputs in float32 and in bfloat16 (the interpreter tests of tests/test_triton_kernels.py, on the
-             device); then each against its PyTorch op, timed (bench.kernels.time_triton)
+             inputs in float32 and in bfloat16; then each against its PyTorch op, timed (bench.kernels.time_triton)
     scan     Mamba's selective scan: the Triton kernel against the sequential, parallel and chunked PyTorch scans
-             at T = 1,024 and 4,096, forward and backward: time, peak memory, agreement
+             at T = 1,024 and 4,096, forward and backward: time, memory beyond inputs/gradients/output, agreement
     decode   stories260K greedy: llama2.c's golden text from the eager and the CUDA-graph step; CUDA-graph
-             recordings and cache allocations across 10 more generate calls (0 expected); tokens/s at batch 1
-             and 32, eager, compiled and Hugging Face's LlamaForCausalLM, in float32 and under bf16 autocast
-             (bench.speed.generation_bench)
-    ddp      torchrun, one process per GPU (NCCL), against one plain process: the same logged losses
-    train    the SST-2 recurrent and baseline encoders and the char GPT, a few hundred steps each: float32 as
-             the reference, then bf16 with the Triton kernels, compile off and on (tokens/s, MFU, the losses of
-             the first steps against float32's); config/sst2_recurrent.py as it is, timed to its best checkpoint
+             recordings, caches and graphs across 10 more generate calls (0 expected); tokens/s at batch 1, eager,
+             compiled and Hugging Face's LlamaForCausalLM, float32 and bf16; bf16 compiled tokens against bf16 eager
+    ddp      NCCL: a one-rank communicator on the GPU, an all_reduce and a barrier; with 2+ GPUs, torchrun (one
+             process per GPU) against one plain process: the same logged losses
+    train    the SST-2 recurrent encoder and the char GPT: float32 (TF32 off) as the reference, then bf16 with the
+             Triton kernels, compile off and on (tokens/s, the first steps' losses against float32's, graph breaks)
+    mfu      the baseline encoder's training step in bf16 at batch 64 x 256 tokens, eager and compiled: MFU
+    sst2     config/sst2_recurrent.py as it is, timed from its process's start to its best checkpoint
 
-Data comes from --data (default data/, git-ignored), a folder holding the prepared sst2_glue_compact/ and
-shakespeare_char/ (python data.py sst2; python data.py shakespeare_char) and tinyllamas/stories260K/ (the
-checkpoint and tok512.bin), read as the data mirror: nothing is downloaded. docs/speed.md's GPU section gives the
-commands. Figures go to results/gpu_check.json (each with its conditions: device, driver, versions, dtype,
-repetitions) and results/gpu_check.md (the tables docs/speed.md's GPU section is written from); a --cpu
-rehearsal writes out/gpu_check_cpu.{json,md} instead, and every run's logs and scratch files go to
-out/gpu_check/.
+Everything goes under --out: gpu_check.json (conditions, every section's record, the verdicts) and gpu_check.md
+(the verdicts' table, then each section's), rewritten after each section; figures.jsonl, one JSON line per figure,
+check and note, appended the moment it lands (what a check cut off mid-section still has); logs/<section>.log;
+work/ (the sections' runs and scratch). Data comes from --data, read as the data mirror (nothing is downloaded);
+a --data that lacks something is prepared from $DATA_MIRROR when it is set, else refused in one line.
 
 Each section runs in a process of its own under a time budget: an exception, a crash, a CUDA error that
-poisons its process, or a hang costs that section alone, which records its error in one line, and the check
-goes on. A section writes its figures as it goes, so one stopped at its budget keeps what it measured. Exit
-status: 0 when every check passed, 1 when one failed, 2 when this machine cannot run the check.
+poisons its process, or a hang costs that section alone, which records its error in one line (and, stopped at
+its budget, the step it was in), and the check goes on. Exit status: 0 when every check passed, 1 when one
+failed, 2 when this machine cannot run the check (no GPU without --cpu, data missing and no mirror).
 
 This file is tooling, not the lesson: what it runs lives in kernels.py (the Triton kernels), model.py (their
 references), bench/kernels.py (their timing), bench/speed.py (the generation benchmark), configurator.py (the
@@ -308,8 +307,10 @@ def verdicts(results, mode):
     def verdict(target, ok, figure, threshold, gpu_only=False):
         """ok: True, False, or None where the figure was not measured; a CPU's figure of a GPU-only target is
         shown, but not judged."""
-        if ok is None or (gpu_only and mode == "cpu"):
-            v, figure = "not measured", (figure + (" (a CPU's figure)" if mode == "cpu" else "")) if figure else "not reached"
+        if ok is None:
+            v, figure = "not measured", figure or "not reached"
+        elif gpu_only and mode == "cpu":
+            v, figure = "not measured", f"{figure} (a CPU's figure)"
         else:
             v = "pass" if ok else "FAIL"
         out.append({"target": target, "verdict": v, "figure": figure, "threshold": threshold})
@@ -370,7 +371,8 @@ def verdicts(results, mode):
     captures = None if r is None else r.get("graph_captures")
     verdict(f"no CUDA-graph re-recording over {r['generate_calls'] if r else 10} generate calls",
             None if captures is None else captures == 0 and r["graphs_compiled"] == 0,
-            f"{captures} CUDA graph captures, {r['graphs_compiled']} graphs compiled" if r else "",
+            f"{'no' if captures is None else captures} CUDA graph captures, {r['graphs_compiled']} graphs compiled"
+            if r else "",
             "0 captures, 0 graphs compiled", gpu_only=True)
     # graph breaks: every compiled figure's count
     counts = {"decode step": fig("decode").get("graph_breaks", {}).get("decode step")}

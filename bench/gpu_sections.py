@@ -1,8 +1,8 @@
 """
 The GPU check's sections (bench/gpu_check.py runs them, each in a process of its own under a time budget): what
 each runs on the device and checks, and the record it leaves. Read Run and item first (a section's record, and a
-step of it that may fail on its own), then the sections in the order they run: kernels, scan, decode, train,
-ddp. What they exercise lives in the lesson's files (kernels.py, model.py, export.py, train.py) and in
+step of it that may fail on its own), then the sections in this file's order: kernels, scan, decode, train, sst2,
+mfu, ddp. What they exercise lives in the lesson's files (kernels.py, model.py, export.py, train.py) and in
 bench/kernels.py and bench/speed.py (the timing and the generation benchmark).
 """
 
