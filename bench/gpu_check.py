@@ -102,6 +102,7 @@ SECTIONS = {
     "sst2": Section(section_sst2, {"gpu": 65, "cpu": 6}, "config/sst2_recurrent.py to its best checkpoint"),
 }
 TOTAL_S = {"gpu": 475, "cpu": 80}  # no section's budget reaches past this many seconds from the check's start
+FORK = True  # on a CPU, a section's process is a fork of this one (launch); False: a fresh interpreter, as on a GPU
 GRACE_S = 5  # a section ends itself at its budget (before a step it could not finish); past this, it is killed
 # Data the check reads from --data, and where --prepare takes it from ($DATA_MIRROR)
 NEEDED = ("sst2_glue_compact/meta.json", "shakespeare_char/meta.json", "tinyllamas/stories260K/stories260K.bin",
@@ -159,7 +160,7 @@ def launch(args, name, partial, log, deadline, env):
     GPU a fresh interpreter, since a fork cannot use CUDA once its parent has, and conditions() has."""
     cmd = ["--section", name, "--partial", partial, "--deadline", str(deadline), "--started", str(time.time()),
            "--data", os.path.abspath(args.data), "--out", os.path.abspath(args.out)] + (["--cpu"] if args.cpu else [])
-    if not args.cpu:
+    if not (args.cpu and FORK):
         with open(log, "w") as f:
             return subprocess.Popen([sys.executable, "-m", "bench.gpu_check"] + cmd, cwd=ROOT, stdout=f,
                                     stderr=subprocess.STDOUT, start_new_session=True,

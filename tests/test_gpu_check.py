@@ -102,6 +102,20 @@ def test_a_section_stopped_or_failing_costs_only_itself_and_keeps_its_figures(tm
     assert "ddp: FAILED: DataError" in capsys.readouterr().out
 
 
+def test_a_section_in_a_fresh_interpreter_as_on_a_gpu(tmp_path, monkeypatch):
+    """The GPU's way of starting a section (a new `python -m bench.gpu_check --section ...` process, not a fork),
+    taken on the CPU with the cheapest section: its arguments make the trip, its record and log come back."""
+    monkeypatch.setattr(gpu_check, "FORK", False)
+    monkeypatch.setattr(gpu_check, "NEEDED", ())
+    ddp = gpu_check.SECTIONS["ddp"]  # (a new interpreter imports torch: seconds more than a fork on a busy CPU)
+    monkeypatch.setitem(gpu_check.SECTIONS, "ddp", gpu_check.Section(ddp.run, {"cpu": 60}, ddp.what))
+    out = tmp_path / "check"
+    assert gpu_check.main(["--cpu", "--sections", "ddp", "--data", str(tmp_path), "--out", str(out)]) == 0
+    ddp = json.load(open(out / "gpu_check.json"))["sections"]["ddp"]
+    assert ddp["passed"] and ddp["figures"]["collective"]["equal"]
+    assert "[ddp] ok   gloo: a one-rank group on cpu" in open(out / "logs" / "ddp.log").read()
+
+
 def test_missing_data_is_prepared_from_the_mirror_or_refused_in_one_line(tmp_path, capsys, monkeypatch):
     """Without $DATA_MIRROR a --data that lacks a dataset is refused in one line naming the --prepare command;
     with it, --prepare copies stories260K and the tiktoken cache and prepares SST-2 and tinyshakespeare (here
