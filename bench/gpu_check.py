@@ -326,7 +326,7 @@ def verdicts(results, mode):
         worst = max(mine, key=mine.get) if mine else None
         verdict(f"Triton kernels equal their float64 references, {dtype} inputs",
                 None if not mine else not failed,
-                f"{len(mine)} cases, worst {mine[worst]:.1e} ({worst})" + (f"; failed: {', '.join(failed)}"
+                f"{len(mine)} case{'s' * (len(mine) != 1)}, worst {mine[worst]:.1e} ({worst})" + (f"; failed: {', '.join(failed)}"
                                                                             if failed else "") if mine else "",
                 f"normwise error <= {tol.get(dtype, '?')}")
     # scan: speed at T = 1,024, and memory beyond inputs, gradients and output flat in T
@@ -472,12 +472,13 @@ def table_scan(f):
     lines = [f"B {s.get('B')}, D {s.get('D')}, N {s.get('N')}, float32, {s.get('discretization')}; forward + "
              f"backward, median ms of up to {s.get('repeats')} runs; peak memory above the inputs. Goal: "
              f"{f.get('goal', '')}.", "",
-             "| T | scan | ms | speedup over sequential | peak MB | error vs sequential |",
-             "|---:|---|---:|---:|---:|---:|"]
+             "| T | scan | ms | speedup over sequential | peak MB | beyond inputs, gradients, output MB | "
+             "error vs sequential |", "|---:|---|---:|---:|---:|---:|---:|"]
     for T, by_scan in f.get("results", {}).items():
         for name, r in by_scan.items():
             lines.append(f"| {T} | {name} | {r['ms']:.2f} | {fmt(r.get('speedup'), '.1f')} | "
-                         f"{fmt(r.get('peak_mb'), ',.0f')} | {fmt(r.get('error_vs_sequential'), '.1e')} |")
+                         f"{fmt(r.get('peak_mb'), ',.0f')} | {fmt(r.get('extra_mb'), ',.1f')} | "
+                         f"{fmt(r.get('error_vs_sequential'), '.1e')} |")
     return lines + [""]
 
 
