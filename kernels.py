@@ -1234,13 +1234,29 @@ def compile_step(step, static):
         def dynamic_step(idx, pos, mask, cache):
             return step(idx, pos, None if mask is None else mask[:, :pos + 1], cache)  # (B, pos + 1): keys so far
         options = {"cpp_wrapper": True} if COMPILE_BACKEND == "inductor" else None
-        return torch.compile(dynamic_step, backend=COMPILE_BACKEND, fullgraph=True, dynamic=True, options=options)
+        return or_eager(torch.compile(dynamic_step, backend=COMPILE_BACKEND, fullgraph=True, dynamic=True,
+                                      options=options), dynamic_step)
 
     def static_step(idx, pos, real, cache):
         key_mask = real & (torch.arange(real.size(1), device=real.device) <= pos)  # (B, L): written, not padding
         return step(idx, pos, key_mask, cache)
     mode = "reduce-overhead" if COMPILE_BACKEND == "inductor" else None
-    return torch.compile(static_step, backend=COMPILE_BACKEND, mode=mode, fullgraph=True, dynamic=False)
+    return or_eager(torch.compile(static_step, backend=COMPILE_BACKEND, mode=mode, fullgraph=True, dynamic=False),
+                    static_step)
+
+
+def or_eager(compiled, plain):
+    """compiled, or plain (the same step uncompiled) once dynamo refuses another graph: a static step has one per
+    (batch size, autocast dtype), and past recompile_limit (8) fullgraph=True raises instead of running eagerly."""
+    said = []
+
+    def step(*args):
+        try:
+            return compiled(*args)
+        except torch._dynamo.exc.FailOnRecompileLimitHit:
+            said or said.append(print("note: the compiled decode step is at dynamo's recompile limit: decoding eagerly"))
+            return plain(*args)
+    return step
 
 
 def mark_decode_sizes(tok, mask, cache):

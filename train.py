@@ -507,6 +507,7 @@ def unused_parameters(model, micro_batch, ctx):
     return names
 
 
+FLOAT32_MATMULS = "high"  # on CUDA: TF32 (below); gpu_check's float32 reference sets 'highest', true float32
 COMPILE_BACKEND = "inductor"  # compile=True's; tests and `gpu_check.py --cpu` take dynamo's 'eager': the same graph
 # capture and guards, no code generated (inductor takes minutes on a CPU)
 
@@ -659,7 +660,7 @@ def train(cfg):
             # TF32 tensor cores for float32 matmuls (a 10-bit mantissa, several times float32's rate from the
             # A100 on): the float32 runs, and what bf16 autocast leaves in float32. cuDNN's convolutions use
             # TF32 by default already. This setting is the process's, and only CUDA runs change it.
-            torch.set_float32_matmul_precision("high")
+            torch.set_float32_matmul_precision(FLOAT32_MATMULS)
         torch.manual_seed(cfg["seed"])
 
         with procs.main_first():  # rank 0 prepares a missing dataset; then the others read it

@@ -310,7 +310,7 @@ def build_run_c(path, folder):
     return exe
 
 
-def generation_bench(args, device, tokens=None, batches=None, compiled=True):
+def generation_bench(args, device, tokens=None, batches=None, compiled=True, peers=True):
     """Greedy generation of `tokens` tokens (GEN_TOKENS) from stories260K after GEN_PROMPT, at each batch size of
     `batches` (GEN_BATCHES: 1 and 32): ours eager, ours compiled (its compile time apart; compiled=False leaves it
     out, and the eager step is then the ratios' reference), Hugging Face's LlamaForCausalLM on the same weights
@@ -323,7 +323,7 @@ def generation_bench(args, device, tokens=None, batches=None, compiled=True):
     model = read_llama2c(path).to(device)
     _, tok = llama_tokenizer_for(model, path, None)
     ids = tok.encode(GEN_PROMPT, bos=True)
-    hf = hf_llama(model)
+    hf = hf_llama(model) if peers else None  # (peers=False: ours alone)
     results = {"prompt": GEN_PROMPT, "new_tokens": tokens, "tables": {}}
     with tempfile.TemporaryDirectory() as folder:
         run_c = None

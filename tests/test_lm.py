@@ -181,6 +181,25 @@ def test_the_compiled_step_decodes_as_the_eager_one(monkeypatch, static):
         assert torch.equal(compiled, eager)
 
 
+def test_compiled_decoding_past_the_recompile_limit_decodes_eagerly(monkeypatch, capsys):
+    """The static (CUDA-graph) step compiles a graph per (batch size, autocast dtype); the 9th pair in one process
+    is past dynamo's recompile limit (8), where fullgraph=True raised FailOnRecompileLimitHit out of generate
+    (issue 40). Now that shape decodes with the step uncompiled, said in one line, with the eager step's tokens.
+    Forced on the CPU: the static scheme, dynamo's 'eager' backend; 9 batch sizes."""
+    import torch._dynamo
+    import kernels
+    monkeypatch.setattr(kernels, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(kernels, "STATIC_DECODE", ("cpu", "cuda"))
+    torch._dynamo.reset()
+    model = lively_gpt()
+    for batch in range(1, 10):
+        prompt = (torch.arange(3 * batch).view(batch, 3) * 7) % model.cfg.vocab_size
+        eager = model.generate(prompt, 4, temperature=0)
+        assert torch.equal(model.generate(prompt, 4, temperature=0, mode="compiled"), eager), batch
+    assert capsys.readouterr().out.count("recompile limit") == 1
+    torch._dynamo.reset()
+
+
 def test_generate_sampling_follows_the_generator_seed():
     torch.manual_seed(0)
     model = tiny_gpt()
