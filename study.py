@@ -7,6 +7,7 @@ The study runner: config files x overrides x seeds, trained by train.py and comp
     python study.py ... --collect_only --json study.json     # only read finished runs; never train
     python study.py --plan config/encoders_study.py          # a study plan's cells, then RESULTS.md (see below)
     python study.py --plan config/encoders_study.py --time   # after the training: time the checkpoints, quietly
+    python study.py --tune config/piglatin_tuning.py --dry_run   # a tuning plan (lab/tuning.py): what it trains next
 
 Each run is `python train.py CONFIG --KEY=VALUE... --seed=N --out_dir=OUT_ROOT/<name>/seed<N>`, where
 <name> is the config file's stem, followed by @key=value,... for a --grid point. The runner works for
@@ -55,6 +56,7 @@ import time
 import data
 from configurator import ConfigError, UserError
 from bookkeeping import records
+from lab import tuning
 from lab.cells import cell_data, finished_seeds
 from lab.plan import RunFailed, StudyError, check_metric, check_seeds, config_name, load_plan, plan_unchanged
 from lab.report import (check_report_keeps_runs, check_report_path, finished_runs, shared_metrics, study_table,
@@ -386,6 +388,12 @@ def main(argv=None):
     p.add_argument("configs", nargs="*", metavar="CONFIG", help="train.py config files")
     p.add_argument("--plan", help="a study plan (config/encoders_study.py): check it whole, train its cells' "
                    "unfinished runs in order, then write the report (--report)")
+    p.add_argument("--tune", metavar="PLAN", help="a tuning plan (config/piglatin_tuning.py): its coordinate "
+                   "search, the choice confirmed over seeds, the one-factor runs (lab/tuning.py); resumable")
+    p.add_argument("--stage", choices=tuning.STAGES, help="with --tune: only this stage (default: every stage, as far "
+                   "as the finished runs allow)")
+    p.add_argument("--dry_run", action="store_true", help="with --tune: print the runs it would train next; train "
+                   "and write nothing")
     p.add_argument("--report", help="with --plan: the report to write (default RESULTS.md; plots go to results/ "
                    "beside it)")
     p.add_argument("--allow_fewer", action="store_true", help="with --plan: replace the report even if it holds "
@@ -418,6 +426,14 @@ def main(argv=None):
     try:
         if args.jobs < 1:
             raise ConfigError(f"--jobs {args.jobs}: expected at least 1")
+        if args.tune:
+            other = [f for f in ("plan", *PLAN_FLAGS, *CONFIGS_FLAGS) if getattr(args, f)]
+            if other:
+                raise ConfigError(f"{', '.join('config files' if f == 'configs' else '--' + f for f in other)}: not "
+                                  "with --tune (its plan sets its own)")
+            return tuning.tune(args.tune, args.stage, args.jobs, args.dry_run, sys.modules[__name__])
+        if args.stage or args.dry_run:
+            raise ConfigError("--stage and --dry_run: only with --tune")
         other = [f for f in (CONFIGS_FLAGS if args.plan else PLAN_FLAGS) if getattr(args, f)]
         if other:
             raise ConfigError(f"{', '.join('config files' if f == 'configs' else '--' + f for f in other)}: "

@@ -1,5 +1,5 @@
 # The Pig Latin tuning plan (issue 42): Mamba tuned as hard as the transformer, with the same budget, decided
-# and committed before its first run. `python -m lab.tuning config/piglatin_tuning.py` carries it out
+# and committed before its first run. `python study.py --tune config/piglatin_tuning.py` carries it out
 # (lab/tuning.py says how); docs/piglatin_mamba.md, "Tuning: Mamba as hard as the transformer", says why.
 #
 # Selection: a run is scored by the evaluation record of the checkpoint it keeps (ckpt.pt: train.py keeps the

@@ -2,9 +2,9 @@
 A tuning plan carried out mechanically (config/piglatin_tuning.py): a coordinate search per model family, its
 choice confirmed over seeds at full budget, then one-factor runs from the tuned setting.
 
-    python -m lab.tuning config/piglatin_tuning.py --dry_run     # the runs it would train next; trains nothing
-    python -m lab.tuning config/piglatin_tuning.py --jobs 2      # every stage, as far as the finished runs allow
-    python -m lab.tuning config/piglatin_tuning.py --stage search --jobs 2
+    python study.py --tune config/piglatin_tuning.py --dry_run     # the runs it would train next; trains nothing
+    python study.py --tune config/piglatin_tuning.py --jobs 2      # every stage, as far as the finished runs allow
+    python study.py --tune config/piglatin_tuning.py --stage search --jobs 2
 
 1. search: each family from its config, at the plan's short budget (search_set) and one seed, walks the
    plan's `axes` in order: it trains every value of an axis, with the winners of the axes before it, and
@@ -25,14 +25,11 @@ and each finished run leaves its record (summary.json, log.jsonl, config.py; no 
 later session, or a fresh clone, continues where this one stopped. Bad input is one line, `error: ...`.
 """
 
-import argparse
 import json
 import math
 import os
-import sys
 
 import data
-import study
 import train
 from configurator import ConfigError, UserError, parse_value
 from lab.plan import StudyError, check_entry, check_overrides, check_seeds, config_name, read_plan
@@ -172,7 +169,7 @@ def write_choices(plan, results):
                     {"metric": plan["metric"], "seed": plan["search_seed"], "search_set": plan["search_set"],
                      "families": results}, indent=1)
     lines = ["# Pig Latin tuning: the search's choices", "",
-             f"Written by `python -m lab.tuning` from the runs' records: seed {plan['search_seed']}, "
+             f"Written by `python study.py --tune` from the runs' records: seed {plan['search_seed']}, "
              f"{' '.join(plan['search_set'])}; each run scored by its kept checkpoint (lowest validation loss) on "
              f"`{plan['metric']}`, ties to the lower validation loss. Test and unseen words choose nothing.", "",
              f"| family | axis | setting | {plan['metric']} | val_loss | chosen |", "|---|---|---|---|---|---|"]
@@ -188,7 +185,7 @@ def write_choices(plan, results):
         f.write("\n".join(lines) + "\n")
 
 
-def run_search(plan, jobs, dry_run):
+def run_search(plan, jobs, dry_run, runner):
     """Train the searches' next runs, both families side by side, until both are complete (or, with dry_run,
     print what would train next). Returns {family: result}."""
     while True:
@@ -209,7 +206,7 @@ def run_search(plan, jobs, dry_run):
             for (name, seed), (argv, cfg, _) in pending.items():
                 print(f"  {name} seed {seed}: python train.py {' '.join(argv)}")
             return results
-        study.run_pending(pending, list(pending), jobs)
+        runner.run_pending(pending, list(pending), jobs)
 
 
 # -----------------------------------------------------------------------------
@@ -220,7 +217,7 @@ def tuned_text(plan, family, result):
     """A family's chosen settings as a config file that runs its config first."""
     config, path = plan["families"][family], plan["tuned_configs"][family]
     rel = os.path.relpath(config, os.path.dirname(path))
-    lines = [f"# {family} as the tuning plan chose it: written by `python -m lab.tuning` from "
+    lines = [f"# {family} as the tuning plan chose it: written by `python study.py --tune` from "
              f"{plan['records']}/choices.json", f"# (seed {plan['search_seed']}, {' '.join(plan['search_set'])}; "
              f"chosen by {plan['metric']}). The full budget is {os.path.basename(config)}'s own.",
              "import pathlib", "", f"exec((pathlib.Path(__file__).parent / {rel!r}).read_text())",
@@ -251,7 +248,7 @@ def tuned_configs(plan, results, dry_run):
             print(f"wrote {path}")
 
 
-def train_stage(name, runs, jobs, dry_run):
+def train_stage(name, runs, jobs, dry_run, runner):
     """Train a stage's unfinished runs; True once all are finished."""
     todo = [k for k, (_, cfg, record) in runs.items() if finished_summary(cfg, record) is None]
     print(f"{name}: {len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to train")
@@ -259,7 +256,7 @@ def train_stage(name, runs, jobs, dry_run):
         for key in todo:
             print(f"  {key[0]} seed {key[1]}: python train.py {' '.join(runs[key][0])}")
     elif todo:
-        study.run_pending(runs, todo, jobs)
+        runner.run_pending(runs, todo, jobs)
     if not dry_run:
         record_finished(runs)
     return all(finished_summary(cfg, record) is not None for _, cfg, record in runs.values())
@@ -280,7 +277,7 @@ def untuned_summary(plan, family, seed):
         return json.load(f)
 
 
-def confirm(plan, jobs, dry_run):
+def confirm(plan, jobs, dry_run, runner):
     """Each family's tuned config over the confirm seeds; the verdicts once all are finished."""
     configs = list(plan["tuned_configs"].values())
     if not all(map(os.path.isfile, configs)):  # only in a dry run: the search writes them once complete
@@ -289,7 +286,7 @@ def confirm(plan, jobs, dry_run):
         return None
     runs = plan_runs(configs, plan["confirm_seeds"], os.path.join(plan["out_root"], "confirm"),
                      records=plan["confirm_records"])
-    if not train_stage("confirm", runs, jobs, dry_run):
+    if not train_stage("confirm", runs, jobs, dry_run, runner):
         return None
     summaries = {k: finished_summary(cfg, record) for k, (_, cfg, record) in runs.items()}
     tuned = {family: config_name(path) for family, path in plan["tuned_configs"].items()}
@@ -301,7 +298,7 @@ def confirm(plan, jobs, dry_run):
     return runs
 
 
-def ablate(plan, confirmed, jobs, dry_run):
+def ablate(plan, confirmed, jobs, dry_run, runner):
     """The one-factor runs from each tuned config, their verdicts, then errors.json beside every run's record."""
     every = dict(confirmed or {})
     for family, ablations in plan["ablations"].items():
@@ -314,45 +311,27 @@ def ablate(plan, confirmed, jobs, dry_run):
             runs.update(plan_runs([config], plan["confirm_seeds"], os.path.join(plan["out_root"], "ablate"),
                                   grid=settings, records=plan["confirm_records"]))
         every.update(runs)
-        if train_stage(f"ablate {family}", runs, jobs, dry_run) and confirmed:
+        if train_stage(f"ablate {family}", runs, jobs, dry_run, runner) and confirmed:
             summaries = {k: finished_summary(*run[1:]) for k, run in {**confirmed, **runs}.items()}
             names = [config_name(config), *dict.fromkeys(name for name, _ in runs)]
             verdict(plan, summaries, names, f"verdict: {family}'s one-factor runs against the tuned {family}")
     if not dry_run:
         for (name, seed), (_, cfg, record) in every.items():
-            study.run_measurement(cfg, record, "errors.json", ERRORS_ARGV, f"predictions of {name} seed {seed}")
+            runner.run_measurement(cfg, record, "errors.json", ERRORS_ARGV, f"predictions of {name} seed {seed}")
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description="Carry out a tuning plan (config/piglatin_tuning.py): the coordinate "
-                                "search, the confirmation over seeds, the one-factor runs; resumable.")
-    p.add_argument("plan", help="the plan file")
-    p.add_argument("--stage", choices=STAGES, help="only this stage (default: every stage, as far as the finished "
-                   "runs allow; a later stage waits for the search's choices)")
-    p.add_argument("--jobs", type=int, default=1, help="runs at a time (CPU: one per core, pinned; default 1)")
-    p.add_argument("--dry_run", action="store_true", help="print the runs it would train next, train nothing and "
-                   "write nothing")
-    args = p.parse_args(argv)
-    try:
-        if args.jobs < 1:
-            raise ConfigError(f"--jobs {args.jobs}: expected at least 1")
-        plan = {**load_plan(args.plan), "path": args.plan}
-        stages = [args.stage] if args.stage else list(STAGES)
-        results = run_search(plan, args.jobs if "search" in stages else 1, args.dry_run or "search" not in stages)
-        if not all(r["complete"] for r in results.values()):
-            confirms = len(plan["families"]) * len(plan["confirm_seeds"])
-            ablations = sum(map(len, plan["ablations"].values())) * len(plan["confirm_seeds"])
-            print(f"confirm ({confirms} runs) and ablate ({ablations} runs) wait for the search's choices")
-            return
-        tuned_configs(plan, results, args.dry_run)
-        confirmed = confirm(plan, args.jobs, args.dry_run or "confirm" not in stages)
-        if "ablate" in stages:
-            ablate(plan, confirmed, args.jobs, args.dry_run)
-    except KeyboardInterrupt:
-        sys.exit("tuning interrupted: the runs that were going saved their last.pt; run the same command to continue")
-    except UserError as e:
-        sys.exit(f"error: {e}")
-
-
-if __name__ == "__main__":
-    main()
+def tune(path, stage, jobs, dry_run, runner):
+    """study.py --tune: carry out the plan at `path` (every stage, or `stage` alone). `runner` is study.py, whose
+    run_pending trains and run_measurement measures: lab/ never imports study.py, which stands above it."""
+    plan = {**load_plan(path), "path": path}
+    stages = [stage] if stage else list(STAGES)
+    results = run_search(plan, jobs if "search" in stages else 1, dry_run or "search" not in stages, runner)
+    if not all(r["complete"] for r in results.values()):
+        confirms = len(plan["families"]) * len(plan["confirm_seeds"])
+        ablations = sum(map(len, plan["ablations"].values())) * len(plan["confirm_seeds"])
+        print(f"confirm ({confirms} runs) and ablate ({ablations} runs) wait for the search's choices")
+        return
+    tuned_configs(plan, results, dry_run)
+    confirmed = confirm(plan, jobs, dry_run or "confirm" not in stages, runner)
+    if "ablate" in stages:
+        ablate(plan, confirmed, jobs, dry_run, runner)

@@ -443,7 +443,7 @@ LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "tokenizer": 0, "bookkeep
           "bench.same_training": 0, "bench.kernel_speed": 1, "bench.speed": 4, "bench.gpu_sections": 5,
           "bench.gpu_check": 6,
           "lab.stats": 0, "lab.plan": 5, "lab.runs": 6, "lab.cells": 6, "lab.plots": 7, "lab.report": 8,
-          "study": 9}
+          "lab.tuning": 9, "study": 10}
 # The units the imports are drawn between: each package and each top-level file is one folder-level unit, and
 # these make up the larger ones: the lesson (every top-level file but study.py, and every package not named here),
 # the tooling (bench/, lab/), and study.py on top.

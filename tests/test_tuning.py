@@ -1,5 +1,5 @@
 """
-The tuning tool (lab/tuning.py) on tiny plans: the coordinate search's choices and its edge extension on
+The tuning tool (study.py --tune, lab/tuning.py) on tiny plans: the coordinate search's choices and its edge extension on
 fabricated records (no training), a search trained end to end on a tiny Pig Latin transformer (one step a
 run: seconds each on a quiet core), --dry_run, the confirm and ablate stages' verdicts on fabricated records,
 and the one-line refusals of a bad plan.
@@ -11,6 +11,7 @@ import os
 import pytest
 
 import data
+import study
 import train
 from lab import runs as lab_runs, tuning
 from lab.runs import validation_score
@@ -93,13 +94,13 @@ def test_search_trains_end_to_end_writes_its_choices_and_resumes(pig_data, tmp_p
     axes = [dict(name="schedule", choices={"cosine": ["scheduler=cosine"], "constant": ["scheduler=constant"]}),
             dict(name="weight_decay", values=[0.01, 0.1])]
     path = write_plan(tmp_path, axes, data_dir=pig_data)
-    tuning.main([path, "--dry_run"])
+    study.main(["--tune", path, "--dry_run"])
     out = capsys.readouterr().out
     assert "search: 2 runs to train next" in out and "tiny: 3 runs if no grid is extended" in out
     assert "--scheduler=constant --seed=301" in out and "confirm (2 runs) and ablate (0 runs) wait" in out
     assert not (tmp_path / "out").exists() and not (tmp_path / "records").exists()  # a dry run writes nothing
 
-    tuning.main([path, "--stage", "search"])
+    study.main(["--tune", path, "--stage", "search"])
     out = capsys.readouterr().out
     assert out.count("finished tiny ") == 3 and "wrote " + str(tmp_path / "tiny_tuned.py") in out
     choices = json.load(open(tmp_path / "records" / "choices.json"))["families"]["tiny"]
@@ -121,7 +122,7 @@ def test_search_trains_end_to_end_writes_its_choices_and_resumes(pig_data, tmp_p
         assert str(tuned[key]) == value
     assert tuned["max_iters"] == 0 and tuned["eval_interval"] == 0
 
-    tuning.main([path, "--stage", "search"])  # everything is finished: nothing trains again
+    study.main(["--tune", path, "--stage", "search"])  # everything is finished: nothing trains again
     out = capsys.readouterr().out
     assert "started" not in out and "confirm: 2 runs, 0 finished, 2 to train" in out
     score = validation_score(train.make_config([os.path.join(os.path.dirname(records[0]), "config.py")]),
@@ -143,7 +144,7 @@ def test_a_bad_plan_is_one_error_line(tmp_path, capsys, change, message):
         text = "\n".join([*lines, f"{key} = {value!r}"]) + "\n"
     open(path, "w").write(text)
     with pytest.raises(SystemExit) as e:
-        tuning.main([path, "--dry_run"])
+        study.main(["--tune", path, "--dry_run"])
     assert str(e.value).startswith("error: ") and message in str(e.value) and "\n" not in str(e.value)
 
 
@@ -168,7 +169,7 @@ def test_confirm_and_ablate_pair_their_runs_by_seed(tmp_path, capsys):
             os.makedirs(tmp_path / "runs" / family / f"seed{seed}")
             data.write_json(str(tmp_path / "runs" / family / f"seed{seed}" / "summary.json"),
                             {"metrics": metrics, "test_word_accuracy": 0.1 * seed})
-    tuning.main([path, "--dry_run"])
+    study.main(["--tune", path, "--dry_run"])
     out = capsys.readouterr().out
     assert "would write" in out and "confirm: 4 runs" in out and "ablate: 2 runs of tiny" in out
     results = {family: tuning.search(plan, family)[0] for family in ("tiny", "other")}
@@ -180,7 +181,7 @@ def test_confirm_and_ablate_pair_their_runs_by_seed(tmp_path, capsys):
                                 grid=["n_head=4"], records=plan["confirm_records"])
     for (name, seed), (_, cfg, record) in {**confirm, **ablate}.items():
         finish(cfg, record, 0.6 + 0.01 * seed + 0.1 * ("other" in name) + 0.2 * ("@" in name))
-    tuning.main([path])
+    study.main(["--tune", path])
     out = capsys.readouterr().out
     assert "started" not in out and "confirm: 4 runs, 4 finished, 0 to train" in out
     assert "verdict: tuned against tuned" in out and "verdict: tiny tuned against its untuned records" in out
