@@ -338,34 +338,47 @@ def test_a_fresh_clone_writes_the_committed_results_again(tmp_path, monkeypatch)
 def test_the_plots_layout_does_not_depend_on_the_last_bit_of_log10(monkeypatch):
     """numpy's log10 rounds its last bit differently on different CPUs (its AVX-512 code and its AVX2 code),
     and tight_layout measures log axes through it: frontier_sst2_glue_compact.png came out with its right
-    panel one pixel column apart on another machine. lab.plots.tight_layout lays out two log panels like that
-    plot's (the same limits) the same when every log10 it takes is one bit off, either way at random."""
+    panel one pixel column apart on another machine. Two log panels with that plot's limits put the right
+    panel's edge at exactly 1303.5 pixels, half way between two columns (checked below, unrounded), and
+    there matplotlib's own layout moves when every log10 is one bit low. lab.plots.tight_layout lays it out
+    the same whether every log10 it takes is one bit low, one bit high, or either at random."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    def layout():
+    def layout(tight=lab.plots.tight_layout):
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
         for ax, limits in zip(axes, [(0.07499233455977092, 51.43520487602974),
                                      (0.1722038826542939, 292368622.7277095)]):
             ax.set_xscale("log")
             ax.set_xlim(*limits)
-        lab.plots.tight_layout(fig, rect=(0, 0.04, 1, 1))
+        tight(fig, rect=(0, 0.04, 1, 1))
         p = fig.subplotpars
         plt.close(fig)
         return [p.left, p.right, p.bottom, p.top, p.wspace, p.hspace]
 
-    exact = layout()
     log10, rng = np.log10, np.random.default_rng(0)
+    low = lambda x, *a, **k: np.nextafter(np.asarray(log10(x, *a, **k)), -np.inf)  # noqa: E731
+    high = lambda x, *a, **k: np.nextafter(np.asarray(log10(x, *a, **k)), np.inf)  # noqa: E731
 
-    def one_bit_off(x, *args, **kwargs):
+    def either(x, *args, **kwargs):
         y = np.asarray(log10(x, *args, **kwargs))
         return np.where(rng.random(y.shape) < 0.5, np.nextafter(y, -np.inf), np.nextafter(y, np.inf))
 
-    monkeypatch.setattr(np, "log10", one_bit_off)
-    assert [layout(), layout()] == [exact, exact]
+    unrounded = layout(lambda fig, **kw: fig.tight_layout(**kw))
+    # the half-pixel case itself (12 inches at savefig's 110 dpi); another Matplotlib's fonts may lay it out
+    # elsewhere, and then this test would have nothing to catch: it says so
+    assert abs(unrounded[1] * 12 * 110 - 1303.5) < 1e-9, f"the right edge is at {unrounded[1] * 1320} pixels"
+
+    exact = layout()
+    with monkeypatch.context() as m:  # what the rounding is for: unrounded, a bit low in log10 moves the layout
+        m.setattr(np, "log10", low)
+        assert layout(lambda fig, **kw: fig.tight_layout(**kw)) != unrounded
+    for off in (low, high, either, either):
+        monkeypatch.setattr(np, "log10", off)
+        assert layout() == exact
 
 
 def test_the_report_and_its_plots_are_written_together(tmp_path, monkeypatch):
