@@ -319,11 +319,12 @@ def fresh_clone(tmp_path_factory):
 
 def test_a_fresh_clone_writes_the_committed_results_again(fresh_clone, monkeypatch):
     """`python study.py --plan config/encoders_study.py --collect_only` on a fresh clone (no out/, no data/)
-    writes the committed RESULTS.md again byte for byte, and its plots pixel for pixel, from the committed
-    run records in results/runs/, training and measuring nothing. Without the records it would hold no run,
-    and the committed report, which holds more, is kept (refused in one line). The plots are drawn the same
-    on any CPU (lab.plots.tight_layout) but only by the Matplotlib that drew them: with another, their pixels
-    are not compared (the test says so, skipped)."""
+    writes the committed RESULTS.md again byte for byte, and its plots with the same data drawn (the digest
+    each PNG carries, lab.plots.drawn_digest) and, under the Matplotlib that drew them, pixel for pixel, from
+    the committed run records in results/runs/, training and measuring nothing. Without the records it would
+    hold no run, and the committed report, which holds more, is kept (refused in one line). The plots are
+    drawn the same on any CPU (lab.plots.tight_layout); another Matplotlib draws other pixels, and then only
+    the data are compared (the test says so, skipped)."""
     import matplotlib
 
     before, now = fresh_clone["before"], fresh_clone["now"]
@@ -334,6 +335,10 @@ def test_a_fresh_clone_writes_the_committed_results_again(fresh_clone, monkeypat
     assert [p for p in files if not p.endswith(".png") and now[p] != before[p]] == []  # RESULTS.md, the records
     plots = [p for p in files if p.endswith(".png")]
     assert len(plots) >= 10
+    # what each plot draws (lab.plots.drawn_digest, in the PNG), whichever Matplotlib draws it
+    digests = {p: (picture(before[p])[2].get(lab.plots.DRAWN_KEY), picture(now[p])[2].get(lab.plots.DRAWN_KEY))
+               for p in plots}
+    assert all(old for old, _ in digests.values()) and {p: d for p, d in digests.items() if d[0] != d[1]} == {}
     redrawn = {p: differing_pixels(before[p], now[p]) for p in plots if picture(before[p]) != picture(now[p])}
     monkeypatch.chdir(fresh_clone["folder"])
     monkeypatch.setattr(study, "run_pending", lambda *a: pytest.fail("trained"))
@@ -345,9 +350,38 @@ def test_a_fresh_clone_writes_the_committed_results_again(fresh_clone, monkeypat
     drawn_by = sorted({picture(before[p])[2].get("Software", "an unnamed program") for p in plots})
     here = f"Matplotlib version{matplotlib.__version__}, https://matplotlib.org/"
     if redrawn and drawn_by != [here]:
-        pytest.skip(f"the committed plots were drawn by {' and '.join(drawn_by)}, this is {here}: "
-                    f"{len(redrawn)} of them come out otherwise, not compared")
+        pytest.skip(f"the committed plots were drawn by {' and '.join(drawn_by)}, this is {here}: they draw the "
+                    f"same data, and {len(redrawn)} of them come out in other pixels, not compared")
     assert redrawn == {}  # {plot: the box of the pixels that differ}
+
+
+def test_a_plots_digest_is_its_data_not_its_style():
+    """lab.plots.drawn_digest changes with any number or text a plot draws, and not with how it is drawn
+    (colours, widths, figure size, where the ticks fall), which is what another Matplotlib changes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def digest(points=((1, 0.8), (2, 0.9)), size=30, title="t", color="C0", figsize=(6, 4), hist=(1, 2, 2)):
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=figsize)
+        ax.plot(*zip(*points), color=color, label="a")
+        ax.scatter([1, 2], [0.8, 0.9], s=size)
+        ax.errorbar([1, 2], [0.8, 0.9], yerr=[0.01, 0.02], fmt="none")
+        ax.annotate("1", (1, 0.8))
+        ax.set_title(title)
+        ax.set_xscale("log")
+        ax.legend()
+        bx.hist(hist, bins=[1, 2, 3])
+        fig.text(0.01, 0.01, "key")
+        d = lab.plots.drawn_digest(fig)
+        plt.close(fig)
+        return d
+
+    same = digest()
+    assert digest(color="C3") == same and digest(figsize=(7, 5)) == same
+    changed = [digest(points=((1, 0.8), (2, 0.91))), digest(size=31), digest(title="u"), digest(hist=(1, 1, 2))]
+    assert len({same, *changed}) == 5
 
 
 # -----------------------------------------------------------------------------
