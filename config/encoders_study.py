@@ -51,11 +51,13 @@ cells = [
     dict(name="sst2_glue_converged_lr", configs=[_R, _B], set=_CONVERGED, grid=["learning_rate=3e-4,1e-3,3e-3"],
          seeds=[101], test_set=_GLUE,
          what="the learning-rate sweep of sst2_glue_converged: each transformer at 3 rates (a decade around the "
-              "configs' 1e-3), one seed of its own; only its validation split chooses"),
+              "configs' 1e-3), one seed of its own; only its validation split chooses (not held out: superseded "
+              "by sst2_heldout_lr)"),
     dict(name="sst2_glue_converged", configs=_PAIR, set=_CONVERGED, seeds=list(range(1, 12)), test_set=_GLUE,
          tune=dict(sweep="sst2_glue_converged_lr", key="learning_rate"),
          what="SST-2, GLUE protocol, each model trained until validation stops improving, each transformer at the "
-              "rate its sweep chose (the bag of words at its config's rate, chosen on validation there)"),
+              "rate its sweep chose (the bag of words at its config's rate, chosen on validation there); its "
+              "validation split was not held out (pieces of the training sentences): superseded by sst2_heldout"),
     # The converged cell again, on a validation split held out by sentence (protocol glue_heldout, data.py
     # sentence_holdout: 872 whole GLUE train sentences, their phrases out of training unless a training sentence
     # holds them). sst2_glue_converged's validation rows were mostly pieces of its training sentences, so its sweep
