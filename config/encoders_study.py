@@ -199,9 +199,9 @@ conclusions = [
     dict(claim="The recurrent encoder is more accurate than the baseline on SST-2, each trained to its best",
          source="001, Table 6 (each model early-stopped)", verdict="recurrent beats baseline: sst2_glue_converged",
          note="Each trained until validation stops improving, at the rate its own sweep chose on validation. "
-              "Its validation split was not held out (5 % of GLUE train: pieces of the training sentences), so its sweep "
-              "and early stopping chose on phrases it had trained on; superseded by sst2_heldout (validation held out "
-              "by sentence; planned, not yet run)."),
+              "Its validation split was not held out (5 % of GLUE train: pieces of the training sentences), so "
+              "its sweep and early stopping chose on phrases it had trained on; superseded by sst2_heldout "
+              "(validation held out by sentence; planned, not yet run)."),
     dict(claim="The same on the seed's own split", source="001, Table 6, on its pooled 80/10/10 split",
          verdict="recurrent beats baseline: sst2_standard"),
     dict(claim="The recurrent encoder keeps the baseline's accuracy with about a third of its parameters, at equal "
@@ -211,16 +211,16 @@ conclusions = [
     dict(claim="The recurrent encoder keeps the baseline's accuracy with about a third of its parameters, each "
          "trained to its best", source="000, sec. 5", verdict="recurrent keeps the baseline's accuracy: "
          "sst2_glue_converged", note="Read as non-inferiority: at most one point worse than the baseline. "
-              "Its validation split was not held out (5 % of GLUE train: pieces of the training sentences), so its sweep "
-              "and early stopping chose on phrases it had trained on; superseded by sst2_heldout (validation held out "
-              "by sentence; planned, not yet run)."),
+              "Its validation split was not held out (5 % of GLUE train: pieces of the training sentences), so "
+              "its sweep and early stopping chose on phrases it had trained on; superseded by sst2_heldout "
+              "(validation held out by sentence; planned, not yet run)."),
     dict(claim="The recurrent encoder's accuracy is comparable to the baseline's, each trained to its best",
          source="000, sec. 5: 'comparable performance'", verdict="recurrent matches the baseline's accuracy: "
          "sst2_glue_converged", note="Read as equivalence, the reading first planned for sst2_glue: within one "
          "point either way. "
-              "Its validation split was not held out (5 % of GLUE train: pieces of the training sentences), so its sweep "
-              "and early stopping chose on phrases it had trained on; superseded by sst2_heldout (validation held out "
-              "by sentence; planned, not yet run)."),
+              "Its validation split was not held out (5 % of GLUE train: pieces of the training sentences), so "
+              "its sweep and early stopping chose on phrases it had trained on; superseded by sst2_heldout "
+              "(validation held out by sentence; planned, not yet run)."),
     dict(claim="Its advantage comes from weight sharing, not from the narrower width", source="001, 'Rationale "
          "for fixed configurations': the setup 'isolates the architectural contribution of recurrence'",
          verdict="weight sharing at equal width: 3 shared layers x 2 loops beat 6 unshared (256 wide)"),
