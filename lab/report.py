@@ -432,7 +432,7 @@ def conclusion_line(conclusion, row, effect):
     if row.get("across"):
         qualifiers.append(f"across devices: {row['across']}")
     words = f"**{status}**" + (f" ({'; '.join(qualifiers)})" if qualifiers else "")
-    if row["fixed"].startswith(("changed", "added")):  # the rule or the seeds were not all fixed in advance
+    if row.get("fixed", "").startswith(("changed", "added")):  # the rule or the seeds were not all fixed in advance
         note = f" Its rule and seeds: {row['fixed']}.{note}"
     if "first_rule" in row:  # the rule changed after the data began: the one planned first judges it too
         note = (f" Under the rule first planned ({row['first_rule'][0]}): **{said(row['first_rule'][1])}**; the rule "
