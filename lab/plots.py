@@ -1,16 +1,22 @@
 """
 The report's pictures (RESULTS.md's results/*.png): per training set, accuracy against latency and against
 non-embedding parameters with their Pareto frontiers; every cell's learning curves; the length subsets'
-histograms; accuracy against test-time depth. matplotlib is imported inside draw_plots, and only there. The
-layout is rounded (tight_layout) so that the pictures come out the same on every machine.
+histograms; accuracy against test-time depth. matplotlib is imported inside draw_plots (and drawn_data, which
+it calls), and only there. The layout is rounded (tight_layout) so that the pictures come out the same on every
+machine, and each PNG carries a digest of the data it draws (drawn_digest), which another Matplotlib, whose
+pixels differ, draws the same.
 """
 
+import hashlib
 import itertools
+import json
 import math
 import os
 import re
 import textwrap
 
+
+import numpy as np
 
 import data
 from lab.cells import cell_rows, finished_seeds
@@ -19,6 +25,8 @@ from lab.runs import log_records, run_file
 from lab.stats import mean_ci, pareto_front
 
 
+# the PNG text key under which each plot carries the digest of what it draws (drawn_data)
+DRAWN_KEY = "Drawn data sha256"
 BUBBLE_PER_MB = 12  # a frontier plot's bubble area, in points^2, per MB of fp32 weights
 FRONTIER_NUMBERED = 12  # a frontier plot with more models numbers only the points on its frontiers
 
@@ -42,6 +50,43 @@ def tight_layout(fig, **kwargs):
                            for k in ("left", "right", "bottom", "top", "wspace", "hspace")})
 
 
+def drawn_data(fig):
+    """What a figure draws, as plain data: per panel its axis scales, title and labels, each labelled line's
+    label and each line's points, each scatter's points and sizes, each error bar's segments, each bar's box,
+    its texts and its legend's; then the figure's own texts. Not how (colours, fonts, where the ticks fall):
+    that is Matplotlib's, and another version draws the same data with other pixels. Numbers to 10
+    significant digits, so that a last bit of arithmetic does not count."""
+    from matplotlib.collections import LineCollection, PathCollection
+    from matplotlib.patches import Rectangle
+
+    def numbers(values):
+        return [format(float(v), ".10g") for v in np.ravel(np.ma.filled(np.ma.asarray(values, dtype=float), np.nan))]
+
+    panels = []
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        panels.append(dict(
+            shown=ax.axison, scales=[ax.get_xscale(), ax.get_yscale()],
+            labels=[ax.get_title(), ax.get_xlabel(), ax.get_ylabel()],
+            lines=[[line.get_label() if not line.get_label().startswith("_") else "", numbers(line.get_xydata())]
+                   for line in ax.get_lines()],
+            scatters=[[numbers(c.get_offsets()), numbers(c.get_sizes())] for c in ax.collections
+                      if isinstance(c, PathCollection)],
+            bars=[numbers(np.concatenate(c.get_segments()) if c.get_segments() else []) for c in ax.collections
+                  if isinstance(c, LineCollection)],
+            boxes=[numbers([r.get_x(), r.get_y(), r.get_width(), r.get_height()]) for r in ax.patches
+                   if isinstance(r, Rectangle)],
+            texts=[[t.get_text(), *numbers(getattr(t, "xy", t.get_position()))] for t in ax.texts],
+            legend=[t.get_text() for t in legend.get_texts()] if legend else []))
+    return dict(panels=panels, texts=[t.get_text() for t in fig.texts])
+
+
+def drawn_digest(fig):
+    """sha256 of drawn_data(fig): what the plot shows, the same under any Matplotlib. Saved in the PNG (its
+    text chunk DRAWN_KEY), so that the plots can be compared without comparing pixels."""
+    return hashlib.sha256(json.dumps(drawn_data(fig), sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
 def draw_plots(plan, results, timing, depth, folder, label):
     """The report's PNGs in `folder`: per test set, accuracy against latency (bubble area = fp32 size)
     and against non-embedding parameters, each with its Pareto frontier; the learning curves of every
@@ -60,7 +105,7 @@ def draw_plots(plan, results, timing, depth, folder, label):
         path = os.path.join(folder, file)
         if layout:
             tight_layout(fig)
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, metadata={DRAWN_KEY: drawn_digest(fig)})
         plt.close(fig)
         made.append((title, path))
 

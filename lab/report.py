@@ -20,7 +20,7 @@ from configurator import ConfigError
 from lab.cells import cell_rows, finished_seeds
 from lab.plan import StudyError, TEST_METRICS, parse_term
 from lab.plots import draw_plots
-from lab.runs import HISTORY, log_records, read_history, rule_history, rule_words, run_file, tuned_value
+from lab.runs import HISTORY, read_history, rule_history, rule_words, run_file, tuned_value
 from lab.stats import (RULE_WORDS, claim_verdict, detectable_effect, mcnemar, mean_ci, paired_bootstrap, paired_t,
                        seed_and_example_bootstrap, seeds_needed, verdict)
 
@@ -167,6 +167,46 @@ def judge(claim, results, metrics, effect=0.01):
 # written with its plots in one go: made in a temporary folder, then moved into place.
 
 
+def logged_conditions(path):
+    """A run's conditions record (records.run_conditions': machine, device, dtype, ...), the first of its
+    log.jsonl, or None for a run made before train.py wrote one. train.py writes it before the first step, so
+    the log is read only as far as its first training record."""
+    if os.path.isfile(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short when the run was killed
+                if record.get("type") == "conditions":
+                    return record
+                if record.get("type") in ("train", "eval"):
+                    break
+    return None
+
+
+def run_device(results, cell, name, seed):
+    """Where a run trained, in a few words: 'H200 TF32' (float32 on a GPU, whose matmuls train.py runs in TF32)
+    or 'CPU float32'; None if its log does not say."""
+    c = logged_conditions(run_file(*results[cell][1][(name, seed)][1:], "log.jsonl"))
+    if c is None:
+        return None
+    if c["device"] == "cuda":
+        return c["machine"].removeprefix("NVIDIA ") + (" TF32" if c["dtype"] == "float32" else f" {c['dtype']}")
+    return f"{c['device'].upper()} {c['dtype']}"
+
+
+def across_devices(row, results):
+    """'H200 TF32 vs CPU float32' when a verdict's two sides (over the seeds it judged) trained on more than
+    one kind of device, else None: across devices the random draws and the arithmetic differ, and a
+    difference between the sides is partly the devices'."""
+    sides = [{run_device(results, cell, name, s) for cell, name in parse_term(row[k]) for s in row["seeds"]} - {None}
+             for k in ("a", "b")]
+    if len(sides[0] | sides[1]) < 2:
+        return None
+    return " vs ".join(" + ".join(sorted(side)) or "not recorded" for side in sides)
+
+
 def run_conditions(results):
     """Where the runs ran, from their own logs (records.run_conditions' record): one line per distinct set
     of conditions with its count of runs, most runs first; runs made before logs held it are counted."""
@@ -175,11 +215,10 @@ def run_conditions(results):
         for key, summary in summaries.items():
             if summary is None:
                 continue
-            found = log_records(run_file(*runs[key][1:], "log.jsonl"), "conditions")
-            if not found:
+            c = logged_conditions(run_file(*runs[key][1:], "log.jsonl"))
+            if c is None:
                 unknown += 1
                 continue
-            c = found[0]
             processes = f", {c['processes']} processes" if c["processes"] > 1 else ""
             text = (f"{c['machine']}, {c['device']}, {c['dtype']}, {c['threads']} thread(s) on {c['cores']} "
                     f"core(s){processes}; torch {c['torch']}, Python {c['python']}; code at commit {c['commit']}")
@@ -337,6 +376,8 @@ def verdict_rows(plan, results, metrics):
     for claim in plan["verdicts"]:
         row = judge(claim, results, metrics, plan["effect"])
         row["fixed"], first = rule_history(history, claim["claim"])
+        if row["verdict"] != "not run":
+            row["across"] = across_devices(row, results)
         if first and rule_words(first) != rule_words(claim) and row["verdict"] != "not run":
             better = metrics.get(row["metric"], {}).get("better", "higher")
             row["first_rule"] = (rule_words(first), claim_verdict(row["lo"], row["hi"], better,
@@ -360,7 +401,10 @@ def conclusion_line(conclusion, row, effect):
     """One plain sentence on a claim of the seed write-ups: confirmed, refuted or not settled, from its
     verdict's row (judged under the verdict's rule: claim_verdict), with the smallest effect the study could
     have seen and what would settle it. A claim that is the negation of the one judged (`reverse`: B is
-    ahead, say) is refuted where that one is confirmed and confirmed where it is refuted."""
+    ahead, say) is refuted where that one is confirmed and confirmed where it is refuted. Beside the status,
+    in brackets: the status with the test sentences resampled where that one differs, and the devices where
+    the two sides trained on different ones; after the figures, the verdict's rule history where its rule or
+    seeds changed after its data began."""
     head = f"- **{conclusion['claim']}** ({conclusion['source']}): "
     note = f" {conclusion['note']}" if conclusion.get("note") else ""
     if row.get("stands_in"):  # the claim's own verdict has no runs here; the plan's stand-in judges it
@@ -368,29 +412,40 @@ def conclusion_line(conclusion, row, effect):
     if row["verdict"] == "not run":
         return (f"{head}**not settled**: not run yet (paired seeds finished: {row['n']}; A = `{row['a']}`, "
                 f"B = `{row['b']}`).{note}")
-    status = {"confirmed": "confirmed", "refuted": "refuted"}.get(row["verdict"], "not settled")
+
+    def said(word):  # a verdict's word as the claim's status; the claim may be the negation of the one judged
+        status = {"confirmed": "confirmed", "refuted": "refuted"}.get(word, "not settled")
+        if conclusion.get("reverse"):
+            status = {"confirmed": "refuted", "refuted": "confirmed"}.get(status, status)
+        return status
+
+    status = said(row["verdict"])
     m, rule = row.get("margin"), row.get("rule", "superiority")
-    if conclusion.get("reverse"):  # the claim is the negation of the one judged
-        status = {"confirmed": "refuted", "refuted": "confirmed"}.get(status, status)
     sentences = (f"; bootstrapped over seeds and test sentences, [{row['sent_lo']:+.4f}, {row['sent_hi']:+.4f}] "
                  f"against [{row['boot_lo']:+.4f}, {row['boot_hi']:+.4f}] over seeds alone" if "sent_lo" in row else "")
     figures = (f"A − B = {row['mean']:+.4f} in {row['metric']}, 95 % interval [{row['lo']:+.4f}, {row['hi']:+.4f}] "
                f"over {row['n']} seeds{sentences} (A = `{row['a']}`, B = `{row['b']}`" + RULE_WORDS[rule].format(m=m)
                + ")")
+    qualifiers = []
+    if "sent_verdict" in row and said(row["sent_verdict"]) != status:
+        qualifiers.append(f"{said(row['sent_verdict'])} with the test sentences resampled")
+    if row.get("across"):
+        qualifiers.append(f"across devices: {row['across']}")
+    words = f"**{status}**" + (f" ({'; '.join(qualifiers)})" if qualifiers else "")
+    if row.get("fixed", "").startswith(("changed", "added")):  # the rule or the seeds were not all fixed in advance
+        note = f" Its rule and seeds: {row['fixed']}.{note}"
     if "first_rule" in row:  # the rule changed after the data began: the one planned first judges it too
-        first = {"confirmed": "confirmed", "refuted": "refuted"}.get(row["first_rule"][1], "not settled")
-        if conclusion.get("reverse"):
-            first = {"confirmed": "refuted", "refuted": "confirmed"}.get(first, first)
-        note = f" Under the rule first planned ({row['first_rule'][0]}): **{first}**; the rule now is {rule_words(row)}.{note}"
+        note = (f" Under the rule first planned ({row['first_rule'][0]}): **{said(row['first_rule'][1])}**; the rule "
+                f"now is {rule_words(row)}.{note}")
     if status != "not settled":
         interim = "" if row["n"] >= row.get("planned", row["n"]) else (
             f" Interim: {row['n']} of the {row['planned']} planned seeds; a verdict read before they are all in "
             f"can still change.")
-        return f"{head}**{status}**: {figures}.{interim}{note}"
+        return f"{head}{words}: {figures}.{interim}{note}"
     needed = row["seeds_needed"]
     settle = f"{needed} seeds would find a true difference of {effect:g}" if needed else \
         f"more than 1,000 seeds would be needed to find a difference of {effect:g}"
-    return (f"{head}**not settled**: {figures}. The smallest difference these seeds could see is "
+    return (f"{head}{words}: {figures}. The smallest difference these seeds could see is "
             f"{row['detectable']:.4f}; {settle}.{note}")
 
 
@@ -416,7 +471,9 @@ def report_lines(plan, results, timing, depth, path, plots):
     if plan["conclusions"]:
         lines += ["## Conclusions", "", "Each claim of the seed write-ups, judged by the verdict below that tests "
                   "it (*confirmed* or *refuted* when its 95 % interval says so; otherwise *not settled*, with the "
-                  "smallest difference the study could have seen).", "",
+                  "smallest difference the study could have seen). In brackets: the status with the test sentences "
+                  "resampled too, where it differs, and the devices, where the two sides trained on different ones.",
+                  "",
                   *[conclusion_line(c, conclusion_row(c, rows), plan["effect"]) for c in plan["conclusions"]], ""]
     lines += ["## Conditions", "",
               "- Training, as each run's log records it:", *[f"  - {line}" for line in run_conditions(results)],
@@ -468,6 +525,8 @@ def report_lines(plan, results, timing, depth, path, plots):
         sent = f"[{r['sent_lo']:+.4f}, {r['sent_hi']:+.4f}]" if "sent_lo" in r else "–"
         word = f"**{r['verdict']}**" + (f" ({r['sent_verdict']} with sentences)" if r.get("sent_verdict", r["verdict"])
                                         != r["verdict"] else "")
+        if r.get("across"):
+            word += f" (across devices: {r['across']})"
         if "first_rule" in r:
             word += f"; under its first rule ({r['first_rule'][0]}): {r['first_rule'][1]}"
         lines.append(f"| {r['claim']} | {rule_words(r)} | {r['metric']} | {r['n']} | {r['mean']:+.4f} | "

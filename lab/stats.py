@@ -9,6 +9,7 @@ Read in this order: t_cdf and t_quantile; mean_ci, paired_t, paired_bootstrap; c
 the report needs them. tests/test_encoder_study.py holds each to known cases.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -47,6 +48,7 @@ def t_cdf(x, df):
     return 0.5 + math.copysign(float(area), x)
 
 
+@functools.lru_cache(maxsize=None)  # 60 integrations a call, and the report asks for the same few again and again
 def t_quantile(p, df):
     """The p-quantile of Student's t with df degrees of freedom (0.5 < p < 1), by bisection on t_cdf."""
     lo, hi = 0.0, 1e3

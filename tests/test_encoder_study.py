@@ -113,6 +113,17 @@ def test_conclusion_lines_say_confirmed_refuted_or_not_settled():
     assert "**confirmed**: " in lab.report.conclusion_line(against, keeps(-0.03, -0.006), 0.01)
     assert "**not settled**: not run yet (paired seeds finished: 1; A = `c/r`" in lab.report.conclusion_line(
         claim, {**row, "verdict": "not run", "n": 1}, 0.01)
+    # beside the status: the one with the test sentences resampled where it differs, the devices where the two
+    # sides trained on different ones; after the figures, the rule history where it changed after the data began
+    line = lab.report.conclusion_line(claim, {**row, "verdict": "confirmed", "lo": 0.001, "sent_lo": -0.002,
+                                              "sent_hi": 0.02, "boot_lo": 0.001, "boot_hi": 0.01,
+                                              "sent_verdict": "inconclusive", "across": "H200 TF32 vs CPU float32",
+                                              "fixed": "changed after its data began (2026-11-25): seeds 3 → 5"}, 0.01)
+    assert ("**confirmed** (not settled with the test sentences resampled; across devices: H200 TF32 vs CPU "
+            "float32): ") in line and line.endswith(" Its rule and seeds: changed after its data began (2026-11-25): "
+                                                     "seeds 3 → 5.")
+    assert "refuted with the test sentences" in lab.report.conclusion_line(
+        against, {**row, "verdict": "inconclusive", "sent_verdict": "confirmed"}, 0.01)
     # a stand-in verdict (a task built offline in place of one that needs a download) judges the claim while
     # the claim's own has not run, and the sentence says so; once the own one has run, it judges
     rows = {"v": {**row, "verdict": "not run", "n": 0}, "w": {**row, "verdict": "confirmed", "lo": 0.001},
