@@ -13,6 +13,7 @@ present when `model` names that family. `apply_overrides` takes them as `depends
 {setting: {value: {key: default}}}; a key of another family is an error that says whose it is.
 """
 
+import argparse
 import ast
 import difflib
 import io
@@ -165,6 +166,19 @@ def describe_settings(settings, values, width=110):
         lines.append(textwrap.fill(f"{name} = {values[name]!r}" + (f"  {comment}" if comment else ""), width,
                                    initial_indent="    ", subsequent_indent="        "))
     return lines
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """The other commands' --help (argparse's), with each option's default after
+    its help, unless there is none to show (None, a flag's False) or the help says it already."""
+
+    def _get_help_string(self, action):
+        text, default = action.help or "", action.default
+        if default is None or default is False or default in (argparse.SUPPRESS, []) or "default" in text \
+                or not action.option_strings:
+            return text
+        shown = (" ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)).replace("%", "%%")
+        return f"{text} (default: {shown})" if text else f"default: {shown}"
 
 
 def config_files(folder):
