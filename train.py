@@ -583,6 +583,44 @@ def check_settings(cfg):
     records.check_out_dir(cfg)
 
 
+def run_warnings(cfg, total_iters, epoch_steps, eval_every):
+    """What this run's settings ask for and cannot get, now that its length is known (total_iters, from the
+    data): one line each, printed as `warning: ...` before the first step. Not errors: the run is still what
+    the settings make it, just not what they seem to say."""
+    out, lr, sched = [], cfg["learning_rate"], cfg["scheduler"]
+    n_evals = total_iters // eval_every + (total_iters % eval_every > 0) if eval_every < math.inf else 1
+    evals = f"the run is evaluated {n_evals:g} time{'s' * (n_evals != 1)}"
+    if cfg["max_iters"] and epoch_steps < math.inf and cfg["max_iters"] > total_iters:
+        out.append(f"max_iters={cfg['max_iters']} is more than max_epochs={cfg['max_epochs']} allow "
+                   f"({cfg['max_epochs']} x {epoch_steps} steps an epoch): the run stops at iteration {total_iters}")
+    if cfg["warmup_iters"] >= total_iters:
+        out.append(f"warmup_iters={cfg['warmup_iters']} is not shorter than the run's {total_iters} iterations: the "
+                   f"learning rate never reaches learning_rate={lr:g}" + (", and the cosine never starts"
+                                                                       if sched == "cosine" else ""))
+    if cfg["eval_interval"] > total_iters:
+        out.append(f"eval_interval={cfg['eval_interval']} is longer than the run's {total_iters} iterations: it is "
+                   f"evaluated once, at its last iteration")
+    if cfg["log_interval"] > total_iters:
+        out.append(f"log_interval={cfg['log_interval']} is longer than the run's {total_iters} iterations: no "
+                   f"progress line is printed")
+    if cfg["early_stop_patience"] and n_evals <= cfg["early_stop_patience"]:
+        out.append(f"early_stop_patience={cfg['early_stop_patience']} can never stop this run: stopping takes "
+                   f"{cfg['early_stop_patience']} evaluations without improvement after the first, and {evals}")
+    if sched == "plateau" and n_evals < cfg["plateau_patience"] + 2:
+        out.append(f"the plateau schedule can never lower the learning rate: it takes {cfg['plateau_patience'] + 1} "
+                   f"evaluations without improvement after the first (plateau_patience={cfg['plateau_patience']}), "
+                   f"and {evals}")
+    if sched == "cosine" and cfg["min_lr"] >= lr:
+        out.append(f"min_lr={cfg['min_lr']:g} is not below learning_rate={lr:g}: the cosine schedule does not decay")
+    if sched != "cosine" and cfg["min_lr"] != DEFAULTS["min_lr"]:
+        out.append(f"min_lr={cfg['min_lr']:g} is the cosine schedule's floor; scheduler={sched!r} does not read it")
+    unread = [k for k in ("plateau_factor", "plateau_patience") if cfg[k] != DEFAULTS[k]]
+    if sched != "plateau" and unread:
+        out.append(f"{' and '.join(f'{k}={cfg[k]:g}' for k in unread)}: the plateau schedule's; scheduler={sched!r} "
+                   f"does not read {'them' if len(unread) > 1 else 'it'}")
+    return out
+
+
 def start(cfg, dataset, dev, files):
     """A new model and state, or (init_from='resume') both from last.pt with the checkpoint itself, which
     also holds the optimizer, schedulers and RNG to restore; the run's start goes into its log. A resume
@@ -693,6 +731,8 @@ def train(cfg):
         epoch_steps = stream.steps_per_epoch or math.inf  # a stream of random draws has no epochs
         total_iters = min(cfg["max_epochs"] * epoch_steps, cfg["max_iters"] or math.inf)
         eval_every = cfg["eval_interval"] or epoch_steps
+        for line in run_warnings(cfg, total_iters, epoch_steps, eval_every):
+            print(f"warning: {line}")
         # the modules that train and evaluate (DDP, compiled); `model` stays the plain one the checkpoints save
         train_model, eval_model = procs.models(model, cfg, task, stream, state, ctx)
 
