@@ -5,11 +5,12 @@ seq2seq: loss per character, greedy word accuracy, the translations; masked-lang
 and accuracy), plus size, FLOPs and speed; classify your own text or sample from a language model. train.py uses
 the same evaluators during training; this file never imports train.py.
 
-    python evaluate.py --ckpt out/sst2_recurrent/ckpt.pt                     # test split, table on stdout
+    python evaluate.py --ckpt out/sst2_recurrent/ckpt.pt                     # test split, latency: a table
     python evaluate.py --ckpt out/sst2_baseline/ckpt.pt out/sst2_recurrent/ckpt.pt --json results.json
     python evaluate.py --ckpt out/sst2_recurrent/ckpt.pt --text "a gorgeous, witty film"
     python evaluate.py --ckpt out/sst2_recurrent/ckpt.pt --file my_reviews.tsv   # sentence<TAB>label
     python evaluate.py --ckpt out/shakespeare_char_baseline/ckpt.pt --prompt "ROMEO:" --max_new_tokens 500
+    python evaluate.py --ckpt out/shakespeare_char_baseline/ckpt.pt --prompt "ROMEO:" --metrics --timing  # and scored
     python evaluate.py --ckpt stories260K.bin --prompt "Once upon a time" --temperature 0   # a llama2.c model
     python evaluate.py --ckpt stories260K --zero_shot sst5 --split val    # a Llama LM as a classifier, no training
     python evaluate.py config/llama_sst5_prompt.py                        # a config file sets the options
@@ -21,6 +22,10 @@ reports (one per task: every figure of one checkpoint, with sampling beside the 
 command line. Beside it, cli/evaluate_options.py checks its options and reads what they name (files, words,
 a tokenizer, the zero-shot prompts), and reports/ prints the table and draws --plots from the figures computed
 here. The speed benchmark against other implementations is bench/speed.py; the study runner is study.py.
+
+A checkpoint alone gets its whole report, timing included (--no_timing leaves it out); a sample (--prompt),
+--text and --file give their answer alone, without scoring the split or timing anything unless asked (--metrics,
+--timing: timing_asked).
 
 Bad input (an option out of its range, a device this machine lacks, a file that is not there, an option
 that does not suit the checkpoint) ends in one line, `error: ...`, before any long work; anything else is
@@ -413,11 +418,12 @@ def text_encoder(ckpt):
 def timing_asked(args):
     """Whether a report times its model (latency, throughput, tokens/s), which takes longer than its answer: a
     checkpoint's whole report does (the model card's figures) unless --no_timing; a sample (--prompt) or a --file
-    gives its answer alone unless --timing, or an option that only means timing (--no_cache, --gen_batch N),
-    asks for it too."""
+    gives its answer alone unless --timing, or an option that only means timing (--no_cache, --gen_batch N,
+    --compile), asks for it too."""
     if args.no_timing:
         return False
-    return args.timing or args.no_cache or args.gen_batch > 1 or (args.prompt is None and args.file is None)
+    return (args.timing or args.no_cache or args.gen_batch > 1 or args.compile
+            or (args.prompt is None and args.file is None))
 
 
 def size_figures(model, path):
@@ -570,7 +576,7 @@ def lm_report(model, ckpt, path, args, device, ctx):
 
 def generation_report(model, ckpt, path, args, device, ctx):
     """A Llama checkpoint from llama2.c: generate from --prompt (BOS alone by default, as run.c does)
-    with the KV cache, and time it: tokens/s at batch 1, the median of --repeats generations; with
+    with the KV cache, and where timing is asked (timing_asked: without --prompt, or --timing) time it: tokens/s at batch 1, the median of --repeats generations; with
     --gen_batch N also N copies of the prompt at once (tokens/s in aggregate), and with --no_cache
     both again without the cache."""
     name, tok = llama_tokenizer_for(model, path, args.tokenizer)
@@ -832,7 +838,7 @@ def parser():
     p.add_argument("--no_timing", action="store_true", help="a checkpoint's whole report (--ckpt alone): skip its "
                    "latency and throughput")
     p.add_argument("--timing", action="store_true", help="a sample (--prompt) or a --file: time the model too "
-                   "(latency, throughput, tokens/s), which they skip by default; --no_cache and --gen_batch N imply it")
+                   "(latency, throughput, tokens/s), which they skip by default; --no_cache, --gen_batch N and --compile imply it")
     p.add_argument("--metrics", action="store_true", help="a language model's sample (--prompt): also score its "
                    "validation windows (loss, perplexity, accuracy), which a sample skips by default")
     p.add_argument("--interleave", action="store_true", help="classifiers: time all the --ckpt models in turns, "
