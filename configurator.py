@@ -132,7 +132,8 @@ def commented_settings(source, names):
     lines, out, heading = source.splitlines(), [], ""
 
     def target(node):
-        t = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
+        t = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
+            getattr(node, "target", None)
         return t.id if isinstance(t, ast.Name) and t.id in names else None
 
     for node in body:

@@ -1265,7 +1265,8 @@ def main(argv=None):
                                 description="Download (or read from --mirror) and prepare a dataset into .bin token "
                                 "files. train.py and evaluate.py prepare what they need on first use; this does it "
                                 "ahead, or with other options.")
-    p.add_argument("dataset", choices=sorted(DATASETS), metavar="DATASET", help="the dataset to prepare: " + ", ".join(sorted(DATASETS)))
+    p.add_argument("dataset", choices=sorted(DATASETS), metavar="DATASET",
+                   help="the dataset to prepare: " + ", ".join(sorted(DATASETS)))
     p.add_argument("--protocol", default="glue", choices=PROTOCOLS, help="SST-2's split protocol: glue_heldout, glue "
                    "(validation held out of GLUE train, test = GLUE dev) or standard (train + dev pooled, 80/10/10)")
     p.add_argument("--vocab", default="compact", choices=["compact", "full"], help="GPT-2 BPE ids: compact (the ids "

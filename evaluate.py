@@ -576,7 +576,8 @@ def lm_report(model, ckpt, path, args, device, ctx):
 
 def generation_report(model, ckpt, path, args, device, ctx):
     """A Llama checkpoint from llama2.c: generate from --prompt (BOS alone by default, as run.c does)
-    with the KV cache, and where timing is asked (timing_asked: without --prompt, or --timing) time it: tokens/s at batch 1, the median of --repeats generations; with
+    with the KV cache, and where timing is asked (timing_asked: without --prompt, or with --timing) time it:
+    tokens/s at batch 1, the median of --repeats generations; with
     --gen_batch N also N copies of the prompt at once (tokens/s in aggregate), and with --no_cache
     both again without the cache."""
     name, tok = llama_tokenizer_for(model, path, args.tokenizer)
@@ -838,7 +839,8 @@ def parser():
     p.add_argument("--no_timing", action="store_true", help="a checkpoint's whole report (--ckpt alone): skip its "
                    "latency and throughput")
     p.add_argument("--timing", action="store_true", help="a sample (--prompt) or a --file: time the model too "
-                   "(latency, throughput, tokens/s), which they skip by default; --no_cache, --gen_batch N and --compile imply it")
+                   "(latency, throughput, tokens/s), which they skip by default; --no_cache, --gen_batch N and "
+                   "--compile imply it")
     p.add_argument("--metrics", action="store_true", help="a language model's sample (--prompt): also score its "
                    "validation windows (loss, perplexity, accuracy), which a sample skips by default")
     p.add_argument("--interleave", action="store_true", help="classifiers: time all the --ckpt models in turns, "

@@ -295,7 +295,8 @@ HELPED = [  # (module, sub-command or none, the usage line's start)
     ("evaluate", [], "usage: python evaluate.py"), ("data", [], "usage: python data.py"),
     ("study", [], "usage: python study.py"), ("export", [], "usage: python export.py"),
     ("bench.speed", [], "usage: python -m bench.speed"), ("bench.kernels", [], "usage: python -m bench.kernels"),
-    *[("bench.kernels", [c], f"usage: python -m bench.kernels {c}") for c in ("scan", "precision", "triton", "compile")],
+    *[("bench.kernels", [c], f"usage: python -m bench.kernels {c}")
+      for c in ("scan", "precision", "triton", "compile")],
     ("bench.same_training", [], "usage: python -m bench.same_training"),
     *[("bench.same_training", [c], f"usage: python -m bench.same_training {c}") for c in ("record", "compare")],
 ]
