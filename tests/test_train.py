@@ -834,8 +834,8 @@ def test_a_sound_config_warns_of_nothing():
     cfg = train.make_config(["config/sst2_recurrent.py"])  # 2 epochs, evaluated every 500 steps
     assert train.run_warnings(cfg, 2000, 1000, cfg["eval_interval"]) == []
     assert warnings_of(early_stop_patience=0, plateau_patience=0, log_interval=4) == []
-    lm = {**train.make_config(["--model=gpt"]), "max_iters": 300, "eval_interval": 100, "warmup_iters": 0}
-    assert train.run_warnings(lm, 300, float("inf"), 100) == []  # a language model: random windows, no epochs
+    lm = train.make_config(["config/shakespeare_char_baseline.py"])  # 300 steps of random windows, no epochs
+    assert train.run_warnings(lm, lm["max_iters"], float("inf"), lm["eval_interval"]) == []
 
 
 def test_train_prints_the_warnings_before_its_first_step(tiny_cfg, capsys):
