@@ -17,7 +17,10 @@ from bench import gpu_check, gpu_sections
 @pytest.fixture
 def check_data(tmp_path, tiny_dataset, char_mirror, char_digest):
     """A --data folder as the README's GPU section prepares one, from the test fixtures: a prepared SST-2 (the
-    tiny fake one), a prepared tinyshakespeare (the fake corpus) and the mirror's stories260K."""
+    tiny fake one), a prepared tinyshakespeare (the fake corpus) and the mirror's stories260K. The rehearsal runs
+    the Triton kernels in Triton's interpreter: without triton (requirements-test.txt brings it), it skips."""
+    pytest.importorskip("triton", reason="the rehearsal runs the Triton kernels: pip install -r requirements-test.txt",
+                        exc_type=ImportError)
     llamas = os.path.join(os.environ["DATA_MIRROR"], "tinyllamas")
     if not os.path.isfile(os.path.join(llamas, "stories260K", "stories260K.bin")):
         pytest.skip("no stories260K in the mirror")
