@@ -58,7 +58,7 @@ dataset = "sst2"  # a name in data.DATASETS: 'sst2', 'imdb', 'yelp_polarity', 'm
 # 'imdb_lm' (language modelling), 'piglatin' (seq2seq), 'sst2_mlm' (masked-language-model pretraining of the encoder)
 protocol = "glue"  # 'glue_heldout' (validation = 872 whole sentences held out of GLUE train; test = GLUE dev),
 # 'glue' (validation = 5 % of GLUE train's phrases, pieces of training sentences; test = GLUE dev) or 'standard'
-# (the seed's 80/10/10 split of GLUE train + dev pooled)
+# (the source paper's 80/10/10 split of GLUE train + dev pooled)
 vocab = "compact"  # 'compact' (ids seen in training) or 'full' (all 50,257 GPT-2 ids)
 tokenizer = ""  # sst5, cfimdb, imdb_lm: the Llama tokenizer, 'llama2' (32,000 pieces; the default for sst5 and
 # cfimdb) or 'tok512' (stories260K's; the default for imdb_lm)
@@ -89,7 +89,7 @@ beta2 = 0.98  # and of its running square
 grad_clip = 1.0  # max global grad norm; 0 = off
 max_epochs = 10  # passes over the training set at most (early stopping may end a run sooner)
 max_iters = 0  # optimizer steps; 0 = no limit beyond max_epochs (a language model needs max_iters > 0)
-scheduler = "plateau"  # 'plateau' (the seed's), 'cosine' (with warm-up) or 'constant'
+scheduler = "plateau"  # 'plateau' (the source paper's), 'cosine' (with warm-up) or 'constant'
 warmup_iters = 0  # iterations of linear warm-up from 0 to learning_rate, under every scheduler
 min_lr = 0.0  # floor of the cosine schedule
 plateau_factor = 0.5  # the plateau schedule multiplies the lr by this
