@@ -55,6 +55,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+import configurator
 from configurator import UserError
 from corpora.piglatin import (PIG_LATIN_VOCAB, UNSEEN_WORDS, hyphen_parts, novel_words, pieces_of, pig_latin,
                               pig_latin_rule, source_words, split_novel, unseen_words, word_pieces)
@@ -1260,10 +1261,16 @@ class LMStream:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Download and prepare datasets into .bin token files.")
-    p.add_argument("dataset", choices=sorted(DATASETS))
-    p.add_argument("--protocol", default="glue", choices=PROTOCOLS)
-    p.add_argument("--vocab", default="compact", choices=["compact", "full"])
+    p = argparse.ArgumentParser(prog="python data.py", formatter_class=configurator.HelpFormatter,
+                                description="Download (or read from --mirror) and prepare a dataset into .bin token "
+                                "files. train.py and evaluate.py prepare what they need on first use; this does it "
+                                "ahead, or with other options.")
+    p.add_argument("dataset", choices=sorted(DATASETS), metavar="DATASET",
+                   help="the dataset to prepare: " + ", ".join(sorted(DATASETS)))
+    p.add_argument("--protocol", default="glue", choices=PROTOCOLS, help="SST-2's split protocol: glue_heldout, glue "
+                   "(validation held out of GLUE train, test = GLUE dev) or standard (train + dev pooled, 80/10/10)")
+    p.add_argument("--vocab", default="compact", choices=["compact", "full"], help="GPT-2 BPE ids: compact (the ids "
+                   "seen in training) or full (all 50,257)")
     p.add_argument("--tokenizer", default="", help="sst5, cfimdb, imdb_lm: the Llama tokenizer, 'llama2' or 'tok512' "
                    "(default: llama2 for sst5 and cfimdb, tok512 for imdb_lm)")
     p.add_argument("--max_len", type=int, default=DEFAULT_MAX_LEN, help="tokens per sequence incl. [CLS] "
@@ -1273,7 +1280,7 @@ def main(argv=None):
                    help="read source files from this folder instead of downloading (default: $DATA_MIRROR)")
     p.add_argument("--out_dir", default=None, help="default: data/<dataset>_<protocol>_<vocab> "
                    "(data/shakespeare_char for the character corpus, which ignores --protocol/--vocab/--max_len)")
-    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--seed", type=int, default=1337, help="seed of the splits, subsets and samples")
     a = p.parse_args(argv)
     try:
         tokenizer = resolve_tokenizer(a.dataset, a.tokenizer)

@@ -5,11 +5,12 @@ seq2seq: loss per character, greedy word accuracy, the translations; masked-lang
 and accuracy), plus size, FLOPs and speed; classify your own text or sample from a language model. train.py uses
 the same evaluators during training; this file never imports train.py.
 
-    python evaluate.py --ckpt out/sst2_recurrent/ckpt.pt                     # test split, table on stdout
+    python evaluate.py --ckpt out/sst2_recurrent/ckpt.pt                     # test split, latency: a table
     python evaluate.py --ckpt out/sst2_baseline/ckpt.pt out/sst2_recurrent/ckpt.pt --json results.json
     python evaluate.py --ckpt out/sst2_recurrent/ckpt.pt --text "a gorgeous, witty film"
     python evaluate.py --ckpt out/sst2_recurrent/ckpt.pt --file my_reviews.tsv   # sentence<TAB>label
     python evaluate.py --ckpt out/shakespeare_char_baseline/ckpt.pt --prompt "ROMEO:" --max_new_tokens 500
+    python evaluate.py --ckpt out/shakespeare_char_baseline/ckpt.pt --prompt "ROMEO:" --metrics --timing  # and scored
     python evaluate.py --ckpt stories260K.bin --prompt "Once upon a time" --temperature 0   # a llama2.c model
     python evaluate.py --ckpt stories260K --zero_shot sst5 --split val    # a Llama LM as a classifier, no training
     python evaluate.py config/llama_sst5_prompt.py                        # a config file sets the options
@@ -22,6 +23,10 @@ command line. Beside it, evaluation/ checks its options and reads what they name
 a tokenizer, the zero-shot prompts), prints the table (table.py) and draws --plots (seq2seq_plots.py) from
 the figures computed here. The speed benchmark against other implementations is bench/speed.py; the study runner
 is study.py.
+
+A checkpoint alone gets its whole report, timing included (--no_timing leaves it out); a sample (--prompt),
+--text and --file give their answer alone, without scoring the split or timing anything unless asked (--metrics,
+--timing: timing_asked).
 
 Bad input (an option out of its range, a device this machine lacks, a file that is not there, an option
 that does not suit the checkpoint) ends in one line, `error: ...`, before any long work; anything else is
@@ -411,6 +416,17 @@ def text_encoder(ckpt):
 # the reports, one per task: all the figures for one loaded checkpoint, as a flat dict
 
 
+def timing_asked(args):
+    """Whether a report times its model (latency, throughput, tokens/s), which takes longer than its answer: a
+    checkpoint's whole report does (the model card's figures) unless --no_timing; a sample (--prompt) or a --file
+    gives its answer alone unless --timing, or an option that only means timing (--no_cache, --gen_batch N,
+    --compile), asks for it too."""
+    if args.no_timing:
+        return False
+    return (args.timing or args.no_cache or args.gen_batch > 1 or args.compile
+            or (args.prompt is None and args.file is None))
+
+
 def size_figures(model, path):
     counts = model.param_counts()
     return {"params_total": counts["total"], "params_embedding": counts["embedding"],
@@ -435,7 +451,7 @@ def classification_report(model, ckpt, path, args, device, ctx):
            **evaluate_classification(model, split, device, ctx, batch_size=args.batch_size)}
     res.update(size_figures(model, path))
     res["flops_per_sample"] = float(np.mean([model.flops_per_forward(int(t)) for t in split.lengths]))
-    if not args.no_timing:
+    if timing_asked(args):
         fast = compiled_for_timing(model, device) if args.compile else model
         res["latency_ms"] = latency_ms(fast, split, device, ctx, repeats=args.repeats)
         res["throughput"] = throughput(fast, split, device, ctx, batch_size=args.batch_size, repeats=args.repeats)
@@ -492,8 +508,8 @@ def generate_compiled(run, mode, auto):
 def sample_text(model, ckpt, prompt, args, device):
     """A sample from a language model: the prompt, continued by max_new_tokens generated tokens (a Llama:
     with its tokenizer and all its sampling options, stopping at EOS; a character GPT: characters), with the
-    decode step --decode picks, and unless --no_timing its speed: tokens/s at batch 1 with the KV cache and,
-    with --no_cache, without it. Returns (text, figures)."""
+    decode step --decode picks, and where timing is asked (timing_asked) its speed: tokens/s at batch 1 with the
+    KV cache and, with --no_cache, without it. Returns (text, figures)."""
     if isinstance(model.cfg, LlamaConfig):
         _, tok = llama_tokenizer_for(model, ckpt["data"]["dir"], ckpt["data"]["vocab"])
         ids = tok.encode(prompt or "", bos=True)
@@ -521,7 +537,7 @@ def sample_text(model, ckpt, prompt, args, device):
                                   generator=gen, use_cache=use_cache, mode=mode)[0].tolist()
         text, n_prompt = codec.decode, len(ids)
 
-    timing = not args.no_timing
+    timing = timing_asked(args)
     mode = decode_mode(args, args.max_new_tokens * (1 + args.repeats * timing))
     out, mode, first = generate_compiled(run, mode, args.decode == "auto")
     figures = {"decode": mode}
@@ -539,15 +555,17 @@ def sample_text(model, ckpt, prompt, args, device):
 
 def lm_report(model, ckpt, path, args, device, ctx):
     """The language model on its corpus's fixed validation windows, plus a sample (drawn first: a bad
-    --prompt is refused before the evaluation runs)."""
+    --prompt is refused before the evaluation runs). A sample asked for (--prompt) is the answer: the
+    validation windows are scored with --metrics too, and it is timed with --timing (timing_asked)."""
     sample, speed = sample_text(model, ckpt, args.prompt, args, device)
-    val = checkpoint_dataset(ckpt, path).splits["val"]
-    res = {"ckpt": path, "task": "lm",
-           **evaluate_lm(model, val, device, ctx, ckpt["config"].get("eval_windows", 0)), **speed}
+    res = {"ckpt": path, "task": "lm", **speed}
+    if args.prompt is None or args.metrics:
+        val = checkpoint_dataset(ckpt, path).splits["val"]
+        res.update(evaluate_lm(model, val, device, ctx, ckpt["config"].get("eval_windows", 0)))
     res.update(size_figures(model, path))
     T = model.cfg.block_size
     res["flops_per_token"] = model.flops_per_forward(T) / T
-    if not args.no_timing:
+    if timing_asked(args):
         res["latency_ms"], res["throughput"] = generation_speed(model, device, ctx, T, repeats=args.repeats)
     res["trained"] = {"dataset": ckpt["data"]["dataset"], "iter_num": ckpt["iter_num"],
                       "best_val_loss": ckpt["best_val_loss"], "emb_norm": model.cfg.emb_norm}
@@ -559,7 +577,8 @@ def lm_report(model, ckpt, path, args, device, ctx):
 
 def generation_report(model, ckpt, path, args, device, ctx):
     """A Llama checkpoint from llama2.c: generate from --prompt (BOS alone by default, as run.c does)
-    with the KV cache, and time it: tokens/s at batch 1, the median of --repeats generations; with
+    with the KV cache, and where timing is asked (timing_asked: without --prompt, or with --timing) time it:
+    tokens/s at batch 1, the median of --repeats generations; with
     --gen_batch N also N copies of the prompt at once (tokens/s in aggregate), and with --no_cache
     both again without the cache."""
     name, tok = llama_tokenizer_for(model, path, args.tokenizer)
@@ -571,13 +590,13 @@ def generation_report(model, ckpt, path, args, device, ctx):
             return model.generate([ids] * batch, args.max_new_tokens, args.temperature, args.top_k, args.top_p,
                                   args.epsilon, eos_id=tok.eos_id, generator=gen, use_cache=use_cache, mode=mode)
 
-    timing = not args.no_timing
+    timing = timing_asked(args)
     mode = decode_mode(args, args.max_new_tokens * (1 + timing * (1 + args.repeats) * (
         1 + (args.gen_batch if args.gen_batch > 1 else 0))))
     out, mode, first = generate_compiled(lambda m: run(mode=m), mode, args.decode == "auto")  # also the warm-up
     out = out[0]
     res = {"ckpt": path, "task": "generate", "new_tokens": len(out), "decode": mode, **size_figures(model, path)}
-    if not args.no_timing:
+    if timing:
         plan = [(1, True)] + ([(args.gen_batch, True)] if args.gen_batch > 1 else [])
         plan += [(batch, False) for batch, _ in plan] if args.no_cache else []
         compile_s = 0.0
@@ -668,7 +687,7 @@ def seq2seq_report(model, ckpt, path, args, device, ctx):
     split = next(iter(splits.values()))
     mean_len = float(np.mean(split.lengths)) + 1  # a word and its [EOS]
     res["flops_per_sample"] = model.flops_per_forward(round(mean_len))  # one teacher-forced word, both halves
-    if not args.no_timing:
+    if timing_asked(args):
         res["latency_ms"], res["throughput"] = translation_speed(model, split, device, ctx, args.repeats)
     if args.plots:
         words = seq2seq_words(args.words, "--words", ",")
@@ -766,9 +785,15 @@ def classify_text(paths, args, device, ctx):
 
 
 def parser():
-    p = argparse.ArgumentParser(description="Evaluate checkpoints, classify text, sample from a language model or "
-                                "prompt one as a classifier. Config files (config/llama_*_prompt.py ...) may come "
-                                "first: they set these options. (The multi-seed study runner is study.py.)")
+    p = argparse.ArgumentParser(
+        prog="python evaluate.py", usage="%(prog)s [CONFIG_FILE ...] --ckpt CKPT [CKPT ...] [options]",
+        formatter_class=configurator.HelpFormatter,
+        description="Evaluate checkpoints, classify text, sample from a language model or prompt one as a classifier. "
+        "What each asks for: --ckpt alone, a checkpoint's whole report (its split's metrics, size, FLOPs, latency and "
+        "throughput; --no_timing leaves out the timing); --text, the label or translation alone; --file, the metrics "
+        "on the file (--timing adds the timing); --prompt, the sample alone (--metrics adds a language model's "
+        "validation scores, --timing its speed). Config files (config/llama_generate.py, config/llama_*_prompt.py) "
+        "may come first: they set these options. (The multi-seed study runner is study.py.)")
     p.add_argument("--ckpt", nargs="+", help="one or more ckpt.pt files (side by side); a llama2.c .bin/.pt or "
                    "a pretrained name (stories260K)")
     p.add_argument("--zero_shot", default=None, help="a labelled dataset (sst5, cfimdb): classify its --split "
@@ -806,11 +831,19 @@ def parser():
                    "auto: compiled when the command generates enough tokens to repay compiling (COMPILE_REPAYS), "
                    "and the compiled step can be built; else eager")
     p.add_argument("--seed", type=Ranged(int, lambda v: True, "an integer"), default=1337, help="seed of the sample")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--device", default="auto", help="'auto' (cuda, then mps, then cpu), 'cpu', 'cuda', 'cuda:N' or "
+                   "'mps'")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="the precision of the evaluation (bfloat16, float16: autocast)")
     p.add_argument("--batch_size", type=AT_LEAST_1, default=256, help="batch size for metrics and throughput")
     p.add_argument("--repeats", type=AT_LEAST_1, default=3, help="timed repeats (the median is reported)")
-    p.add_argument("--no_timing", action="store_true", help="skip latency and throughput")
+    p.add_argument("--no_timing", action="store_true", help="a checkpoint's whole report (--ckpt alone): skip its "
+                   "latency and throughput")
+    p.add_argument("--timing", action="store_true", help="a sample (--prompt) or a --file: time the model too "
+                   "(latency, throughput, tokens/s), which they skip by default; --no_cache, --gen_batch N and "
+                   "--compile imply it")
+    p.add_argument("--metrics", action="store_true", help="a language model's sample (--prompt): also score its "
+                   "validation windows (loss, perplexity, accuracy), which a sample skips by default")
     p.add_argument("--interleave", action="store_true", help="classifiers: time all the --ckpt models in turns, "
                    "round after round, so that a slow spell of the machine falls on all of them alike")
     p.add_argument("--untrained", nargs="+", default=[], metavar="CONFIG", help="with --interleave: also time "
@@ -838,6 +871,8 @@ def parse_args(argv):
     p.set_defaults(**config_defaults(p, configs))
     args = p.parse_args(argv)
     check_args(p, args)
+    if args.timing and args.no_timing:
+        raise configurator.ConfigError("--timing and --no_timing: give one")
     return args
 
 

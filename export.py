@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 import data
-from configurator import ConfigError, UserError
+from configurator import ConfigError, HelpFormatter, UserError
 from model import (CKPT_FORMAT, CheckpointError, Llama, LlamaConfig, load_checkpoint, merge_lora, raw_model,
                    rope_cache)
 
@@ -252,7 +252,8 @@ def export_llama2c(ckpt, export, version="auto"):
 def main(argv=None):
     """The command line. Bad input (a UserError: ConfigError, data.DataError, CheckpointError) ends in
     one line, `error: ...`, and exit status 1."""
-    p = argparse.ArgumentParser(description="Write a Llama language model in llama2.c's format.")
+    p = argparse.ArgumentParser(prog="python export.py", formatter_class=HelpFormatter,
+                                description="Write a Llama language model in llama2.c's format.")
     p.add_argument("--ckpt", required=True, help="a checkpoint of ours (a Llama language model), a llama2.c "
                    "checkpoint, or a name in data.PRETRAINED (stories260K)")
     p.add_argument("--export", required=True, metavar="PATH", help="write the --ckpt (a Llama language model: "

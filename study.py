@@ -54,7 +54,7 @@ import tempfile
 import time
 
 import data
-from configurator import ConfigError, UserError
+from configurator import ConfigError, HelpFormatter, UserError
 from bookkeeping import records
 from lab import tuning
 from lab.cells import cell_data, finished_seeds
@@ -383,7 +383,8 @@ CONFIGS_FLAGS = ("configs", "seeds", "set", "grid", "out_root", "records", "metr
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Train (or collect) config files x overrides x seeds and compare them "
+    p = argparse.ArgumentParser(prog="python study.py", formatter_class=HelpFormatter,
+                                description="Train (or collect) config files x overrides x seeds and compare them "
                                             "over seeds. The first config is the baseline of the paired differences.")
     p.add_argument("configs", nargs="*", metavar="CONFIG", help="train.py config files")
     p.add_argument("--plan", help="a study plan (config/encoders_study.py): check it whole, train its cells' "

@@ -55,9 +55,22 @@ N_SPECIAL = 3
 
 
 def get_tokenizer():
+    """GPT-2's BPE, from tiktoken. tiktoken keeps its two files in TIKTOKEN_CACHE_DIR (else a temporary folder)
+    and downloads them when they are not there; offline, a DATA_MIRROR that holds tiktoken_cache/ (as
+    shared/data does) serves them when TIKTOKEN_CACHE_DIR is not set. Files that cannot be had are a DataError
+    that says what to set, not requests' traceback."""
+    mirror = os.path.join(os.environ.get("DATA_MIRROR") or "", "tiktoken_cache")
+    if not os.environ.get("TIKTOKEN_CACHE_DIR") and os.environ.get("DATA_MIRROR") and os.path.isdir(mirror):
+        os.environ["TIKTOKEN_CACHE_DIR"] = mirror  # read by tiktoken on each load, so set before it looks
     import tiktoken
 
-    return tiktoken.get_encoding("gpt2")
+    try:
+        return tiktoken.get_encoding("gpt2")
+    except (OSError, ValueError) as e:  # requests' errors are OSErrors; a file of the wrong hash a ValueError
+        where = os.environ.get("TIKTOKEN_CACHE_DIR") or "tiktoken's temporary cache"
+        raise DataError(f"GPT-2's BPE files (tiktoken) are not in {where} and could not be downloaded "
+                        f"({type(e).__name__}); without a network, set DATA_MIRROR to a copy of shared/data (it "
+                        f"holds tiktoken_cache/) or TIKTOKEN_CACHE_DIR to a folder of tiktoken's files") from None
 
 
 def bpe(enc, text):

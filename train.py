@@ -38,7 +38,10 @@ from model import (CKPT_VERSION, FAMILIES, CheckpointError, build_model, family_
                    load_checkpoint)
 
 # -----------------------------------------------------------------------------
-# default config values (every one may be overridden; the key names are part of the interface)
+# default config values (every one may be overridden; the key names are part of the interface). `--help` prints
+# them from this source: a comment at the end of a setting's line and the comment lines right below it are its help,
+# and a comment after a blank line heads the settings below it.
+
 # I/O
 out_dir = "out/sst2"  # ckpt.pt (best validation loss), last.pt (latest state, for resume), log.jsonl, summary.json
 init_from = "scratch"  # 'scratch', 'resume' (from out_dir/last.pt), or a checkpoint to fine-tune: a file, ours
@@ -47,13 +50,14 @@ overwrite = False  # a new run into an out_dir that holds a run (ckpt.pt, last.p
 # unless this is True: then that run's files are deleted first
 log_interval = 50  # iterations between progress lines
 eval_interval = 0  # iterations between evaluations; 0 = once per epoch (the last iteration is always evaluated)
+
 # data
 dataset = "sst2"  # a name in data.DATASETS: 'sst2', 'imdb', 'yelp_polarity', 'multidomain', 'multidomain_uci',
 # 'sst5', 'cfimdb' (classification), 'shakespeare_char',
 # 'imdb_lm' (language modelling), 'piglatin' (seq2seq), 'sst2_mlm' (masked-language-model pretraining of the encoder)
 protocol = "glue"  # 'glue_heldout' (validation = 872 whole sentences held out of GLUE train; test = GLUE dev),
 # 'glue' (validation = 5 % of GLUE train's phrases, pieces of training sentences; test = GLUE dev) or 'standard'
-# (the seed's 80/10/10 split of GLUE train + dev pooled)
+# (the source paper's 80/10/10 split of GLUE train + dev pooled)
 vocab = "compact"  # 'compact' (ids seen in training) or 'full' (all 50,257 GPT-2 ids)
 tokenizer = ""  # sst5, cfimdb, imdb_lm: the Llama tokenizer, 'llama2' (32,000 pieces; the default for sst5 and
 # cfimdb) or 'tok512' (stories260K's; the default for imdb_lm)
@@ -66,29 +70,32 @@ hyphen_compounds = 0.0  # seq2seq (Pig Latin): add this share of the training se
 # own words (data.hyphen_compounds: seeded, fixed for the run; held-out words never made); 0 = off
 eval_windows = 0  # language modelling: validation windows per evaluation; 0 = the whole split (fixed, the
 # same for every run; see data.lm_eval_starts)
+
 # model: the family; its own settings (n_layer, n_embd, ...) are its config dataclass's fields, with
 # that family's defaults (model.EncoderConfig, model.GPTConfig)
 model = "encoder"  # 'encoder' (the classifier of the recurrent-vs-baseline study) | 'gpt' (the char LM) | 'llama'
 # (the mini Llama-2: a language model, or a classifier on a labelled dataset) | 'encdec' (encoder-decoder
 # transformer) | 'mamba' (selective state-space model; seq2seq or language modelling)
+
 # optimization
-batch_size = 64
+batch_size = 64  # examples per micro-batch (a step takes grad_accum of them)
 grad_accum = 1  # micro-batches per optimizer step
-learning_rate = 1e-3
+learning_rate = 1e-3  # the peak rate, reached after warmup_iters
 weight_decay = 0.01  # not applied to what the model names in no_weight_decay() (norms, biases, embeddings)
 adamw_impl = "fused"  # 'fused' (torch.optim.AdamW, one kernel for all parameters) | 'manual' (written out below)
-beta1 = 0.9
-beta2 = 0.98
+beta1 = 0.9  # AdamW's decay rate of the gradient's running mean
+beta2 = 0.98  # and of its running square
 grad_clip = 1.0  # max global grad norm; 0 = off
-max_epochs = 10
+max_epochs = 10  # passes over the training set at most (early stopping may end a run sooner)
 max_iters = 0  # optimizer steps; 0 = no limit beyond max_epochs (a language model needs max_iters > 0)
-scheduler = "plateau"  # 'plateau' (the seed's), 'cosine' (with warm-up) or 'constant'
-warmup_iters = 0
+scheduler = "plateau"  # 'plateau' (the source paper's), 'cosine' (with warm-up) or 'constant'
+warmup_iters = 0  # iterations of linear warm-up from 0 to learning_rate, under every scheduler
 min_lr = 0.0  # floor of the cosine schedule
-plateau_factor = 0.5
+plateau_factor = 0.5  # the plateau schedule multiplies the lr by this
 plateau_patience = 2  # evaluations without improvement before the lr is multiplied by plateau_factor
 early_stop_patience = 3  # evaluations without an improvement of early_stop_min_delta; 0 = off
-early_stop_min_delta = 1e-3
+early_stop_min_delta = 1e-3  # a smaller fall of the validation loss is no improvement
+
 # system
 device = "auto"  # 'auto' picks cuda, then mps, then cpu
 dtype = "auto"  # 'float32', 'bfloat16', 'float16'; 'auto' = bfloat16 on a GPU that has it, else float32
@@ -576,6 +583,44 @@ def check_settings(cfg):
     records.check_out_dir(cfg)
 
 
+def run_warnings(cfg, total_iters, epoch_steps, eval_every):
+    """What this run's settings ask for and cannot get, now that its length is known (total_iters, from the
+    data): one line each, printed as `warning: ...` before the first step. Not errors: the run is still what
+    the settings make it, just not what they seem to say."""
+    out, lr, sched = [], cfg["learning_rate"], cfg["scheduler"]
+    n_evals = total_iters // eval_every + (total_iters % eval_every > 0) if eval_every < math.inf else 1
+    evals = f"the run is evaluated {n_evals:g} time{'s' * (n_evals != 1)}"
+    if cfg["max_iters"] and epoch_steps < math.inf and cfg["max_iters"] > total_iters:
+        out.append(f"max_iters={cfg['max_iters']} is more than max_epochs={cfg['max_epochs']} allow "
+                   f"({cfg['max_epochs']} x {epoch_steps} steps an epoch): the run stops at iteration {total_iters}")
+    if cfg["warmup_iters"] >= total_iters:
+        out.append(f"warmup_iters={cfg['warmup_iters']} is not shorter than the run's {total_iters} iterations: the "
+                   f"learning rate never reaches learning_rate={lr:g}" + (", and the cosine never starts"
+                                                                       if sched == "cosine" else ""))
+    if cfg["eval_interval"] > total_iters:
+        out.append(f"eval_interval={cfg['eval_interval']} is longer than the run's {total_iters} iterations: it is "
+                   f"evaluated once, at its last iteration")
+    if cfg["log_interval"] > total_iters:
+        out.append(f"log_interval={cfg['log_interval']} is longer than the run's {total_iters} iterations: no "
+                   f"progress line is printed")
+    if cfg["early_stop_patience"] and n_evals <= cfg["early_stop_patience"]:
+        out.append(f"early_stop_patience={cfg['early_stop_patience']} can never stop this run: stopping takes "
+                   f"{cfg['early_stop_patience']} evaluations without improvement after the first, and {evals}")
+    if sched == "plateau" and n_evals < cfg["plateau_patience"] + 2:
+        out.append(f"the plateau schedule can never lower the learning rate: it takes {cfg['plateau_patience'] + 1} "
+                   f"evaluations without improvement after the first (plateau_patience={cfg['plateau_patience']}), "
+                   f"and {evals}")
+    if sched == "cosine" and cfg["min_lr"] >= lr:
+        out.append(f"min_lr={cfg['min_lr']:g} is not below learning_rate={lr:g}: the cosine schedule does not decay")
+    if sched != "cosine" and cfg["min_lr"] != DEFAULTS["min_lr"]:
+        out.append(f"min_lr={cfg['min_lr']:g} is the cosine schedule's floor; scheduler={sched!r} does not read it")
+    unread = [k for k in ("plateau_factor", "plateau_patience") if cfg[k] != DEFAULTS[k]]
+    if sched != "plateau" and unread:
+        out.append(f"{' and '.join(f'{k}={cfg[k]:g}' for k in unread)}: the plateau schedule's; scheduler={sched!r} "
+                   f"does not read {'them' if len(unread) > 1 else 'it'}")
+    return out
+
+
 def start(cfg, dataset, dev, files):
     """A new model and state, or (init_from='resume') both from last.pt with the checkpoint itself, which
     also holds the optimizer, schedulers and RNG to restore; the run's start goes into its log. A resume
@@ -686,6 +731,8 @@ def train(cfg):
         epoch_steps = stream.steps_per_epoch or math.inf  # a stream of random draws has no epochs
         total_iters = min(cfg["max_epochs"] * epoch_steps, cfg["max_iters"] or math.inf)
         eval_every = cfg["eval_interval"] or epoch_steps
+        for line in run_warnings(cfg, total_iters, epoch_steps, eval_every):
+            print(f"warning: {line}")
         # the modules that train and evaluate (DDP, compiled); `model` stays the plain one the checkpoints save
         train_model, eval_model = procs.models(model, cfg, task, stream, state, ctx)
 
@@ -790,7 +837,46 @@ def score_test(summary, best_path, task, dataset, cfg, state, device, ctx):
         print(f"best checkpoint: val loss {state.best_val_loss:.4f}; {name} {records.describe(figures, task.metrics)}")
 
 
+def help_text():
+    """`--help`: what train.py does (its docstring's opening), how settings are given (configurator.py's), the
+    config files with their first comment line, and every setting with its default and comment, read from the
+    defaults above and from each family's config dataclass in model.py."""
+    import inspect
+    import re
+    here = os.path.dirname(os.path.abspath(__file__))
+    own, how = __doc__.strip().split("\n\n"), configurator.__doc__.strip().split("\n\n")
+    lines = ["usage: python train.py [CONFIG_FILE ...] [--key=value ...]", "", "\n\n".join(own[:2]), "", how[2],
+             "Each model family's settings (the last sections below) exist when `model` names that family.", ""]
+    lines.append("config files (config/; a first comment line each):")
+    lines += [f"  {path:44s} {first}" for path, first in configurator.config_files(os.path.join(here, "config"))]
+    lines += ["", "settings (name = default  what it is), train.py's defaults:"]
+    with open(os.path.join(here, "train.py")) as f:
+        lines += configurator.describe_settings(configurator.commented_settings(f.read(), DEFAULTS), DEFAULTS)
+    for family, settings in MODEL_SETTINGS["model"].items():
+        cls = FAMILIES[family][0]
+        what = re.split(r"\.\s+(?=[A-Z])", " ".join(inspect.getdoc(cls).split()))[0]  # its docstring's first sentence
+        lines += ["", f"settings of model={family!r} (model.{cls.__name__}: {what})"]
+        lines += configurator.describe_settings(configurator.commented_settings(inspect.getsource(cls), settings),
+                                                settings)
+    return "\n".join(lines)
+
+
+# What a bare `python train.py` costs, as measured: config/sst2_recurrent.py trains this model (the encoder's
+# defaults) for 2 epochs in 12-20 min on one CPU core (README's table), so an epoch takes 6-10 min there.
+DEFAULT_RUN_TIME = "6-10 min an epoch on one CPU core"
+
+
 def main(argv):
+    if "-h" in argv or "--help" in argv:
+        print(help_text())
+        return
+    if not argv:  # say what is about to happen before the data is prepared and the model built
+        d, m = DEFAULTS, MODEL_SETTINGS["model"][DEFAULTS["model"]]
+        print(f"python train.py with no arguments trains the defaults: dataset {d['dataset']} (protocol "
+              f"{d['protocol']}), model {d['model']} ({m['n_layer']} layers x {m['n_loops']} loops, width "
+              f"{m['n_embd']}), at most {d['max_epochs']} epochs (early stopping after {d['early_stop_patience']} "
+              f"evaluations without improvement), into {d['out_dir']}; about {DEFAULT_RUN_TIME}. "
+              f"`python train.py --help` lists the config files and settings.", flush=True)
     try:
         train(make_config(argv))
     except configurator.UserError as e:  # bad input: one line; a bug keeps its traceback

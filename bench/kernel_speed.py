@@ -29,6 +29,7 @@ import time
 
 import torch
 
+import configurator
 import kernels
 from bookkeeping.timing import conditions, median_ms
 from kernels import (SCANS, SWIGLU_BLOCK, flash_attention_triton, layer_norm_triton, rms_norm_triton, scan_sequential,
@@ -451,14 +452,18 @@ def compile_command(p, args):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Benchmarks of the selective scans: speed (scan) and float32 "
-                                            "precision (precision). Timings are measurements, not tests.")
-    sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("scan", help="time each scan, forward and forward+backward")
+    helped = dict(formatter_class=configurator.HelpFormatter)  # each option's default shown after its help
+    p = argparse.ArgumentParser(prog="python -m bench.kernel_speed", **helped,
+                                description="Benchmarks of kernels.py's fast paths: the selective scans' speed (scan) "
+                                "and float32 precision (precision), the Triton kernels' speed (triton) and their "
+                                "variants compiled for a GPU (compile). Timings are measurements, not tests. "
+                                "`python -m bench.kernel_speed COMMAND --help` gives a command's options.")
+    sub = p.add_subparsers(dest="command", required=True, help="scan, precision, triton or compile")
+    s = sub.add_parser("scan", help="time each scan, forward and forward+backward", **helped)
     s.add_argument("--device", default="cpu", help="cpu or cuda")
-    s.add_argument("--lengths", type=int, nargs="+", default=[16, 64, 256, 1024, 4096])
+    s.add_argument("--lengths", type=int, nargs="+", default=[16, 64, 256, 1024, 4096], help="sequence lengths T")
     # B*D*N = 4096 numbers per step: the default run (eager) takes about 1.5 minutes on one CPU core
-    s.add_argument("--batch", type=int, default=4)
+    s.add_argument("--batch", type=int, default=4, help="batch size B")
     s.add_argument("--d", type=int, default=64, help="channels D")
     s.add_argument("--n", type=int, default=16, help="state size N (Mamba's default, d_state=16)")
     s.add_argument("--compile", action="store_true", help="also time each scan under torch.compile")
@@ -467,41 +472,45 @@ def main(argv=None):
                    help="seconds of timed runs per point; a slower point stops early (at least one run)")
     s.add_argument("--compile_loop_max", type=int, default=256,
                    help="longest T at which the sequential scan is compiled (its compile time grows with T)")
-    s.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"])
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"],
+                   help="the scans' precision")
+    s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     s.add_argument("--json", help="write the timings and their conditions to this file")
     s.add_argument("--plot", metavar="DIR", help="write time-vs-length PNGs into DIR")
-    q = sub.add_parser("precision", help="float32 error of each scan vs the float64 sequential reference")
-    q.add_argument("--lengths", type=int, nargs="+", default=[16, 64, 256, 1024, 4096])
+    q = sub.add_parser("precision", help="float32 error of each scan vs the float64 sequential reference", **helped)
+    q.add_argument("--lengths", type=int, nargs="+", default=[16, 64, 256, 1024, 4096], help="sequence lengths T")
     q.add_argument("--scales", type=float, nargs="+", default=[0.1, 1.0, 10.0],
                    help="a = exp(-softplus(x) * scale), b ~ N(0, scale^2): larger scales decay faster")
-    q.add_argument("--batch", type=int, default=4)
-    q.add_argument("--d", type=int, default=64)
-    q.add_argument("--n", type=int, default=16)
-    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--batch", type=int, default=4, help="batch size B")
+    q.add_argument("--d", type=int, default=64, help="channels D")
+    q.add_argument("--n", type=int, default=16, help="state size N")
+    q.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     q.add_argument("--json", help="write the errors and their conditions to this file")
     q.add_argument("--plot", metavar="DIR", help="write an error-vs-length PNG into DIR")
-    t = sub.add_parser("triton", help="time the Triton kernels against their PyTorch counterparts (needs CUDA)")
+    t = sub.add_parser("triton", help="time the Triton kernels against their PyTorch counterparts (needs CUDA)",
+                       **helped)
     t.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda (or cpu, "
                    "only under TRITON_INTERPRET=1, to see the command work)")
     t.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                    help="default bfloat16 on CUDA (the lab's training dtype), float32 on the CPU")
     t.add_argument("--lengths", type=int, nargs="+", default=[64, 128, 256], help="sequence lengths T")
     # the lab's shapes: the baseline encoder's width and heads, SwiGLU's hidden size 4C, a batch of 64
-    t.add_argument("--batch", type=int, default=64)
-    t.add_argument("--n_embd", type=int, default=384)
-    t.add_argument("--n_head", type=int, default=6)
+    t.add_argument("--batch", type=int, default=64, help="batch size")
+    t.add_argument("--n_embd", type=int, default=384, help="width C")
+    t.add_argument("--n_head", type=int, default=6, help="attention heads")
     t.add_argument("--ffn", type=int, default=1536, help="SwiGLU's hidden size")
     t.add_argument("--repeats", type=int, default=20, help="timed runs per point at most (the median is reported)")
     t.add_argument("--budget", type=float, default=5.0, help="seconds of timed runs per point at most")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     t.add_argument("--json", help="write the timings and their conditions to this file")
     c = sub.add_parser("compile", help="compile every Triton kernel variant for a GPU architecture, without a GPU, "
-                       "and check its shared memory")
+                       "and check its shared memory", **helped)
     c.add_argument("--arch", type=int, default=90, help="CUDA compute capability x 10: 90 (H100, H200), 80 (A100), "
                    "86, 89")
-    c.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16", "float16"])
-    c.add_argument("--head_sizes", type=int, nargs="+", default=[64, 128])
+    c.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16", "float16"],
+                   help="the dtypes to compile each kernel for")
+    c.add_argument("--head_sizes", type=int, nargs="+", default=[64, 128], help="attention head sizes to compile "
+                   "flash attention for")
     c.add_argument("--json", help="write every variant's figures to this file")
     args = p.parse_args(argv)
     if args.command == "compile":

@@ -109,12 +109,16 @@ def compare(before, after):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("record").add_argument("folder")
-    c = sub.add_parser("compare")
-    c.add_argument("before")
-    c.add_argument("after")
+    p = argparse.ArgumentParser(prog="python -m bench.same_training", description=__doc__.strip(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, help="record, then compare")
+    r = sub.add_parser("record", help="train the runs and keep their "
+                       "record in FOLDER")
+    r.add_argument("folder", help="where the record goes (a new folder)")
+    c = sub.add_parser("compare", help="compare two records bit for "
+                       "bit; exit status 1 if they differ")
+    c.add_argument("before", help="the record made before the change")
+    c.add_argument("after", help="the record made after it")
     args = p.parse_args(argv)
     if args.command == "record":
         record(args.folder)

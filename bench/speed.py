@@ -540,7 +540,8 @@ def run_bench(args, device):
 
 
 def parser():
-    p = argparse.ArgumentParser(description="The speed benchmark: our models (eager, compiled, each attention and "
+    p = argparse.ArgumentParser(prog="python -m bench.speed", formatter_class=configurator.HelpFormatter,
+                                description="The speed benchmark: our models (eager, compiled, each attention and "
                                 "norm path) against Hugging Face's BERT and GPT-2 (and nanoGPT, with --nanogpt) on the "
                                 "same batches; --cases generate and piglatin time generation and the Pig Latin models")
     p.add_argument("--cases", nargs="+", default=None, help="only the cases whose name contains one of these "
@@ -557,8 +558,10 @@ def parser():
     p.add_argument("--runc", default=None, help="--cases generate: the path of llama2.c's run.c, compiled here with "
                    "cc -O3 and timed beside ours (batch 1)")
     p.add_argument("--nanogpt", default=None, help="the path of nanoGPT's model.py, a peer for the char GPT")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--device", default="auto", help="'auto' (cuda, then mps, then cpu), 'cpu', 'cuda', 'cuda:N' or "
+                   "'mps'")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="the models' precision (bfloat16, float16: autocast)")
     p.add_argument("--json", help="write the figures and the conditions to this file")
     return p
 

@@ -48,10 +48,12 @@ def print_table(results, conditions, max_errors=50):
     """The checkpoints' figures side by side, under a line saying what they were measured on (conditions: the
     device, dtype, torch version, threads, split and repeats that --json stores beside them)."""
     c, first = conditions, results[0]
-    where = {"lm": "the validation windows", "generate": "a prompt", "mlm": "the validation split, masked",
+    where = {"lm": "the validation windows" if "loss" in first else "a prompt", "generate": "a prompt",
+             "mlm": "the validation split, masked",
              "zero-shot": f"{first.get('dataset')} {first.get('split')}"}.get(first["task"], c["split"])
+    timed = any(k in r for r in results for k in ("latency_ms", "tokens_per_s"))  # a sample or a --file: if asked
     print(f"evaluated on {where}: device {c['device']} ({c['threads']} threads), {c['dtype']}, "
-          f"torch {c['torch']}; timing: median of {c['repeats']} repeats")
+          f"torch {c['torch']}; " + (f"timing: median of {c['repeats']} repeats" if timed else "not timed"))
     names = run_names([r["ckpt"] for r in results])
     width = max(12, *(len(n) for n in names)) + 2
     print(f"{'':34s}" + "".join(f"{n:>{width}s}" for n in names))

@@ -237,3 +237,247 @@ def test_a_bug_keeps_its_traceback_and_bad_input_is_one_line(kinds, monkeypatch)
             with pytest.raises(type(error)) as e:
                 evaluate.main(argv)
             assert e.value is error
+
+
+# -----------------------------------------------------------------------------
+# --help: every command says what it does, how it is run, and each option with its default
+
+
+def test_train_help_lists_every_setting_config_file_and_family(capsys):
+    """`python train.py --help` (and -h, anywhere among the arguments): read from train.py's defaults block and
+    model.py's config dataclasses, so every setting is there with its default and its comment."""
+    import train
+    from model import FAMILIES, family_settings
+
+    for argv in (["--help"], ["-h"], ["config/sst2_recurrent.py", "--help"]):
+        train.main(argv)  # returns: nothing is trained
+        out = capsys.readouterr().out
+        assert out.startswith("usage: python train.py [CONFIG_FILE ...] [--key=value ...]\n"), out[:200]
+    flat = " ".join(out.split())
+    assert "--key=value" in flat and "config file" in flat
+    for name in os.listdir(os.path.join(os.path.dirname(train.__file__), "config")):
+        assert f"config/{name}" in out
+    for key, value in train.DEFAULTS.items():
+        assert f"\n    {key} = {value!r}" in out, key
+    for family in FAMILIES:
+        section = out.split(f"settings of model={family!r}")[1].split("\nsettings of model=")[0]
+        for key, value in family_settings(family).items():
+            assert f"\n    {key} = {value!r}" in section, (family, key)
+    # a comment's continuation lines belong to their setting; a comment after a blank line heads the next ones
+    assert "refused unless this is True: then that run's files are deleted first" in flat
+    assert "evaluated)\n  data\n    dataset = 'sst2'" in out
+    assert "from config files" not in flat  # EncoderConfig's comment above data_fields is not causal's help
+
+
+def test_commented_settings_tells_continuations_from_headings():
+    source = ("import os\n\n# I/O\na = 1  # first\n# its second line\nb = 'x'\n# a heading? no: before c, a setting\n"
+              "c = 2.0  # c's\n\n# next part\nd = True\n# about e, which is not a setting\ne = 3\n")
+    assert configurator.commented_settings(source, {"a", "b", "c", "d"}) == [
+        ("I/O", "a", "first its second line"), ("I/O", "b", "a heading? no: before c, a setting"),
+        ("I/O", "c", "c's"), ("next part", "d", "")]
+
+
+def test_a_bare_train_py_says_what_it_trains_first(monkeypatch, capsys):
+    import train
+
+    ran = []
+    monkeypatch.setattr(train, "train", lambda cfg: ran.append(cfg) or print("training"))
+    train.main([])
+    first = capsys.readouterr().out.splitlines()[0]
+    d = train.DEFAULTS
+    for part in (f"dataset {d['dataset']}", f"model {d['model']}", f"{d['max_epochs']} epochs", d["out_dir"],
+                 train.DEFAULT_RUN_TIME, "--help"):
+        assert part in first, (part, first)
+    assert ran and ran[0]["dataset"] == d["dataset"]
+
+
+HELPED = [  # (module, sub-command or none, the usage line's start)
+    ("evaluate", [], "usage: python evaluate.py"), ("data", [], "usage: python data.py"),
+    ("study", [], "usage: python study.py"), ("export", [], "usage: python export.py"),
+    ("bench.speed", [], "usage: python -m bench.speed"), ("bench.kernel_speed", [], "usage: python -m bench.kernel_speed"),
+    *[("bench.kernel_speed", [c], f"usage: python -m bench.kernel_speed {c}")
+      for c in ("scan", "precision", "triton", "compile")],
+    ("bench.same_training", [], "usage: python -m bench.same_training"),
+    *[("bench.same_training", [c], f"usage: python -m bench.same_training {c}") for c in ("record", "compare")],
+]
+
+
+def command_parser(module, monkeypatch):
+    """The argparse parser a command's main() builds, caught as it parses."""
+    import argparse
+
+    caught = []
+
+    def catch(self, *args, **kwargs):
+        caught.append(self)
+        raise LookupError("caught")
+
+    with monkeypatch.context() as m:
+        m.setattr(argparse.ArgumentParser, "parse_args", catch)
+        with pytest.raises(LookupError):
+            module.main([])
+    return caught[0]
+
+
+@pytest.mark.parametrize("name, sub, usage", HELPED)
+def test_every_command_answers_help_with_each_option(name, sub, usage, capsys, monkeypatch):
+    """--help exits 0 with the command as it is run in its usage line, and every option of the (sub)command has
+    a help text and appears with it; where an option has a default to show, the help shows it."""
+    import argparse
+    import importlib
+
+    module = importlib.import_module(name)
+    with pytest.raises(SystemExit) as e:
+        module.main([*sub, "--help"])
+    assert e.value.code in (0, None)
+    out = capsys.readouterr().out
+    assert out.startswith(usage), out[:200]
+    parser = command_parser(module, monkeypatch)
+    for c in sub:
+        parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[c]
+    flat = " ".join(out.split())
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        assert action.help, f"{name} {sub}: {action.dest} has no help"
+        assert all(o in out for o in action.option_strings), action.option_strings
+        if isinstance(action, argparse._SubParsersAction):
+            assert all(c in out for c in action.choices)
+            continue
+        default = action.default
+        if action.option_strings and default not in (None, False, []) and "default" not in action.help:
+            shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+            assert f"(default: {shown})" in flat, (name, sub, action.dest)
+
+
+def test_evaluate_help_says_how_to_ask_for_metrics_and_timing(capsys):
+    with pytest.raises(SystemExit):
+        evaluate.main(["--help"])
+    flat = " ".join(capsys.readouterr().out.split())
+    for words in ("--prompt, the sample alone (--metrics adds", "--timing its speed", "--no_timing leaves out"):
+        assert words in flat
+
+
+# -----------------------------------------------------------------------------
+# no network, no file: one line `error: ...` and a non-zero exit, never a traceback
+
+
+@pytest.fixture
+def no_network(monkeypatch, tmp_path):
+    """No network (requests and urllib refuse every connection), an empty working folder (no data/, no
+    downloads), no mirror, and tiktoken's encodings not yet loaded in this process."""
+    import urllib.request
+
+    import requests
+    import tiktoken.registry
+
+    def refuse(*args, **kwargs):
+        raise requests.exceptions.ConnectionError("Max retries exceeded (no network in this test)")
+
+    monkeypatch.setattr(requests, "get", refuse)
+    monkeypatch.setattr(requests.Session, "request", refuse)
+    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
+    monkeypatch.delenv("DATA_MIRROR", raising=False)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "no_tiktoken_files"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def one_error_line(main, argv):
+    """The single line `error: ...` that main(argv) exits with (SystemExit's text: status 1)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    text = str(e.value)
+    assert text.startswith("error: ") and "\n" not in text and e.value.code not in (0, None), text
+    return text
+
+
+def test_offline_missing_source_file_in_the_mirror(no_network):
+    import data
+
+    os.makedirs("empty_mirror")
+    text = one_error_line(data.main, ["sst2", "--mirror", "empty_mirror", "--out_dir", "d"])
+    assert "mirror empty_mirror has no SST-2/train.tsv" in text
+
+
+def test_offline_no_mirror_and_no_network(no_network):
+    import train
+
+    text = one_error_line(train.main, ["--max_iters=1"])  # the default dataset, prepared on first use
+    assert "could not download" in text and "DATA_MIRROR" in text
+
+
+def test_offline_no_tiktoken_files(no_network, fixture_mirror, fixture_digests):
+    """The mirror has the data but no tiktoken_cache/, and tiktoken cannot download its files."""
+    import data
+
+    with fixture_digests():
+        text = one_error_line(data.main, ["sst2", "--mirror", fixture_mirror, "--out_dir", "d"])
+    assert "GPT-2's BPE files (tiktoken)" in text and "TIKTOKEN_CACHE_DIR" in text and "DATA_MIRROR" in text
+
+
+def test_a_mirror_with_tiktoken_cache_serves_tiktoken(no_network, monkeypatch):
+    """DATA_MIRROR alone is enough offline: tokenizer.get_tokenizer reads its tiktoken_cache/ when
+    TIKTOKEN_CACHE_DIR is not set."""
+    import tokenizer
+
+    from conftest import SHARED_DATA
+    real = os.path.join(SHARED_DATA, "tiktoken_cache")
+    if not os.path.isdir(real):
+        pytest.skip("no tiktoken cache in shared/data")
+    os.makedirs("mirror")
+    os.symlink(os.path.abspath(real), "mirror/tiktoken_cache")
+    monkeypatch.setenv("DATA_MIRROR", "mirror")
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR")
+    assert tokenizer.get_tokenizer().encode(" film") == [2646]
+    assert os.environ["TIKTOKEN_CACHE_DIR"] == os.path.join("mirror", "tiktoken_cache")
+
+
+def test_offline_missing_llama2c_checkpoint(no_network):
+    os.makedirs("empty_mirror")
+    text = one_error_line(evaluate.main, ["--ckpt", "stories260K", "--prompt", "Once", "--max_new_tokens", "2"])
+    assert "could not download" in text and "stories260K.bin" in text
+    os.environ["DATA_MIRROR"] = "empty_mirror"  # (the fixture's monkeypatch restores the environment)
+    text = one_error_line(evaluate.main, ["--ckpt", "stories260K", "--prompt", "Once", "--max_new_tokens", "2"])
+    assert "mirror empty_mirror has no tinyllamas/stories260K/stories260K.bin" in text
+    import train
+    text = one_error_line(train.main, ["--init_from=missing/stories.bin", "--model=llama"])
+    assert "init_from='missing/stories.bin'" in text and "no such file" in text
+
+
+def test_offline_missing_llama_tokenizer(no_network, monkeypatch):
+    """A llama2.c checkpoint at hand, its tokenizer (tok512.bin) neither in the mirror nor downloadable."""
+    import shutil
+
+    from conftest import SHARED_DATA
+    real = os.path.join(SHARED_DATA, "tinyllamas", "stories260K", "stories260K.bin")
+    if not os.path.isfile(real):
+        pytest.skip("no stories260K in shared/data")
+    shutil.copy(real, "stories260K.bin")
+    text = one_error_line(evaluate.main, ["--ckpt", "stories260K.bin", "--prompt", "Once", "--max_new_tokens", "2"])
+    assert "could not download" in text and "tok512.bin" in text
+    os.makedirs("empty_mirror")
+    monkeypatch.setenv("DATA_MIRROR", "empty_mirror")
+    text = one_error_line(evaluate.main, ["--ckpt", "stories260K.bin", "--prompt", "Once", "--max_new_tokens", "2"])
+    assert "has no tinyllamas/stories260K/tok512.bin" in text
+
+
+def test_offline_missing_data_folder(no_network):
+    """A data_dir that is not there is prepared, which needs the sources: offline, one line."""
+    import train
+
+    text = one_error_line(train.main, ["--data_dir=nowhere/sst2", "--max_iters=1"])
+    assert "could not download" in text
+
+
+def test_missing_checkpoints(no_network, tiny_dataset):
+    import train
+
+    for argv in (["--ckpt", "out/run/ckpt.pt"], ["--ckpt", "out/run/model.bin"]):
+        assert "out/run/" in one_error_line(evaluate.main, argv)
+    text = one_error_line(train.main, ["--init_from=out/run/ckpt.pt"])
+    assert "init_from='out/run/ckpt.pt'" in text and "no such file" in text
+    text = one_error_line(train.main, [f"--data_dir={tiny_dataset}", "--init_from=resume", "--out_dir=out/run",
+                                       "--device=cpu"])
+    assert text == "error: no checkpoint at out/run/last.pt: train one first (python train.py config/...)"

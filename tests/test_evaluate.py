@@ -117,7 +117,8 @@ def test_not_a_checkpoint(tmp_path):
 def test_file_evaluation_side_by_side_and_json(tiny_ckpt, tmp_path, capsys):
     (a, b), tsv = tiny_ckpt
     out_json = tmp_path / "r.json"
-    evaluate.main(["--ckpt", a, b, "--file", tsv, "--json", str(out_json), "--device", "cpu", "--repeats", "1"])
+    evaluate.main(["--ckpt", a, b, "--file", tsv, "--json", str(out_json), "--device", "cpu", "--repeats", "1",
+                   "--timing"])
     out = capsys.readouterr().out
     assert "1 sentences truncated" in out
     header = [line for line in out.splitlines() if line.strip().startswith("a")][0]
@@ -156,7 +157,7 @@ def test_compiled_timing(tiny_ckpt, tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "compile", compile_eager)
     (a, _), tsv = tiny_ckpt
     plain, compiled = tmp_path / "plain.json", tmp_path / "compiled.json"
-    evaluate.main(["--ckpt", a, "--file", tsv, "--json", str(plain), "--device", "cpu", "--repeats", "1"])
+    evaluate.main(["--ckpt", a, "--file", tsv, "--json", str(plain), "--device", "cpu", "--repeats", "1", "--timing"])
     evaluate.main(["--ckpt", a, "--file", tsv, "--json", str(compiled), "--device", "cpu", "--repeats", "1",
                    "--compile"])
     p, c = json.loads(plain.read_text()), json.loads(compiled.read_text())
@@ -321,3 +322,82 @@ def test_untrained_architectures_are_timed_only_beside_interleave(tiny_ckpt, tmp
     for args, message in cases:
         with pytest.raises(SystemExit, match=message):
             evaluate.main([*args, "--device", "cpu"])
+
+
+# -----------------------------------------------------------------------------
+# quick commands are quick: a sample or a --file gives its answer without scoring the split or timing
+
+
+TIMERS = ("latency_ms", "throughput", "generation_speed", "translation_speed", "timed")  # (interleaved_timing of
+# nothing, [], times nothing)
+
+
+def forbid(monkeypatch, names):
+    """Make each of evaluate's functions `names` fail the test if called."""
+    for name in names:
+        def called(*args, _name=name, **kwargs):
+            raise AssertionError(f"evaluate.{_name} was called")
+        monkeypatch.setattr(evaluate, name, called)
+
+
+@pytest.fixture(scope="module")
+def char_lm(tmp_path_factory):
+    """A tiny character GPT whose data folder does not exist: scoring its validation windows would fail."""
+    from model import GPT, GPTConfig
+    folder = tmp_path_factory.mktemp("charlm")
+    torch.manual_seed(0)
+    path = str(folder / "ckpt.pt")
+    save_checkpoint(path, GPT(GPTConfig(vocab_size=12, block_size=16, n_layer=1, n_embd=16, n_head=2)),
+                    config={"dataset": "shakespeare_char", "data_dir": str(folder / "nodata")},
+                    data={"dir": str(folder / "nodata"), "dataset": "shakespeare_char", "task": "lm",
+                          "vocab": list("abcdefghij \n")}, iter_num=1, epoch=0, best_val_loss=2.0)
+    return path
+
+
+def test_a_sample_is_the_sample_alone(char_lm, monkeypatch, capsys):
+    """--prompt: the sample, with no validation scores and no timing (the data folder is not even there)."""
+    forbid(monkeypatch, TIMERS + ("evaluate_lm", "checkpoint_dataset"))
+    [r] = evaluate.main(["--ckpt", char_lm, "--prompt", "abc", "--max_new_tokens", "5", "--device", "cpu"])
+    assert r["sample"].startswith("abc") and len(r["sample"]) == 8 and "loss" not in r and "latency_ms" not in r
+    out = capsys.readouterr().out
+    assert "evaluated on a prompt" in out and "not timed" in out and r["sample"] in out
+
+
+def test_a_sample_adds_metrics_and_timing_when_asked(char_lm, monkeypatch):
+    calls = []
+    monkeypatch.setattr(evaluate, "checkpoint_dataset", lambda ckpt, path: type("D", (), {"splits": {"val": None}}))
+    monkeypatch.setattr(evaluate, "evaluate_lm", lambda *a: calls.append("metrics") or {"loss": 1.0, "n": 3})
+    monkeypatch.setattr(evaluate, "generation_speed", lambda *a, **k: calls.append("timing") or (1.0, 2.0))
+    argv = ["--ckpt", char_lm, "--prompt", "abc", "--max_new_tokens", "3", "--device", "cpu", "--repeats", "1"]
+    [r] = evaluate.main([*argv, "--metrics"])
+    assert calls == ["metrics"] and r["loss"] == 1.0 and "tokens_per_s" not in r
+    [r] = evaluate.main([*argv, "--timing"])
+    assert calls == ["metrics", "timing"] and "loss" not in r and r["tokens_per_s"] > 0
+    [r] = evaluate.main(["--ckpt", char_lm, "--max_new_tokens", "3", "--device", "cpu", "--repeats", "1"])
+    assert calls[2:] == ["metrics", "timing"]  # the checkpoint alone: its whole report, as before
+    with pytest.raises(SystemExit, match="^error: --timing and --no_timing: give one$"):
+        evaluate.main([*argv, "--timing", "--no_timing"])
+
+
+def test_a_file_is_scored_without_timing_and_a_checkpoint_alone_is_timed(tiny_ckpt, monkeypatch):
+    (a, _), tsv = tiny_ckpt
+    forbid(monkeypatch, TIMERS + ("checkpoint_dataset",))
+    [r] = evaluate.main(["--ckpt", a, "--file", tsv, "--device", "cpu"])
+    assert r["n"] == 3 and "accuracy" in r and "latency_ms" not in r
+    split = ListSplit([(np.array([2, 5, 7]), 1), (np.array([2, 9]), 0)])
+    monkeypatch.setattr(evaluate, "checkpoint_dataset", lambda ckpt, path: type("D", (), {"splits": {"test": split}}))
+    calls = []
+    monkeypatch.setattr(evaluate, "latency_ms", lambda *a, **k: calls.append("latency") or 1.0)
+    monkeypatch.setattr(evaluate, "throughput", lambda *a, **k: calls.append("throughput") or 2.0)
+    [r] = evaluate.main(["--ckpt", a, "--device", "cpu"])  # the model card's use: metrics and latency
+    assert calls == ["latency", "throughput"] and r["n"] == 2 and r["latency_ms"] == 1.0
+
+
+def test_llama_generate_config_gives_its_story_untimed(monkeypatch, capsys):
+    """python evaluate.py config/llama_generate.py: the greedy story, not timed (its prompt makes it a sample)."""
+    if not os.path.isfile(os.path.join(os.environ["DATA_MIRROR"], "tinyllamas", "stories260K", "stories260K.bin")):
+        pytest.skip("no stories260K in the mirror")
+    forbid(monkeypatch, TIMERS)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    [r] = evaluate.main([os.path.join(root, "config", "llama_generate.py"), "--max_new_tokens", "8", "--device", "cpu"])
+    assert r["task"] == "generate" and r["sample"].startswith("Once upon a time") and "tokens_per_s" not in r

@@ -23,6 +23,8 @@ from bench import gpu_check, gpu_sections
 def check_data(tmp_path, tiny_dataset, char_mirror, char_digest):
     """A --data folder as `--prepare` makes one, from the test fixtures: a prepared SST-2 (the tiny fake one), a
     prepared tinyshakespeare (the fake corpus) and the mirror's stories260K."""
+    pytest.importorskip("triton", reason="the rehearsal runs the Triton kernels: pip install -r requirements-test.txt",
+                        exc_type=ImportError)
     llamas = os.path.join(os.environ["DATA_MIRROR"], "tinyllamas")
     if not os.path.isfile(os.path.join(llamas, "stories260K", "stories260K.bin")):
         pytest.skip("no stories260K in the mirror")

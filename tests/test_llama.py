@@ -751,7 +751,7 @@ def test_pretrain_a_llama_then_sample_and_prompt_it(review_mirror, capsys):
     summary = train.train(cfg)
     assert summary["iters"] == 6 and summary["best_val_loss"] < 6.0  # ln 512 = 6.24: it learnt something
     evaluate.main(["--ckpt", "run/ckpt.pt", "--prompt", "It was", "--max_new_tokens", "5", "--temperature", "0",
-                   "--no_timing", "--json", "lm.json"])
+                   "--no_timing", "--metrics", "--json", "lm.json"])
     r = json.loads(open("lm.json").read())
     assert r["task"] == "lm" and r["sample"].startswith("It was") and r["ppl"] > 1
 

@@ -407,7 +407,7 @@ def test_evaluate_lm_checkpoint(char_dataset, tmp_path, capsys):
     train.train(lm_cfg(char_dataset, tmp_path / "run", max_iters=10))
     out = str(tmp_path / "r.json")
     evaluate.main(["--ckpt", str(tmp_path / "run" / "ckpt.pt"), "--prompt", "ROMEO:", "--max_new_tokens", "25",
-                   "--temperature", "0", "--json", out, "--repeats", "1", "--no_cache"])
+                   "--temperature", "0", "--json", out, "--repeats", "1", "--no_cache", "--metrics"])
     with open(out) as f:
         r = json.load(f)
     assert r["ppl"] == pytest.approx(math.exp(r["loss"])) and 0 <= r["accuracy"] <= 1 and r["emb_norm"] > 0

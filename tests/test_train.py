@@ -791,3 +791,57 @@ def test_the_code_commit_counts_changes_to_the_code_not_to_the_records(tmp_path,
     assert records.code_commit() == clean
     (tmp_path / "train.py").write_text("# the code, edited\n")
     assert records.code_commit() == clean + "+changes"
+
+
+# -----------------------------------------------------------------------------
+# warnings: settings a run cannot honour, one line each before its first step
+
+
+def warnings_of(total_iters=16, epoch_steps=8, **overrides):
+    """run_warnings for train.py's defaults with overrides, on a run of total_iters steps of epoch_steps an
+    epoch (eval_interval 0: once an epoch)."""
+    cfg = {**train.make_config([]), "max_epochs": 2, **overrides}
+    return train.run_warnings(cfg, total_iters, epoch_steps, cfg["eval_interval"] or epoch_steps)
+
+
+@pytest.mark.parametrize("overrides, words", [
+    (dict(warmup_iters=16), "warmup_iters=16 is not shorter than the run's 16 iterations: the learning rate never "
+                            "reaches learning_rate=0.001"),
+    (dict(warmup_iters=20, scheduler="cosine"), "and the cosine never starts"),
+    (dict(eval_interval=50), "eval_interval=50 is longer than the run's 16 iterations: it is evaluated once"),
+    (dict(log_interval=20), "log_interval=20 is longer than the run's 16 iterations: no progress line"),
+    (dict(early_stop_patience=2), "early_stop_patience=2 can never stop this run: stopping takes 2 evaluations "
+                                  "without improvement after the first, and the run is evaluated 2 times"),
+    (dict(plateau_patience=1), "the plateau schedule can never lower the learning rate: it takes 2 evaluations"),
+    (dict(max_iters=100), "max_iters=100 is more than max_epochs=2 allow (2 x 8 steps an epoch): the run stops at "
+                          "iteration 16"),
+    (dict(scheduler="cosine", min_lr=1e-3), "min_lr=0.001 is not below learning_rate=0.001: the cosine schedule "
+                                            "does not decay"),
+    (dict(min_lr=1e-5), "min_lr=1e-05 is the cosine schedule's floor; scheduler='plateau' does not read it"),
+    (dict(scheduler="cosine", plateau_factor=0.1, plateau_patience=2), "plateau_factor=0.1: the plateau schedule's; scheduler='cosine' "
+                                                   "does not read it"),
+])
+def test_each_setting_the_run_cannot_honour_is_one_warning(overrides, words):
+    base = set(warnings_of(early_stop_patience=0, plateau_patience=0))
+    found = [w for w in warnings_of(**{"early_stop_patience": 0, "plateau_patience": 0, **overrides})
+             if w not in base]
+    assert len(found) >= 1 and any(words in w for w in found), found
+    assert all("\n" not in w for w in found)
+
+
+def test_a_sound_config_warns_of_nothing():
+    cfg = train.make_config(["config/sst2_recurrent.py"])  # 2 epochs, evaluated every 500 steps
+    assert train.run_warnings(cfg, 2000, 1000, cfg["eval_interval"]) == []
+    assert warnings_of(early_stop_patience=0, plateau_patience=0, log_interval=4) == []
+    lm = train.make_config(["config/shakespeare_char_baseline.py"])  # 300 steps of random windows, no epochs
+    assert train.run_warnings(lm, lm["max_iters"], float("inf"), lm["eval_interval"]) == []
+
+
+def test_train_prints_the_warnings_before_its_first_step(tiny_cfg, capsys):
+    train.train(tiny_cfg(max_iters=4, warmup_iters=10, eval_interval=50, log_interval=2))
+    lines = capsys.readouterr().out.splitlines()
+    warned = [i for i, line in enumerate(lines) if line.startswith("warning: ")]
+    first_step = next(i for i, line in enumerate(lines) if line.startswith("iter "))
+    assert warned and max(warned) < first_step
+    said = " ".join(lines[i] for i in warned)
+    assert "warmup_iters=10" in said and "eval_interval=50" in said

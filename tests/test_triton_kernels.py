@@ -26,7 +26,8 @@ import sys
 import pytest
 import torch
 
-pytest.importorskip("triton", reason="the Triton kernels need triton (pip install triton; Linux)")
+pytest.importorskip("triton", reason="the Triton kernels need triton (pip install -r requirements-test.txt; Linux)",
+                    exc_type=ImportError)
 
 import bench.kernel_speed as bench_kernels  # noqa: E402
 import kernels  # noqa: E402
