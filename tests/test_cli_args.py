@@ -294,7 +294,8 @@ def test_a_bare_train_py_says_what_it_trains_first(monkeypatch, capsys):
 HELPED = [  # (module, sub-command or none, the usage line's start)
     ("evaluate", [], "usage: python evaluate.py"), ("data", [], "usage: python data.py"),
     ("study", [], "usage: python study.py"), ("export", [], "usage: python export.py"),
-    ("bench.speed", [], "usage: python -m bench.speed"), ("bench.kernel_speed", [], "usage: python -m bench.kernel_speed"),
+    ("bench.speed", [], "usage: python -m bench.speed"),
+    ("bench.kernel_speed", [], "usage: python -m bench.kernel_speed"),
     *[("bench.kernel_speed", [c], f"usage: python -m bench.kernel_speed {c}")
       for c in ("scan", "precision", "triton", "compile")],
     ("bench.same_training", [], "usage: python -m bench.same_training"),
