@@ -155,7 +155,8 @@ def plan_cell(plan, cell, earlier):
     """(cell, its runs as plan_runs gives them). A tuned cell's configs that its sweep (in `earlier`: {name:
     (cell, runs)} of the cells before it) varies take the value it chose (tuned_value); until the sweep has
     finished for one of them, or (with tune's inside=True) while it chose a value at an edge of its grid, where the
-    best may lie beyond, the cell waits (cell["waiting"] says why; its runs are planned without that value, counted and never trained)."""
+    best may lie beyond, the cell waits (cell["waiting"] says why; its runs are planned without that value, counted
+    and never trained)."""
     root, records = (os.path.join(plan[k], cell["name"]) for k in ("out_root", "records"))
     tuned, unfinished, edges = {}, [], []
     if "tune" in cell:

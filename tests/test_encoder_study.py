@@ -621,6 +621,29 @@ def test_a_tuned_cell_takes_what_its_sweep_chose_on_validation_and_the_history_n
     assert history[-1]["plan"]["verdicts"]["tuned keeps the slow rate"]["margin"] == 0.25
 
 
+@pytest.mark.parametrize("inside", [True, False])
+def test_a_tuned_cell_waits_while_its_sweep_chose_an_edge_of_the_grid(inside, tiny_dataset, tmp_path, monkeypatch):
+    """With tune's inside=True the best may lie beyond a choice at the grid's edge: the cell waits, saying to extend
+    the grid; a choice strictly inside is taken. Without it, an edge is taken as it is."""
+    plain = write_tiny_configs(tmp_path, tiny_dataset)[:1]
+    plan_path = tmp_path / "plan.py"
+    plan_path.write_text(f"cells = [dict(name='s', configs={plain!r}, grid=['learning_rate=1e-4,3e-3,3e-2']),\n"
+                         f"         dict(name='t', configs={plain!r}, "
+                         f"tune=dict(sweep='s', key='learning_rate', inside={inside}))]\n")
+    plan = lab.plan.load_plan(str(plan_path))
+    earlier = {"s": study.plan_cell(plan, plan["cells"][0], {})}
+    means = {"1e-4": (0.9, 0.3), "3e-3": (0.8, 0.3), "3e-2": (0.7, 0.3)}
+    for chosen in ("1e-4", "3e-2", "3e-3"):
+        monkeypatch.setattr(study, "tuned_value", lambda runs, config, key, v=chosen: (v, means))
+        cell, runs = study.plan_cell(plan, plan["cells"][1], earlier)
+        if inside and chosen != "3e-3":
+            assert cell["waiting"] == (f"waits: in its sweep, s, tiny_plain chose learning_rate={chosen}, an edge of "
+                                       "the grid; extend that grid past it so the choice is strictly inside")
+        else:
+            assert "waiting" not in cell
+            assert all(cfg["learning_rate"] == float(chosen) for _, cfg, _ in runs.values())
+
+
 @pytest.mark.parametrize("tune, message", [
     ("dict(sweep='z', key='learning_rate')", "sweep 'z' is not a cell before this one"),
     ("dict(sweep='s', key='n_loops')", "sweep s must have one grid axis, n_loops=V1,V2,..."),
