@@ -7,6 +7,8 @@ conditions (bookkeeping/timing.py) printed above and saved beside the figures.
     python -m bench.speed --device cuda --dtype bfloat16 --nanogpt path/to/nanoGPT/model.py --json bench.json
     python -m bench.speed --cases generate [--runc path/to/llama2.c/run.c]    # greedy generation, stories260K
     python -m bench.speed --cases piglatin                    # Mamba against the encoder-decoder
+    python -m bench.speed --cases mamba --rounds 3 --bench_steps 1 --mambapy path/to/mamba.py \
+        --mamba_minimal path/to/mamba-minimal/model.py        # Mamba large's training step: each scan path, peers
 
 A case is a model shape and a batch. Its contestants are our model under its switches (the attention path,
 the norm path, Triton kernels on a GPU, eager or compiled) and the peers that build the same shape: Hugging
@@ -32,6 +34,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 import configurator
 import data
@@ -469,6 +472,108 @@ def piglatin_bench(args, device, lengths=(32, 128), batch=128):
     return results
 
 
+# -----------------------------------------------------------------------------
+# --cases mamba: the training step of Mamba large (config/piglatin_mamba_large.py's shape) under each scan path,
+# against mamba.py's and mamba-minimal's Mamba at that shape, with the step's matmuls timed alone as the floor
+
+MAMBA_LARGE = dict(vocab_size=30, n_layer=8, n_embd=64, d_state=16, d_conv=16, expand=2, discretization="bilinear",
+                   dt_div_sqrt=True)  # config/piglatin_mamba_large.py (its Pig Latin batches: 128 x about 40)
+MAMBA_PATHS = [  # (row, our config's scan fields): every scan path, the chunked one eager and compiled
+    ("ours, sequential, every state", dict(scan="sequential")),
+    ("ours, parallel, every state", dict(scan="parallel")),
+    ("ours, logspace, every state", dict(scan="logspace")),
+    ("ours, chunked 16, eager", dict(scan="sequential", scan_chunk=16)),
+    ("ours, chunked 16, compiled (config)", dict(scan="sequential", scan_chunk=16, scan_compile=True)),
+]
+
+
+def mamba_peers(mambapy_dir, minimal_path):
+    """{row: module} of the peers found: mamba.py's LM (github.com/alxndrTL/mamba.py, its parallel scan, pscan=True;
+    `mambapy_dir` holds its mambapy/ package) and mamba-minimal's Mamba (github.com/johnma2006/mamba-minimal, its
+    sequential loop; `minimal_path` is its model.py, which needs einops), each built from its own config class at
+    Mamba large's shape. Their discretization is Mamba's exp(Delta A), Delta B (ours: bilinear, one more division);
+    mamba-minimal pads the vocabulary to 32. A peer not given or not importable is left out with one line."""
+    import importlib.util
+    c, out = MAMBA_LARGE, {}
+    try:
+        if not mambapy_dir or not os.path.isdir(os.path.join(mambapy_dir, "mambapy")):
+            raise ImportError(f"no mambapy/ package in --mambapy {mambapy_dir!r}")
+        sys.path.insert(0, mambapy_dir)
+        from mambapy.lm import LM
+        from mambapy.mamba import MambaConfig as PeerConfig
+        out["mamba.py, parallel scan"] = LM(PeerConfig(d_model=c["n_embd"], n_layers=c["n_layer"], d_state=c["d_state"],
+                                                       expand_factor=c["expand"], d_conv=c["d_conv"], pscan=True),
+                                            vocab_size=c["vocab_size"])
+    except ImportError as e:
+        print(f"(mamba.py: no row: {e})")
+    try:
+        if not minimal_path or not os.path.isfile(minimal_path):
+            raise ImportError(f"no file at --mamba_minimal {minimal_path!r}")
+        spec = importlib.util.spec_from_file_location("mamba_minimal_model", minimal_path)
+        module = sys.modules["mamba_minimal_model"] = importlib.util.module_from_spec(spec)  # (its dataclass looks)
+        spec.loader.exec_module(module)
+        out["mamba-minimal, sequential loop"] = module.Mamba(module.ModelArgs(
+            d_model=c["n_embd"], n_layer=c["n_layer"], vocab_size=c["vocab_size"], d_state=c["d_state"],
+            expand=c["expand"], d_conv=c["d_conv"]))
+    except ImportError as e:
+        print(f"(mamba-minimal: no row: {e})")
+    return out
+
+
+def matmul_floor(model, batch, seq):
+    """A function doing a training step's matmuls alone, on random tensors of their shapes: for every nn.Linear of
+    `model` (the projections of each layer and the head), the forward x W^T and the backward's dL/dx = g W and
+    dL/dW = g^T x, over batch * seq rows. What no scan path can go below."""
+    shapes = [m.weight.shape for m in model.modules() if isinstance(m, torch.nn.Linear)]  # (out, in) each
+    M = batch * seq
+    ops = [(torch.randn(M, i), torch.randn(o, i), torch.randn(M, o)) for o, i in shapes]
+    return lambda: [(x @ w.t(), g @ w, g.t() @ x) for x, w, g in ops]
+
+
+def mamba_bench(args, device, batch=128, seq=40):
+    """A training step (forward, backward, AdamW) of Mamba large on one random batch (`batch` x `seq`, the Pig Latin
+    batches' size), per scan path of ours and per peer, in turns over --rounds rounds after one warm-up step each
+    (a compiled chunk compiles in it), medians; and the same step's matmuls alone (matmul_floor)."""
+    from model import Mamba, MambaConfig
+    g = torch.Generator().manual_seed(0)
+    idx, tgt = (torch.randint(3, MAMBA_LARGE["vocab_size"], (batch, seq), generator=g).to(device) for _ in range(2))
+    rows = {}
+    for name, fields in MAMBA_PATHS:
+        torch.manual_seed(0)
+        rows[name] = Mamba(MambaConfig(**MAMBA_LARGE, **fields)).to(device)
+    ours = len(rows)
+    rows.update({n: m.to(device) for n, m in mamba_peers(args.mambapy, args.mamba_minimal).items()})
+    steps = {}
+    for name, m in rows.items():
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
+
+        def step(m=m, opt=opt, ours=len(steps) < ours):
+            out = m(idx, tgt) if ours else m(idx)
+            loss = out[1] if ours else F.cross_entropy(out.flatten(0, 1), tgt.flatten())
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        steps[name] = step
+    steps["matmuls alone (the floor)"] = matmul_floor(rows[MAMBA_PATHS[0][0]], batch, seq)
+    times = {n: [] for n in steps}
+    for fn in steps.values():  # warm-up
+        fn()
+    for _ in range(args.rounds):
+        for n, fn in steps.items():
+            times[n].append(timed(lambda: [fn() for _ in range(args.bench_steps)], device) / args.bench_steps)
+    base = statistics.median(times[MAMBA_PATHS[-1][0]])
+    print(f"\nMamba large training step (forward, backward, AdamW), B={batch}, T={seq}: seconds, median of "
+          f"{args.rounds} rounds of {args.bench_steps} step(s) after 1 warm-up; ratio = the row / ours compiled (config)")
+    print(f"{'contestant':<40} {'params':>9} {'step s':>8} {'ratio':>6}")
+    table = {}
+    for n, t in times.items():
+        params = sum(p.numel() for p in rows[n].parameters()) if n in rows else None
+        table[n] = {"step_s": statistics.median(t), "ratio": statistics.median(t) / base, "params": params,
+                    "runs_s": t}
+        print(f"{n:<40} {params or '':>9} {table[n]['step_s']:8.3f} {table[n]['ratio']:6.2f}")
+    return {"batch": batch, "seq": seq, "training": table}
+
+
 def run_bench(args, device):
     """Every case (or those whose name contains --cases), a table each, with the conditions."""
     dtype = args.dtype
@@ -476,9 +581,10 @@ def run_bench(args, device):
     cases = [c for c in BENCH_CASES if not args.cases or any(s in c.name for s in args.cases)]
     generate = args.cases is not None and any("generate" in s for s in args.cases)
     piglatin = args.cases is not None and any("piglatin" in s for s in args.cases)
-    if not cases and not generate and not piglatin:
+    mamba = args.cases is not None and any("mamba" in s for s in args.cases)
+    if not cases and not generate and not piglatin and not mamba:
         raise configurator.ConfigError(f"--cases {args.cases}: no case matches; cases: "
-                                       f"{[c.name for c in BENCH_CASES] + ['generate', 'piglatin']}")
+                                       f"{[c.name for c in BENCH_CASES] + ['generate', 'piglatin', 'mamba']}")
     nanogpt = load_nanogpt(args.nanogpt) if args.nanogpt else None
     peak = peak_flops(device, dtype)
     cond = conditions(device, dtype)
@@ -529,6 +635,8 @@ def run_bench(args, device):
         results.append({"case": "generate", **generation_bench(args, device)})
     if piglatin:
         results.append({"case": "piglatin", "results": piglatin_bench(args, device)})
+    if mamba:
+        results.append({"case": "mamba", **mamba_bench(args, device)})
     if args.json:
         data.write_json(args.json, {"conditions": {**cond, "rounds": args.rounds, "steps": args.bench_steps,
                                                    "peak": peak}, "cases": results}, indent=2)
@@ -545,7 +653,7 @@ def parser():
                                 "norm path) against Hugging Face's BERT and GPT-2 (and nanoGPT, with --nanogpt) on the "
                                 "same batches; --cases generate and piglatin time generation and the Pig Latin models")
     p.add_argument("--cases", nargs="+", default=None, help="only the cases whose name contains one of these "
-                   "(generate, piglatin: those cases, which run only when named)")
+                   "(generate, piglatin, mamba: those cases, which run only when named)")
     p.add_argument("--bench_batch", type=Ranged(int, lambda v: v >= 0, "an integer >= 0 (0: each case's own)"),
                    default=0, help="batch size for every case (0: each case's own)")
     p.add_argument("--bench_seq", type=Ranged(int, lambda v: v >= 0, "an integer >= 0 (0: each case's own)"),
@@ -558,6 +666,11 @@ def parser():
     p.add_argument("--runc", default=None, help="--cases generate: the path of llama2.c's run.c, compiled here with "
                    "cc -O3 and timed beside ours (batch 1)")
     p.add_argument("--nanogpt", default=None, help="the path of nanoGPT's model.py, a peer for the char GPT")
+    p.add_argument("--mambapy", default=os.environ.get("MAMBAPY"), help="--cases mamba: the folder holding mamba.py's "
+                   "mambapy/ package (github.com/alxndrTL/mamba.py), a peer (default: $MAMBAPY; none: no row)")
+    p.add_argument("--mamba_minimal", default=os.environ.get("MAMBA_MINIMAL"), help="--cases mamba: the path of "
+                   "mamba-minimal's model.py (github.com/johnma2006/mamba-minimal; needs einops), a peer (default: "
+                   "$MAMBA_MINIMAL; none: no row)")
     p.add_argument("--device", default="auto", help="'auto' (cuda, then mps, then cpu), 'cpu', 'cuda', 'cuda:N' or "
                    "'mps'")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],

@@ -1,6 +1,7 @@
 """evaluate.py: metrics against hand-computed values, and the command line on a tiny checkpoint; bench/speed.py, the
 speed benchmark, on tiny cases."""
 
+import argparse
 import contextlib
 import json
 import math
@@ -273,6 +274,43 @@ def test_bench_times_every_contestant_and_names_the_attention_kernel(tmp_path, m
     assert encoder["train_flops_per_step"] == 3 * tiny.flops_per_forward(9, 4)
     assert "tiny gpt: B=2, T=8" in out and re.search(r"^nanoGPT +[\d.]+", out, re.M)
     assert "number of parameters" not in out  # the peer's own printing is kept out of the table
+
+
+FAKE_MAMBAPY = {"lm.py": """
+import torch
+class LM(torch.nn.Module):  # a stand-in for mamba.py's LM: an embedding and a head, built from its config
+    def __init__(self, config, vocab_size):
+        super().__init__()
+        self.emb, self.head = torch.nn.Embedding(vocab_size, config.d), torch.nn.Linear(config.d, vocab_size)
+    def forward(self, tokens):
+        return self.head(self.emb(tokens))
+""", "mamba.py": """
+class MambaConfig:
+    def __init__(self, d_model, n_layers, d_state, expand_factor, d_conv, pscan):
+        self.d = d_model
+"""}
+
+
+def test_mamba_bench_times_each_scan_path_the_peers_and_the_matmul_floor(tmp_path, monkeypatch, capsys):
+    """--cases mamba on a tiny Mamba: each of our scan paths, a peer found at --mambapy (a stand-in package built
+    from its config class at our shape), the one not found left out with one line, and the matmuls alone; every row
+    timed, ratios against the config's path, the floor below every model."""
+    (tmp_path / "mambapy").mkdir()
+    for name, text in FAKE_MAMBAPY.items():
+        (tmp_path / "mambapy" / name).write_text(text)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # (the benchmark puts the peer's folder on it)
+    monkeypatch.setattr(speed, "MAMBA_LARGE", dict(speed.MAMBA_LARGE, n_layer=1, n_embd=16, d_state=4, d_conv=4))
+    monkeypatch.setattr(speed, "MAMBA_PATHS", speed.MAMBA_PATHS[:2] + [("ours, chunked 4", dict(scan_chunk=4))])
+    r = speed.mamba_bench(argparse.Namespace(rounds=1, bench_steps=1, mambapy=str(tmp_path),
+                                             mamba_minimal=str(tmp_path / "missing.py")), "cpu", batch=3, seq=9)
+    out = capsys.readouterr().out
+    rows = r["training"]
+    assert list(rows) == ["ours, sequential, every state", "ours, parallel, every state", "ours, chunked 4",
+                          "mamba.py, parallel scan", "matmuls alone (the floor)"]
+    assert rows["ours, chunked 4"]["ratio"] == 1.0 and all(row["step_s"] > 0 for row in rows.values())
+    assert rows["mamba.py, parallel scan"]["params"] == 30 * 16 + 16 * 30 + 30
+    assert "(mamba-minimal: no row: no file at --mamba_minimal" in out and "mamba.py: no row" not in out
+    assert rows["matmuls alone (the floor)"]["step_s"] < min(row["step_s"] for n, row in rows.items() if "floor" not in n)
 
 
 def test_bench_refuses_unknown_cases_and_missing_peer(tmp_path):
