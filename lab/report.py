@@ -20,7 +20,7 @@ from configurator import ConfigError
 from lab.cells import cell_rows, finished_seeds
 from lab.plan import StudyError, TEST_METRICS, parse_term
 from lab.plots import draw_plots
-from lab.runs import HISTORY, read_history, rule_history, rule_words, run_file, tuned_value
+from lab.runs import HISTORY, log_records, read_history, rule_history, rule_words, run_file, tuned_value
 from lab.stats import (RULE_WORDS, claim_verdict, detectable_effect, mcnemar, mean_ci, paired_bootstrap, paired_t,
                        seed_and_example_bootstrap, seeds_needed, verdict)
 
@@ -169,20 +169,8 @@ def judge(claim, results, metrics, effect=0.01):
 
 def logged_conditions(path):
     """A run's conditions record (records.run_conditions': machine, device, dtype, ...), the first of its
-    log.jsonl, or None for a run made before train.py wrote one. train.py writes it before the first step, so
-    the log is read only as far as its first training record."""
-    if os.path.isfile(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short when the run was killed
-                if record.get("type") == "conditions":
-                    return record
-                if record.get("type") in ("train", "eval"):
-                    break
-    return None
+    log.jsonl, or None for a run made before train.py wrote one."""
+    return next(iter(log_records(path, "conditions")), None)
 
 
 def run_device(results, cell, name, seed):

@@ -31,7 +31,7 @@ import os
 
 import data
 import train
-from configurator import ConfigError, UserError, parse_value
+from configurator import ConfigError, parse_value
 from lab.plan import StudyError, check_entry, check_overrides, check_seeds, config_name, read_plan
 from lab.report import shared_metrics, study_table
 from lab.runs import finished_summary, plan_runs, record_finished, validation_score
