@@ -81,7 +81,6 @@ def run_pending(runs, todo, jobs, check=None, recorded=None):
     # the cores this process may use (`taskset -c 1 python study.py ...` gives it one), shared out by slot
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     per_job = max(1, len(allowed) // jobs)
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
     running = []  # (key, process, log file, slot)
     pending, free_slots = list(todo), list(range(jobs))
     try:
@@ -104,15 +103,8 @@ def run_pending(runs, todo, jobs, check=None, recorded=None):
                 log = open(os.path.join(cfg["out_dir"], "train.out"), "a" if resume else "w")
                 cores = set(allowed[slot * per_job:(slot + 1) * per_job]) or set(allowed)
 
-                def pin(cores=cores):  # one job per group of cores (on a 2-core VM, ~2x faster than unpinned)
-                    if jobs > 1 and hasattr(os, "sched_setaffinity"):
-                        os.sched_setaffinity(0, cores)
-
-                env = {**os.environ, "OMP_NUM_THREADS": str(per_job)}
-                # a session of its own: a Ctrl-C at the terminal reaches the study, which passes it on once
-                proc = subprocess.Popen([sys.executable, script, *argv, *(["--init_from=resume"] if resume else [])],
-                                        stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=pin,
-                                        start_new_session=True)
+                proc = start_run([*argv, *(["--init_from=resume"] if resume else [])], log, cores if jobs > 1 else None,
+                                 per_job)
                 running.append((key, proc, log, slot))
                 print(f"  {'resumed' if resume else 'started'} {key[0]} seed {key[1]} -> {cfg['out_dir']}/train.out",
                       flush=True)
@@ -133,6 +125,19 @@ def run_pending(runs, todo, jobs, check=None, recorded=None):
             proc.terminate()  # SIGTERM: train.py finishes its step, saves last.pt and exits
             proc.wait()
             log.close()
+
+
+def start_run(argv, log, cores, threads):
+    """`python train.py ARGV` as a subprocess writing to the file `log`, pinned to `cores` (None: unpinned; one job
+    per group of cores is ~2x faster than unpinned on a 2-core VM) with `threads` threads, in a session of its own
+    (a Ctrl-C at the terminal reaches the study, which passes it on once). Returns the Popen."""
+    def pin():
+        if cores and hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, cores)
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
+    return subprocess.Popen([sys.executable, script, *argv], stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "OMP_NUM_THREADS": str(threads)}, preexec_fn=pin, start_new_session=True)
 
 
 def run_study(runs, jobs=1, collect_only=False):

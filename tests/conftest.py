@@ -15,6 +15,7 @@ Fixtures:
     char_mirror      a mirror with a small fake tinyshakespeare (about 6,000 characters)
     char_digest      points sources.SOURCES at the fake corpus's sha256 for one test
     stop_after       stop_after(k): the next train.train() stops as at a Ctrl-C, after k steps (to resume it)
+    runs_in_process  a study's train.py and evaluate.py runs in this process, not in subprocesses
 """
 
 import contextlib
@@ -30,6 +31,10 @@ TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(TESTS_DIR)
 SHARED_DATA = os.path.join(os.path.dirname(REPO_ROOT), "shared", "data")
 
+# One thread for numpy's BLAS and torch, here and in the subprocesses the tests start, read before numpy is first
+# imported: the models and arrays are tiny, and with the suite in two processes on two cores, a second thread
+# each only waits (a small float matmul took 12 ms with two BLAS threads, 0.5 ms with one)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TIKTOKEN_CACHE_DIR", os.path.join(SHARED_DATA, "tiktoken_cache"))
 os.environ.setdefault("DATA_MIRROR", SHARED_DATA)
 if REPO_ROOT not in sys.path:
@@ -209,3 +214,73 @@ def stop_after(monkeypatch):
         monkeypatch.setattr(train, "train_step", step)
 
     return arm
+
+
+# -----------------------------------------------------------------------------
+# a study's runs trained in this process
+
+
+class RunInProcess:
+    """study.start_run's subprocess, stood in for: `python train.py ARGV` as train.main(ARGV) in this process,
+    run to its end when made, its output into the run's train.out, its exit status 0 or 1 (as `error: ...`
+    exits). A run costs its training alone, not a fresh interpreter's import of torch (about 6 s of a core
+    here, seconds of which are torch.optim's import of dynamo)."""
+
+    def __init__(self, argv, log, cores, threads):
+        import train
+
+        pinned, had_threads = os.sched_getaffinity(0), torch.get_num_threads()
+        if cores:  # the subprocess's cores for the run's length (its log records them)
+            os.sched_setaffinity(0, cores)
+        # its threads, but no more than the suite's one: two threads on tiny models spend their time waiting for
+        # each other, 10x slower on a 2-core machine that runs the other test process
+        torch.set_num_threads(min(threads, had_threads))
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            try:
+                train.main(argv)
+                self.returncode = 0
+            except SystemExit as e:
+                print(e.code, flush=True)
+                self.returncode = 0 if e.code in (None, 0) else 1
+            finally:
+                os.sched_setaffinity(0, pinned)
+                torch.set_num_threads(had_threads)
+
+    def poll(self):
+        return self.returncode
+
+    def wait(self, timeout=None):
+        return self.returncode
+
+    def terminate(self):
+        pass
+
+
+def evaluate_in_process(argv, json_path):
+    """study.evaluate_script in this process: evaluate.main(ARGV --json JSON_PATH), the JSON or None if it failed."""
+    import io
+    import json
+
+    import evaluate
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            evaluate.main([*argv, "--json", json_path])
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            print(f"  evaluate.py {' '.join(argv[:3])} ... failed: {e.code}")
+            return None
+    with open(json_path) as f:
+        out = json.load(f)
+    return out if isinstance(out, list) else [out]
+
+
+@pytest.fixture
+def runs_in_process(monkeypatch):
+    """A study's train.py and evaluate.py runs in this process instead of subprocesses (RunInProcess,
+    evaluate_in_process): the same arguments, records and reports, seconds sooner. The subprocesses
+    themselves (pinning, SIGTERM, resume, another process's lock) are tested in tests/test_study.py."""
+    import study
+
+    monkeypatch.setattr(study, "start_run", RunInProcess)
+    monkeypatch.setattr(study, "evaluate_script", evaluate_in_process)

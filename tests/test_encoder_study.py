@@ -290,7 +290,7 @@ def test_zhang_csv_reader(tmp_path):
 
 
 def test_yelp_polarity_downloads_checks_and_standardizes(tmp_path, monkeypatch):
-    """The download path: the canonical URL, once; the archive's sha256 checked; the seed's sizes
+    """The download path: the canonical URL, once; the archive's sha256 checked; the source paper's sizes
     (scaled down here) drawn with train and val from train.csv and test from test.csv."""
     need_tokenizer()
     payload = yelp_archive()
@@ -327,7 +327,7 @@ def imdb_archive(n=12):
 
 
 def test_multidomain_from_three_downloaded_archives(tmp_path, monkeypatch):
-    """The seed's three-domain task: a third of every split from each source, the domain as the label,
+    """The source paper's three-domain task: a third of every split from each source, the domain as the label,
     test drawn from each source's test file."""
     need_tokenizer()
     payloads = {sources.SOURCES["imdb"]["url"]: imdb_archive(), sources.SOURCES["yelp_polarity"]["url"]: yelp_archive(),
@@ -418,7 +418,7 @@ def test_depth_sweep_scores_each_loop_count_and_restores_the_model(tiny_cfg):
 # a whole plan on tiny runs
 
 
-def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, capsys):
+def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, capsys, runs_in_process):
     configs = write_tiny_configs(tmp_path, tiny_dataset)
     plan_path = tmp_path / "plan.py"
     plan_path.write_text(
@@ -514,7 +514,7 @@ def test_the_encoder_study_plan_loads(monkeypatch):
             assert all(part.strip().split("/")[0] in names for part in term.split(" - "))
 
 
-def test_a_fresh_clone_writes_the_same_report_from_the_run_records(tiny_dataset, tmp_path, monkeypatch):
+def test_a_fresh_clone_writes_the_same_report_from_the_run_records(tiny_dataset, tmp_path, monkeypatch, runs_in_process):
     """Each finished run of a plan leaves its record (summary.json, log.jsonl, config.py; no checkpoint) in
     the plan's records folder, and each cell its measurements and test labels. A clone that has the plan and
     the records but no out/ and no data counts every run as finished (nothing is trained or measured) and
@@ -579,7 +579,7 @@ def test_a_fresh_clone_writes_the_same_report_from_the_run_records(tiny_dataset,
     assert not os.path.exists("out") and not os.path.exists("data")
 
 
-def test_a_tuned_cell_takes_what_its_sweep_chose_on_validation_and_the_history_notes_it(tiny_dataset, tmp_path):
+def test_a_tuned_cell_takes_what_its_sweep_chose_on_validation_and_the_history_notes_it(tiny_dataset, tmp_path, runs_in_process):
     """A sweep cell's grid over learning_rate chooses, per config, the rate whose best checkpoints score highest
     on validation; the tuned cell waits until then, then trains each config at its rate in the same study. The
     plan's history gets a line when each cell's first run is recorded, and one when the plan's rules or seeds

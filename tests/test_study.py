@@ -400,7 +400,7 @@ def open_or_empty(run_dir):
     path = os.path.join(run_dir, "train.out")
     return open(path).read() if os.path.isfile(path) else ""
 
-def test_language_model_study(char_mirror, char_digest, tmp_path, capsys):
+def test_language_model_study(char_mirror, char_digest, tmp_path, capsys, runs_in_process):
     """The embedding-norm configs x 2 seeds on a fake corpus, then collected; the metrics and their
     directions come from the runs' summaries."""
     folder = str(tmp_path / "chars")

@@ -90,7 +90,7 @@ def test_extension_at_an_edge(values, chosen, more):
     assert tuning.extension(dict(values=values), values, chosen) is None  # no `extend`: the grid stays
 
 
-def test_search_trains_end_to_end_writes_its_choices_and_resumes(pig_data, tmp_path, capsys):  # noqa: F811
+def test_search_trains_end_to_end_writes_its_choices_and_resumes(pig_data, tmp_path, capsys, runs_in_process):  # noqa: F811
     axes = [dict(name="schedule", choices={"cosine": ["scheduler=cosine"], "constant": ["scheduler=constant"]}),
             dict(name="weight_decay", values=[0.01, 0.1])]
     path = write_plan(tmp_path, axes, data_dir=pig_data)
