@@ -473,7 +473,7 @@ def read_imdb(path, half):
     return [(text, int(pos), rating) for pos, _, text, rating in sorted(rows)]
 
 
-STANDARD_SIZES = {"train": 54_576, "val": 6_822, "test": 6_823}  # the seed's sizes: SST-2's standard protocol
+STANDARD_SIZES = {"train": 54_576, "val": 6_822, "test": 6_823}  # the source paper's sizes: SST-2's standard protocol
 
 
 def holdout(n, n_val, seed):
@@ -525,7 +525,7 @@ def draw(rows, n, rng):
 
 
 def standard_draw(train_rows, test_rows, seed, sizes=None):
-    """The seed's standardized sizes (STANDARD_SIZES, or `sizes`) from a source's own train and test
+    """The source paper's standardized sizes (STANDARD_SIZES, or `sizes`) from a source's own train and test
     files: train and val drawn from its train file (disjoint), test from its test file, all seeded."""
     sizes = sizes or STANDARD_SIZES
     rng = np.random.default_rng(seed)
@@ -539,7 +539,7 @@ def standard_draw(train_rows, test_rows, seed, sizes=None):
 def prepare_yelp_polarity(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
                           verbose=True, **_ignored):
     """Yelp review polarity (Zhang et al. 2015: 560,000 train / 38,000 test reviews, 1-2 stars negative,
-    4-5 positive), standardized to the seed's 54,576 / 6,822 / 6,823 by a seeded draw."""
+    4-5 positive), standardized to the source paper's 54,576 / 6,822 / 6,823 by a seeded draw."""
     out_dir = out_dir or dataset_dir("yelp_polarity", vocab=vocab, subset=subset, max_len=max_len)
     path = archive_file("yelp_polarity", mirror)
     rows = {half: read_zhang_csv(path, f"yelp_review_polarity_csv/{half}.csv", 2) for half in ("train", "test")}
@@ -555,8 +555,8 @@ DOMAINS = ["movie", "local business", "online shopping"]  # the three-domain tas
 
 def prepare_multidomain(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
                         verbose=True, **_ignored):
-    """The seed's three-domain task: which kind of review is it, a movie's (IMDB), a local business's
-    (Yelp polarity) or an online purchase's (Amazon polarity)? Each split draws a third of the seed's
+    """The source paper's three-domain task: which kind of review is it, a movie's (IMDB), a local business's
+    (Yelp polarity) or an online purchase's (Amazon polarity)? Each split draws a third of the source paper's
     standardized size from each source (its train file for train and val, its test file for test). The
     Yelp and Amazon archives (166 MB and 688 MB) are downloaded; offline, multidomain_uci is the same task."""
     out_dir = out_dir or dataset_dir("multidomain", vocab=vocab, subset=subset, max_len=max_len)

@@ -184,7 +184,7 @@ def scan_logspace(a, b, h0=None):
     (exp(-inf + inf)), so |x| is clamped to eps = sqrt(smallest normal) before the log: 1.1e-19 in
     float32, 1.5e-154 in float64 (the square root leaves room for products with eps to stay normal).
     Each clamped entry adds eps * |a*_t / a*_s| to h_t, at most eps when |a| <= 1 (Mamba's case), far
-    below rounding; the seed write-up's log 0 = -12 would add up to 6e-6 per entry. A zero a resets h,
+    below rounding; the source write-up's log 0 = -12 would add up to 6e-6 per entry. A zero a resets h,
     up to eps * |h|.
 
     Gradient: by the reverse scan of `_ReverseScanGrad`, itself in log space, not by autograd through

@@ -541,7 +541,7 @@ class TokenModel(nn.Module):
 
 @dataclass
 class EncoderConfig:
-    """Encoder classifier. Defaults are the study's recurrent model (seed write-up, Table 5):
+    """Encoder classifier. Defaults are the study's recurrent model (source write-up, Table 5):
     3 shared layers x 2 loops, width 256, 4 heads, FFN 1024, RoPE, SwiGLU, RMSNorm.
     The baseline (Table 4) is n_layer=6, n_loops=1, n_embd=384, n_head=6, ffn_hidden=1536."""
 
@@ -589,7 +589,7 @@ class EncoderClassifier(TokenModel):
     the layer stack applied n_loops times -> final norm -> pooled state -> linear head; or, to pretrain
     it by masked-language modelling, final norm -> the masked positions' logits over the vocabulary.
 
-    Recurrence (seed write-up): for n_loops > 1, h^(r+1) = F(h^(r)) + alpha * h^(r), where F is the
+    Recurrence (source write-up): for n_loops > 1, h^(r+1) = F(h^(r)) + alpha * h^(r), where F is the
     whole stack of n_layer Blocks with shared weights. n_loops = 1 is the plain encoder, with no extra
     residual. Parameters do not grow with n_loops; compute grows linearly."""
 

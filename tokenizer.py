@@ -41,7 +41,7 @@ _WS = re.compile(r"\s+")
 
 
 def clean_text(text):
-    """The seed's preprocessing: lowercase; remove HTML tags and URLs; collapse runs of the same
+    """The source paper's preprocessing: lowercase; remove HTML tags and URLs; collapse runs of the same
     punctuation mark ('!!!' -> '!', '...' -> '.'); collapse whitespace."""
     t = text.lower()
     t = _HTML.sub(" ", t)

@@ -79,7 +79,7 @@ cells = [
          what="SST-2, GLUE protocol with validation held out by sentence: each model trained until validation stops "
               "improving, each transformer at the rate its sweep chose (supersedes sst2_glue_converged)"),
     dict(name="sst2_standard", configs=_PAIR, set=["protocol=standard"], test_set=_STANDARD,
-         what="SST-2, the seed's standard protocol (GLUE train + dev pooled, 80/10/10)"),
+         what="SST-2, the source paper's standard protocol (GLUE train + dev pooled, 80/10/10)"),
     dict(name="iso_width", configs=["config/sst2_w256_6x1.py", "config/sst2_w256_3x1.py"], seeds=[1, 2, 3],
          test_set=_GLUE, what="controls at the recurrent model's width (256) and budget: 6 and 3 layers of their own, "
                               "applied once (the recurrent model is sst2_glue's, on the same seeds)"),
@@ -126,16 +126,16 @@ cells = [
     dict(name="grid", configs=[_R], seeds=[1, 2, 3], test_set=_GLUE,
          set=["ffn_hidden=0", "max_iters=600", "warmup_iters=60", "eval_interval=200", _FP32],
          grid=["n_embd=128,256,384", "n_layer=2,3,6", "n_loops=1,2,3"],
-         what="the seed's grid, width x layers x loops (4x FFN, 4 heads), at a reduced budget: 600 steps of 64 "
+         what="the source paper's grid, width x layers x loops (4x FFN, 4 heads), at a reduced budget: 600 steps of 64 "
               "(0.6 epoch). Layers 4 is left out: 4x1, 4x2 and 4x3 repeat the effective depths of 2x2, 2x4 "
               "(not planned) and 6x2"),
     dict(name="paper", configs=["config/sst2_recurrent_paper.py"], set=[_FP32], seeds=[1, 2, 3], test_set=_STANDARD,
-         what="the seed paper's recipe (lr 3e-5, batch 16, plateau schedule, early stopping), as it stands"),
+         what="the source paper's recipe (lr 3e-5, batch 16, plateau schedule, early stopping), as it stands"),
     dict(name="yelp_polarity", configs=_PAIR, set=["dataset=yelp_polarity"], test_set="Yelp polarity test (6,823)",
-         seeds=[1, 2, 3], what="Yelp polarity at the seed's sizes (its 166 MB archive is downloaded; it is not in "
+         seeds=[1, 2, 3], what="Yelp polarity at the source paper's sizes (its 166 MB archive is downloaded; it is not in "
                                "this machine's mirror)"),
     dict(name="multidomain", configs=_PAIR, set=["dataset=multidomain"], test_set="three-domain test (6,823)",
-         seeds=[1, 2, 3], what="the seed's three-domain task from IMDB, Yelp and Amazon polarity (downloads 850 MB)"),
+         seeds=[1, 2, 3], what="the source paper's three-domain task from IMDB, Yelp and Amazon polarity (downloads 850 MB)"),
 ]
 labels = {"sst2_recurrent": "recurrent 3×256, 2 loops", "sst2_baseline": "baseline 6×384",
           "sst2_bow": "bag of words + logistic regression", "sst2_w256_6x1": "6×256, unshared",
@@ -202,7 +202,7 @@ conclusions = [
               "Its validation split was not held out (5 % of GLUE train: pieces of the training sentences), so "
               "its sweep and early stopping chose on phrases it had trained on; superseded by sst2_heldout "
               "(validation held out by sentence; planned, not yet run)."),
-    dict(claim="The same on the seed's own split", source="001, Table 6, on its pooled 80/10/10 split",
+    dict(claim="The same on the source paper's own split", source="001, Table 6, on its pooled 80/10/10 split",
          verdict="recurrent beats baseline: sst2_standard"),
     dict(claim="The recurrent encoder keeps the baseline's accuracy with about a third of its parameters, at equal "
          "training compute", source="000, sec. 5: '64 % parameter reduction while maintaining comparable performance'",
@@ -234,7 +234,7 @@ conclusions = [
     dict(claim="The recurrent model is slightly ahead on the three-domain task", source="001, Table 12: 0.9865 "
          "against 0.9840", verdict="recurrent beats baseline: multidomain",
          instead="recurrent beats baseline: multidomain_uci",
-         note="Offline, the seed's version (IMDB, Yelp and Amazon reviews) cannot be built; multidomain_uci, "
+         note="Offline, the source paper's version (IMDB, Yelp and Amazon reviews) cannot be built; multidomain_uci, "
               "the UCI sentences of the same three domains (2,400 train, 300 test), is the closest."),
     dict(claim="The recurrent model generalizes across data sizes (50 % / 10 % of SST-2)", source="001, 'Data "
          "size sensitivity' (no figures given)",
@@ -270,7 +270,7 @@ budget_note = ("the configs' own: the recurrent model (and the controls at its w
                "cell's overrides are listed with it.")
 notes = [
     "Two SST-2 protocols. *GLUE*: train on GLUE train (less a 5 % validation split), test on GLUE dev, whose "
-    "sentences never occur in train. *Standard* (the seed paper's): GLUE train (phrases of every sentence, with "
+    "sentences never occur in train. *Standard* (the source paper's): GLUE train (phrases of every sentence, with "
     "their sub-phrases) and dev pooled and split 80/10/10 at random, so phrases of one sentence land in both train "
     "and test. The standard split is much easier; only GLUE dev measures generalization to unseen sentences.",
     "Subsets (`subset=`): frac10 takes 10 % of train by a seeded permutation (frac50 takes a superset of it); "
@@ -282,7 +282,7 @@ notes = [
     "so early stopping ended them at 0.88-1.0 of the peak rate or, on the three-domain set, still warming up. They are "
     "superseded and trained again under the plateau schedule; their records, and what they showed, are kept in "
     "[results/superseded/cosine30](results/superseded/cosine30/README.md).",
-    "Offline, the multi-domain task is built from the UCI sentiment sentences (1,000 per domain); the seed's "
+    "Offline, the multi-domain task is built from the UCI sentiment sentences (1,000 per domain); the source paper's "
     "version (`multidomain`) and Yelp polarity need archives this machine cannot download.",
     "Where the runs trained (Conditions, from their logs): one run per core of a 2-core CPU machine, except the "
     "long30, IMDB, grid and paper cells (102 runs), trained on a lent NVIDIA H200 in one call, one study.py per "

@@ -1,7 +1,7 @@
 # Standard (non-looped) encoder on SST-2, our tuned settings: 6 layers, width 384 (seed Table 4).
 # python train.py config/sst2_baseline.py  [--protocol=standard --out_dir=out/sst2_baseline_standard]
 out_dir = "out/sst2_baseline"
-protocol = "glue"  # test = GLUE dev (872); 'standard' is the seed's pooled 80/10/10 split
+protocol = "glue"  # test = GLUE dev (872); 'standard' is the source paper's pooled 80/10/10 split
 n_layer = 6
 n_loops = 1  # plain stack: no cross-iteration residual
 n_embd = 384

@@ -1,4 +1,4 @@
-# The seed paper's protocol, exactly, for the baseline model: GLUE train+dev pooled and split 80/10/10,
+# The source paper's protocol, exactly, for the baseline model: GLUE train+dev pooled and split 80/10/10,
 # AdamW lr 3e-5, batch 16, grad clip 1.0, ReduceLROnPlateau(factor 0.5, patience 2) on validation
 # loss, early stopping (patience 3, min_delta 1e-3), the best-validation checkpoint kept.
 # python train.py config/sst2_baseline_paper.py
@@ -17,7 +17,7 @@ plateau_factor = 0.5
 plateau_patience = 2
 early_stop_patience = 3
 early_stop_min_delta = 1e-3
-eval_interval = 0  # once per epoch: the seed's patience counts epochs
+eval_interval = 0  # once per epoch: the source paper's patience counts epochs
 max_epochs = 50  # the seed sets no cap; early stopping ends the run
 grad_clip = 1.0
 dropout = 0.1

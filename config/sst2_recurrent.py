@@ -1,14 +1,14 @@
 # Recurrent encoder on SST-2, our tuned settings: 3 shared layers applied twice (seed Table 5).
 # python train.py config/sst2_recurrent.py  [--protocol=standard --out_dir=out/sst2_recurrent_standard]
 out_dir = "out/sst2_recurrent"
-protocol = "glue"  # test = GLUE dev (872); 'standard' is the seed's pooled 80/10/10 split
+protocol = "glue"  # test = GLUE dev (872); 'standard' is the source paper's pooled 80/10/10 split
 n_layer = 3
 n_loops = 2  # effective depth 6, same as the baseline
-loop_alpha = 0.5  # the seed's cross-iteration residual
+loop_alpha = 0.5  # the source paper's cross-iteration residual
 n_embd = 256
 n_head = 4
 ffn_hidden = 1024
-# From scratch, the seed's lr 3e-5 with batch 16 barely moves in a few epochs; 1e-3 with a cosine
+# From scratch, the source paper's lr 3e-5 with batch 16 barely moves in a few epochs; 1e-3 with a cosine
 # decay to zero over 2 epochs trains in about 25 minutes on 2 CPU cores (recurrent model).
 batch_size = 64
 learning_rate = 1e-3

@@ -6,7 +6,7 @@ init_from = "out/sst2_mlm/ckpt.pt"  # its best checkpoint (lowest masked-token l
 protocol = "glue"  # test = GLUE dev (872); the MLM corpus was built from this protocol's train split
 n_layer = 3
 n_loops = 2  # effective depth 6, same as the baseline
-loop_alpha = 0.5  # the seed's cross-iteration residual
+loop_alpha = 0.5  # the source paper's cross-iteration residual
 n_embd = 256
 n_head = 4
 ffn_hidden = 1024

@@ -1,4 +1,4 @@
-# Width vs depth, the wide side: a plain 6-layer encoder at width 512 (8 heads, FFN 2048), the seed's
+# Width vs depth, the wide side: a plain 6-layer encoder at width 512 (8 heads, FFN 2048), the source paper's
 # planned 512x6 against 384x3x2 (config/sst2_deep_recurrent.py). The recipe is config/sst2_baseline.py's.
 # python study.py config/sst2_wide.py config/sst2_deep_recurrent.py --seeds 1 2 3
 out_dir = "out/sst2_wide"

@@ -3,7 +3,7 @@ Pig Latin's words (the seq2seq study): the rules, the words of a novel, and the 
 test one of the rules rather than of memory. data.py's prepare_piglatin writes the pairs into .bin files;
 evaluate.py groups a model's errors by rule and by compound with pig_latin_rules and hyphen_part_groups.
 
-The rules (one common form of the game; the seed write-up's examples all follow it):
+The rules (one common form of the game; the source write-up's examples all follow it):
   - a word starting with a vowel (a, e, i, o, u) gets "way":            is -> isway, equal -> equalway
   - otherwise the consonants before the first vowel move to the end, then "ay":
                                                                          brown -> ownbray, strengthening ->

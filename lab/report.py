@@ -386,7 +386,7 @@ def conclusion_row(conclusion, rows):
 
 
 def conclusion_line(conclusion, row, effect):
-    """One plain sentence on a claim of the seed write-ups: confirmed, refuted or not settled, from its
+    """One plain sentence on a claim of the source write-ups: confirmed, refuted or not settled, from its
     verdict's row (judged under the verdict's rule: claim_verdict), with the smallest effect the study could
     have seen and what would settle it. A claim that is the negation of the one judged (`reverse`: B is
     ahead, say) is refuted where that one is confirmed and confirmed where it is refuted. Beside the status,
@@ -457,7 +457,7 @@ def report_lines(plan, results, timing, depth, path, plots):
              f"Finished runs: {done} of {planned}.", ""]
     rows = verdict_rows(plan, results, metrics)
     if plan["conclusions"]:
-        lines += ["## Conclusions", "", "Each claim of the seed write-ups, judged by the verdict below that tests "
+        lines += ["## Conclusions", "", "Each claim of the source write-ups, judged by the verdict below that tests "
                   "it (*confirmed* or *refuted* when its 95 % interval says so; otherwise *not settled*, with the "
                   "smallest difference the study could have seen). In brackets: the status with the test sentences "
                   "resampled too, where it differs, and the devices, where the two sides trained on different ones.",
