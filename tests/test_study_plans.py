@@ -9,7 +9,6 @@ import io
 import os
 import re
 import shutil
-import time
 
 import pytest
 
@@ -115,16 +114,14 @@ MISTAKES = {
 
 @pytest.mark.parametrize("mistake", MISTAKES)
 def test_a_plan_mistake_stops_the_study_before_anything_runs(mistake, tmp_path, monkeypatch):
-    """Each mistake is one line, `error: ...`, within a second, and nothing is trained or written."""
+    """Each mistake is one line, `error: ...`, and nothing is trained or written."""
     edit, message = MISTAKES[mistake]
     plan = tiny_plan(tmp_path)
     extra = edit(plan, tmp_path)
     path = write_plan(tmp_path / "plan.py", plan, extra if isinstance(extra, str) else "")
     monkeypatch.setattr(study, "run_pending", lambda *a: pytest.fail("a run was started"))
-    start = time.perf_counter()
     with pytest.raises(SystemExit) as stopped:
         study.main(["--plan", path, "--report", str(tmp_path / "RESULTS.md"), "--collect_only"])
-    assert time.perf_counter() - start < 1.0
     error = str(stopped.value.code)
     assert error.startswith("error: ") and "\n" not in error and re.search(message, error), error
     assert not os.path.exists(tmp_path / "RESULTS.md") and not os.path.exists(tmp_path / "runs")
@@ -137,19 +134,18 @@ def test_the_tiny_plan_itself_passes(tmp_path):
 
 
 def test_a_mistake_in_the_last_cell_stops_the_whole_plan(tmp_path, monkeypatch):
-    """The encoder study with one override misspelt in its last cell: refused before its first cell trains,
-    naming the cell and the key it meant, in under a second."""
+    """The encoder study with one override misspelt in its last cell: refused before its first cell trains
+    or anything is written, naming the cell and the key it meant."""
     monkeypatch.chdir(REPO_ROOT)  # the plan names its config files from the repository's root
     path = tmp_path / "plan.py"
     path.write_text(f"exec(open({os.path.join(REPO_ROOT, 'config', 'encoders_study.py')!r}).read())\n"
                     f"out_root = {str(tmp_path / 'runs')!r}\n"
                     "cells[-1]['set'] = cells[-1]['set'] + ['warmup_iter=3']\n")
     monkeypatch.setattr(study, "run_pending", lambda *a: pytest.fail("a run was started"))
-    start = time.perf_counter()
     with pytest.raises(SystemExit, match=r"cell 'multidomain': unknown config key 'warmup_iter' .*\(did you mean "
                                          r"'warmup_iters'\?\)"):
         study.main(["--plan", str(path), "--report", str(tmp_path / "RESULTS.md")])
-    assert time.perf_counter() - start < 1.0
+    assert os.listdir(tmp_path) == ["plan.py"]  # no run folder, no report: refused before anything was written
 
 
 # -----------------------------------------------------------------------------
