@@ -21,8 +21,9 @@ Read in order: the metrics, the evaluators (what train.py scores with), the spee
 reports (one per task: every figure of one checkpoint, with sampling beside the language models'), and the
 command line. Beside it, evaluation/ checks its options and reads what they name (options.py: files, words,
 a tokenizer, the zero-shot prompts), prints the table (table.py) and draws --plots (seq2seq_plots.py) from
-the figures computed here. The speed benchmark against other implementations is bench/speed.py; the study runner
-is study.py.
+the figures computed here. accuracy_by, which groups the seq2seq figures by rule, lives in
+evaluation/piglatin_errors.py, whose command reads where a Pig Latin model fails from a study's predictions.
+The speed benchmark against other implementations is bench/speed.py; the study runner is study.py.
 
 A checkpoint alone gets its whole report, timing included (--no_timing leaves it out); a sample (--prompt),
 --text and --file give their answer alone, without scoring the split or timing anything unless asked (--metrics,
@@ -56,6 +57,7 @@ from corpora import piglatin
 from evaluation.options import (ZERO_SHOT_TEMPLATE, ListSplit, check_args, check_fits, config_defaults, decode_mode,
                                 label_list, llama_tokenizer_for, read_tsv, read_word_list, seq2seq_words, untrained,
                                 zero_shot_inputs)
+from evaluation.piglatin_errors import accuracy_by
 from evaluation.ranges import AT_LEAST_1, Ranged
 from evaluation.seq2seq_plots import seq2seq_plots
 from evaluation.table import print_table
@@ -614,14 +616,6 @@ def generation_report(model, ckpt, path, args, device, ctx):
     res["sample_args"] = {"prompt": args.prompt, "temperature": args.temperature, "top_k": args.top_k,
                           "top_p": args.top_p, "epsilon": args.epsilon, "seed": args.seed, "tokenizer": name}
     return res
-
-
-def accuracy_by(keys, right):
-    """{key: {'n': words, 'accuracy': share right}} for the words grouped by their key, in key order."""
-    groups = {}
-    for k, ok in zip(keys, right):
-        groups.setdefault(k, []).append(ok)
-    return {k: {"n": len(v), "accuracy": sum(v) / len(v)} for k, v in sorted(groups.items())}
 
 
 def error_analysis(words, truths, predictions):

@@ -13,10 +13,10 @@ The rules (one common form of the game; the source write-up's examples all follo
   - a word with no vowel at all (mr, xv) gets "ay":                      mr -> mray
   - a hyphenated word is translated part by part:                       pleasure-grounds -> easureplay-oundsgray
 
-Read top to bottom: the characters and the rules (pig_latin, pig_latin_rule) -> the novel's words and a split's
-words read back (novel_words, source_words) -> the pieces of hyphenated words (word_pieces) -> the unseen
-words and the novel's split (unseen_words, split_novel) -> held-out compounds by whether their parts were
-taught (hyphen_parts). data.py's hyphen_compounds makes training compounds of these words.
+Read top to bottom: the characters and the rules (pig_latin_pieces, pig_latin, pig_latin_rule) -> the novel's
+words and a split's words read back (novel_words, source_words) -> the pieces of hyphenated words (word_pieces)
+-> the unseen words and the novel's split (unseen_words, split_novel) -> held-out compounds by whether their
+parts were taught (hyphen_parts). data.py's hyphen_compounds makes training compounds of these words.
 """
 
 import re
@@ -29,16 +29,25 @@ PIG_LATIN_VOCAB = ["[PAD]", "[SOS]", "[EOS]", "-", *"abcdefghijklmnopqrstuvwxyz"
 _PIG_WORD = re.compile(r"[a-z]+(?:-[a-z]+)*")  # what the study translates: letters, single inner hyphens
 
 
-def pig_latin_part(word):
-    """One unhyphenated lower-case word in Pig Latin, by the rules above."""
+def pig_latin_pieces(word):
+    """One unhyphenated lower-case word's Pig Latin in its three pieces, (rest, moved, ending): the letters from
+    the first vowel on, the consonants before it, and "way" or "ay"; joined, they are the translation. A
+    vowel-initial word moves nothing (is -> is, '', way); a word without a vowel moves all of it (mr -> '', mr,
+    ay), which reads the same as the word with "ay" added. The error analysis (evaluation/piglatin_errors.py)
+    asks which piece a model's first wrong letter falls in."""
     if word[0] in "aeiou":
-        return word + "way"
+        return word, "", "way"
     i = 1  # the first letter is a consonant, 'y' included
     while i < len(word) and word[i] not in "aeiouy":
         i += 1
     if i < len(word) and word[i] == "u" and word[i - 1] == "q":
         i += 1  # 'qu' moves together
-    return word[i:] + word[:i] + "ay"
+    return word[i:], word[:i], "ay"
+
+
+def pig_latin_part(word):
+    """One unhyphenated lower-case word in Pig Latin, by the rules above."""
+    return "".join(pig_latin_pieces(word))
 
 
 def pig_latin(word):
