@@ -378,6 +378,7 @@ CHOICES = {
     "pos": ("rope", "learned", "none"), "attn_impl": ATTN_IMPLS, "norm_impl": NORM_IMPLS, "ffn_impl": FFN_IMPLS,
     "pooling": ("cls", "mean"),  # the encoder classifier's
     "discretization": kernels.DISCRETIZATIONS, "scan": (*kernels.SCANS, "triton"),  # Mamba's
+    "conv_impl": ("torch", "matmul"),
     "tf": ("binary", "count", "log"), "doc_norm": ("l2", "l1", "none"),  # the bag of words'
 }
 
@@ -1318,7 +1319,10 @@ class MambaMixer(nn.Module):
         B, T, _ = x.shape
         xz = self.in_proj(x)  # (B, T, 2D)
         x, z = xz.chunk(2, dim=-1)  # (B, T, D) each
-        x = self.conv(x.transpose(1, 2))[..., :T].transpose(1, 2)  # (B, T, D): keep the causal part
+        if cfg.conv_impl == "matmul":  # the same convolution as a Toeplitz matrix per channel (T^2, not T d_conv)
+            x = kernels.causal_conv_matmul(x, self.conv.weight, self.conv.bias)  # (B, T, D)
+        else:
+            x = self.conv(x.transpose(1, 2))[..., :T].transpose(1, 2)  # (B, T, D): keep the causal part
         x = F.silu(x)
         dt, Bm, Cm = self.x_proj(x).split([cfg.dt_rank, cfg.d_state, cfg.d_state], dim=-1)
         delta = self.step_size(dt)  # (B, T, D)
@@ -1398,6 +1402,7 @@ class MambaConfig:
     #                      backward (kernels.selective_scan_chunked: memory independent of T), `scan` within;
     #                      with scan='triton', the steps between the states its forward saves (0: 64)
     scan_compile: bool = False  # with scan_chunk: each chunk compiled (inductor), 2-3x faster on a CPU
+    conv_impl: str = "torch"  # 'torch' (nn.Conv1d) | 'matmul' (kernels.causal_conv_matmul: faster for short T)
     norm: str = "rms"
     norm_eps: float = 1e-5
     norm_impl: str = "torch"  # 'torch' (F.rms_norm) | 'manual' (written out) | 'triton' (kernels.py)
@@ -1408,7 +1413,7 @@ class MambaConfig:
     mixer, ffn, pos, emb_norm, causal = "mamba", "none", "none", "none", True
     seq2seq_layout = "joined"
     data_fields = ("vocab_size",)
-    tunable = ("dropout", "scan", "scan_chunk", "scan_compile", "norm_impl")  # the scans compute one function, as the norm paths do
+    tunable = ("dropout", "scan", "scan_chunk", "scan_compile", "conv_impl", "norm_impl")  # each computes one function
 
     def __post_init__(self):
         if self.dt_rank == 0:
