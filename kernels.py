@@ -247,19 +247,18 @@ DISCRETIZATIONS = ("zoh_approx", "zoh", "bilinear")
 
 
 def _scan_chunk(x, delta, A, Bm, Cm, h0, discretization, scan):
-    """One chunk of the fused scan: (y (B, L, D), the state after its last step (B, D, N)), from the state
-    h0 before its first step. Its (B, L, D, N) intermediates live only as long as the chunk. C_t h_t is a
-    product summed over N, not a matmul: compiled, it then joins the scan's loop instead of reading every
-    state back (3.5x faster forward, measured on one CPU core)."""
+    """One chunk of the fused scan: (y (B, L, D), the state after its last step (B, D, N)), from the state h0
+    before its first step. C_t h_t is a product summed over N, not a matmul, so that compiled it joins the scan's
+    loop; and the last state is a copy, not a view that would keep all the chunk's states alive."""
     a_bar, bx_bar = discretize(delta, A, Bm, x, discretization)
     h = selective_scan(a_bar, bx_bar, scan, h0=h0)  # (B, L, D, N)
-    return (h * Cm[:, :, None, :]).sum(-1), h[:, -1]
+    return (h * Cm[:, :, None, :]).sum(-1), h[:, -1].clone()
 
 
 def _step_terms(delta, A, method):
-    """discretize's a = A-bar and s, B-bar x = s x B, for one step's delta (B, D, 1) and A (D, N), with the
-    derivatives the backward chains through: da/dz (z = Delta A), ds/dDelta, ds/dA (the table in the Triton
-    section's comment, below; zoh's s is discretize's expm1(z) / A, so ds/dA = (z e^z - expm1(z)) / A^2)."""
+    """(a, s, a_z, s_d, s_A) of the Triton section's table (below) for one step's delta (B, D, 1): discretize's
+    A-bar = a and B-bar x = s x B, and the derivatives the backward chains through; zoh's s as discretize has it,
+    expm1(z) / A (z = Delta A), so its ds/dA is (z e^z - expm1(z)) / A^2."""
     z = delta * A  # (B, D, N)
     if method == "bilinear":
         inv = 1 / (1 - z / 2)
@@ -271,12 +270,11 @@ def _step_terms(delta, A, method):
 
 
 def _chunk_backward(x, delta, A, Bm, Cm, h0, gy, g_end, method):
-    """One chunk's gradients, written out (the Triton kernel _sscan_bwd's algorithm): its states recomputed
-    from h0, then the adjoint recurrence (Mamba eq. 2a run backwards) walked from the last step,
-        g_t = C_t gy_t + a_{t+1} g_{t+1}       the gradient reaching h_t; a_L g_L is g_end, from later chunks,
-    and d a_t = g_t h_{t-1}, d s_t = g_t x_t B_t chained through _step_terms to Delta and A; dx and dB sum
-    g_t s_t B_t and g_t s_t x_t, dC_t sums gy_t h_t. Returns (dx, d delta, dB, dC, dA, the gradient reaching h0).
-    Plain ops, no autograd: compiled, inductor fuses each step into a few loops."""
+    """One chunk's gradients by hand, as the Triton kernel _sscan_bwd (its section's comment derives them): the
+    chunk's states recomputed from h0, then the adjoint of eq. 2a walked from the last step, g_t = C_t gy_t +
+    a_{t+1} g_{t+1} (the gradient reaching h_t; a_L g_L = g_end comes from the chunks after), d a_t = g_t h_{t-1}
+    and d s_t = g_t x_t B_t chained through _step_terms to Delta and A. Returns (dx, d delta, dB, dC, dA, the
+    gradient reaching h0; dA per row). Plain operations, no autograd: compiled, each step is a few fused loops."""
     terms = [_step_terms(delta[:, t, :, None], A, method) for t in range(x.size(1))]  # (a, s, a_z, s_d, s_A) each
     xB = [x[:, t, :, None] * Bm[:, t, None, :] for t in range(x.size(1))]  # (B, D, N) each
     h = [h0]  # h[t + 1] is h_t
@@ -289,84 +287,76 @@ def _chunk_backward(x, delta, A, Bm, Cm, h0, gy, g_end, method):
         g_a, g_s, g_sb = g * h[t] * a_z, g * xB[t], g * s  # d a_t da/dz, d s_t, d (x_t B_t)
         grads.append(((g_sb * Bm[:, t, None, :]).sum(-1), (g_a * A + g_s * s_d).sum(-1),  # dx_t, d delta_t
                       (g_sb * x[:, t, :, None]).sum(1), (gy[:, t, :, None] * h[t + 1]).sum(1)))  # dB_t, dC_t
-        dA = dA + g_a * delta[:, t, :, None] + g_s * s_A  # summed over rows once, after the loop
+        dA = dA + g_a * delta[:, t, :, None] + g_s * s_A  # (B, D, N): the caller sums over the batch
         g = a * g  # what reaches h_{t-1}
-    dx, ddelta, dB, dC = (torch.stack(z[::-1], 1) for z in zip(*grads))  # (B, L, D) and (B, L, N)
-    return dx, ddelta, dB, dC, dA.sum(0), g
+    return (*(torch.stack(z[::-1], 1) for z in zip(*grads)), dA, g)
 
 
 _COMPILED_CHUNK = {}  # (function, backend) -> its torch.compile, built at the first compiled call
 CHUNK_COMPILE_BACKEND = "inductor"  # what model.py's scan_compile asks for (tests: dynamo's 'eager', no codegen)
-CHUNK_ROWS = 16  # rows (sequences) per call on a CPU: a step's (16, D, N) tensors stay in the L2 cache (2.6x
-#                  faster backward than 128 rows at once at D=128, N=16, one core); on a GPU the whole batch
 
 
 def _chunk_fn(fn, compile):
-    """fn, or its torch.compile (`compile`: a backend name, or False). Compiled, a chunk's discretization,
-    steps and sums become a few fused loops. Static shapes: _ChunkedScan pads every call to one shape."""
-    if not compile:
-        return fn
-    if (fn, compile) not in _COMPILED_CHUNK:
+    """fn, or its torch.compile (`compile`: a backend name, or False), for static shapes: every chunk has _chunks'
+    one shape, so fn compiles once per batch size (a minute on a CPU), never again for a ragged length."""
+    if compile and (fn, compile) not in _COMPILED_CHUNK:
         _COMPILED_CHUNK[fn, compile] = torch.compile(fn, backend=compile, dynamic=False)
-    return _COMPILED_CHUNK[fn, compile]
+    return _COMPILED_CHUNK[fn, compile] if compile else fn
 
 
-def _blocks(t, rows, chunk):
-    """(B, T, C), B and T whole multiples of rows and chunk -> (B/rows, T/chunk, rows, chunk, C), contiguous: one
-    copy, after which every call's block is a contiguous view (a copy per call cost more than the calls)."""
-    return t.view(t.size(0) // rows, rows, t.size(1) // chunk, chunk, t.size(2)).transpose(1, 2).contiguous()
-
-
-def _unblocks(parts, n_blocks):
-    """The inverse of _blocks for a list of (rows, chunk, C) blocks, block by block and chunk by chunk."""
-    t = torch.stack(parts)  # (B/rows * T/chunk, rows, chunk, C)
-    return t.view(n_blocks, -1, *t.shape[1:]).transpose(1, 2).flatten(2, 3).flatten(0, 1)  # (B, T, C)
+def _chunks(t, steps):
+    """(B, T, C) -> (T/steps, B, steps, C), contiguous, zero steps (Delta = x = 0: a = 1, B-bar x = 0 in every
+    discretization, steps that change nothing) filling the last chunk: one copy, after which each chunk is a
+    contiguous view of one shape (a copy per chunk cost more)."""
+    t = torch.nn.functional.pad(t, (0, 0, 0, -t.size(1) % steps)) if t.size(1) % steps else t
+    return t.unflatten(1, (-1, steps)).transpose(0, 1).contiguous()
 
 
 class _ChunkedScan(torch.autograd.Function):
-    """selective_scan_chunked's autograd: the forward keeps only y and the state at each chunk's start
-    (B, T/chunk, D, N); the backward walks the chunks from the last, recomputes each one's states from its
-    saved start (gradient checkpointing, one chunk at a time: Chen et al. 2016, as Mamba recomputes its
-    states in the backward, Gu & Dao 2023 sec. 3.3.2) and differentiates it by hand (_chunk_backward), passing
-    the gradient that reaches its start state on to the chunk before. Blocks of CHUNK_ROWS rows go in turn."""
+    """selective_scan_chunked's autograd: the forward keeps only y and the state at each chunk's start; the backward
+    walks the chunks from the last, recomputes each one's states from its saved start (gradient checkpointing, a
+    chunk at a time: Chen et al. 2016, as Mamba recomputes its states in the backward, Gu & Dao 2023 sec. 3.3.2),
+    differentiates it by hand (_chunk_backward) and passes the gradient reaching its start to the chunk before."""
 
     @staticmethod
     def forward(ctx, x, delta, A, Bm, Cm, discretization, chunk, scan, compile):
-        (B, T, D), N = x.shape, A.size(1)
-        chunk, rows = min(chunk, T), CHUNK_ROWS if x.device.type == "cpu" else B
-        # identity steps and rows (Delta = 0, x = 0: a = 1 and B-bar x = 0 in every discretization) fill the
-        # last chunk and block, so every call has one shape: one compiled graph, no recompile per length
-        pad = (0, 0, 0, -T % chunk, 0, -B % rows)
-        ins = [_blocks(torch.nn.functional.pad(t, pad), rows, chunk) for t in (x, delta, Bm, Cm)]
-        ys, starts = [], []
-        for r in range(ins[0].size(0)):
-            h = x.new_zeros(rows, D, N)
-            for c in range(ins[0].size(1)):
-                starts.append(h)
-                y, h = _chunk_fn(_scan_chunk, compile)(ins[0][r, c], ins[1][r, c], A, ins[2][r, c], ins[3][r, c], h,
-                                                       discretization, scan)
-                ys.append(y)
-        ctx.save_for_backward(*ins, A, torch.stack(starts))  # starts: (B/rows * T/chunk, rows, D, N)
-        ctx.settings = (discretization, compile, B, T)
-        return _unblocks(ys, ins[0].size(0))[:B, :T]
+        ins = [_chunks(t, min(chunk, x.size(1))) for t in (x, delta, Bm, Cm)]  # (T/chunk, B, chunk, .) each
+        h, ys, starts = x.new_zeros(x.size(0), *A.shape), [], []
+        for x_c, delta_c, B_c, C_c in zip(*ins):
+            starts.append(h)
+            y, h = _chunk_fn(_scan_chunk, compile)(x_c, delta_c, A, B_c, C_c, h, discretization, scan)
+            ys.append(y)
+        ctx.save_for_backward(*ins, A, *starts)
+        ctx.settings = (discretization, compile, x.size(1))
+        return torch.cat(ys, 1)[:, :x.size(1)]
 
     @staticmethod
     @once_differentiable
     def backward(ctx, gy):
-        x, delta, Bm, Cm, A, starts = ctx.saved_tensors
-        discretization, compile, B, T = ctx.settings
-        n_blocks, n_chunks, rows, chunk = x.shape[:4]
-        gy = _blocks(torch.nn.functional.pad(gy, (0, 0, 0, n_chunks * chunk - T, 0, n_blocks * rows - B)), rows, chunk)
-        parts, gA = [None] * starts.size(0), torch.zeros_like(A)
-        for r in range(n_blocks):
-            g_end = starts.new_zeros(starts.shape[1:])  # the gradient reaching a chunk's last state from those after it
-            for c in reversed(range(n_chunks)):
-                *parts[r * n_chunks + c], g_a, g_end = _chunk_fn(_chunk_backward, compile)(
-                    x[r, c], delta[r, c], A, Bm[r, c], Cm[r, c], starts[r * n_chunks + c], gy[r, c], g_end,
-                    discretization)
-                gA += g_a
-        gx, gdelta, gB, gC = (_unblocks(list(g), n_blocks)[:B, :T] for g in zip(*parts))
+        (x, delta, Bm, Cm, A, *starts), (discretization, compile, T) = ctx.saved_tensors, ctx.settings
+        g_end, gA, parts = torch.zeros_like(starts[0]), torch.zeros_like(A), []  # g_end: what reaches a chunk's end
+        for x_c, delta_c, B_c, C_c, gy_c, h0 in reversed(list(zip(x, delta, Bm, Cm, _chunks(gy, x.size(2)), starts))):
+            *g, g_a, g_end = _chunk_fn(_chunk_backward, compile)(x_c, delta_c, A, B_c, C_c, h0, gy_c, g_end,
+                                                                 discretization)
+            parts.append(g)  # [dx, d delta, dB, dC] of this chunk
+            gA += g_a.sum(0)  # (summed here: a sum over the batch inside the compiled chunk measured slower)
+        gx, gdelta, gB, gC = (torch.cat(g[::-1], 1)[:, :T] for g in zip(*parts))
         return gx, gdelta, gA, gB, gC, None, None, None, None
+
+
+def _check_selective_scan(name, x, delta, A, Bm, Cm, discretization, chunk):
+    """Reject what the fused scans (selective_scan_chunked, selective_scan_triton: `name`) would get wrong."""
+    shapes = (f"x {tuple(x.shape)}, delta {tuple(delta.shape)}, A {tuple(A.shape)}, Bm {tuple(Bm.shape)}, "
+              f"Cm {tuple(Cm.shape)}")
+    if not (x.dim() == 3 and delta.shape == x.shape and Bm.dim() == 3 and Cm.shape == Bm.shape
+            and Bm.shape[:2] == x.shape[:2] and A.shape == (x.shape[2], Bm.shape[2])):
+        raise ValueError(f"{name}: expected x and delta (B, T, D), A (D, N), Bm and Cm (B, T, N); got {shapes}")
+    if min(*x.shape, Bm.shape[2]) == 0:
+        raise ValueError(f"{name}: B, T, D and N must be at least 1; got {shapes}")
+    if discretization not in DISCRETIZATIONS:
+        raise ValueError(f"{name}: discretization={discretization!r}, expected one of {DISCRETIZATIONS}")
+    if not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"{name}: chunk={chunk!r}, expected an int >= 1")
 
 
 def selective_scan_chunked(x, delta, A, Bm, Cm, discretization="zoh_approx", chunk=16, scan="sequential",
@@ -374,49 +364,11 @@ def selective_scan_chunked(x, delta, A, Bm, Cm, discretization="zoh_approx", chu
     """model.selective_scan_reference's y (B, T, D), computed `chunk` steps at a time: the (B, T, D, N) states and
     discretized inputs exist for one chunk at a time, forward and backward (see _ChunkedScan), so the
     scan's memory is O(B chunk D N + B T D + B (T/chunk) D N) instead of O(B T D N). `scan` is the
-    algorithm within a chunk's forward (SCANS; the backward is the loop); compile='inductor' compiles the
-    chunk's forward and backward (_chunk_fn; the first call takes a minute on a CPU), the same functions."""
-    if x.shape != delta.shape or Bm.shape != Cm.shape or Bm.shape[:2] != x.shape[:2] or A.shape != (
-            x.size(-1), Bm.size(-1)):
-        raise ValueError(f"selective_scan_chunked: x and delta (B, T, D), A (D, N), Bm and Cm (B, T, N); got x "
-                         f"{tuple(x.shape)}, delta {tuple(delta.shape)}, A {tuple(A.shape)}, Bm {tuple(Bm.shape)}, "
-                         f"Cm {tuple(Cm.shape)}")
-    if chunk < 1 or discretization not in DISCRETIZATIONS:
-        raise ValueError(f"chunk={chunk}: at least one step; discretization={discretization!r}: one of "
-                         f"{DISCRETIZATIONS}")
+    algorithm within a chunk's forward (SCANS; the backward's is the loop); compile='inductor' compiles the
+    chunk's forward and backward (_chunk_fn; a minute at the first call on a CPU), the same functions."""
+    _check_selective_scan("selective_scan_chunked", x, delta, A, Bm, Cm, discretization, chunk)
     return _ChunkedScan.apply(x, delta, A, Bm, Cm, discretization, chunk, scan, compile)
 
-
-
-class _ChannelMatmul(torch.autograd.Function):
-    """y[b, t, d] = sum_s W[d, t, s] x[b, s, d]: one (T, T) matrix per channel, by torch.bmm over channels. bmm
-    copies an operand whose rows are strided matrix by matrix; one channel-major copy each way is faster."""
-
-    @staticmethod
-    def forward(ctx, x, W):
-        xd = x.permute(2, 0, 1).contiguous()  # (D, B, T)
-        ctx.save_for_backward(xd, W)
-        return torch.bmm(xd, W.transpose(1, 2)).permute(1, 2, 0)  # (B, T, D)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, gy):
-        xd, W = ctx.saved_tensors
-        gd = gy.permute(2, 0, 1).contiguous()  # (D, B, T)
-        return torch.bmm(gd, W).permute(1, 2, 0), torch.bmm(gd.transpose(1, 2), xd)  # dx (B, T, D), dW (D, T, T)
-
-
-def causal_conv_matmul(x, weight, bias):
-    """model.MambaMixer's causal depthwise convolution (nn.Conv1d(D, D, K, groups=D, padding=K - 1), its first T
-    outputs) as a matrix product per channel: y_t = sum_k w_k x_{t-K+1+k} is y = W x with W (T, T) the banded
-    lower-triangular Toeplitz matrix W[t, s] = w[K - 1 - (t - s)] for 0 <= t - s < K, else 0. x: (B, T, D); weight:
-    (D, 1, K); bias: (D,). T^2 multiply-adds per channel instead of T K: for short sequences (Mamba large's Pig
-    Latin batches, T ~ 40, K = 16: 5x faster forward and backward than the convolution on one CPU core)."""
-    T, K = x.size(1), weight.size(-1)
-    # u[d, m] = w[d, K - 1 - (m - T + 1)] for lags m - T + 1 in [0, K), else 0 (a negative pad cuts lags >= T);
-    # W[d, t, s] = u[d, t - s + T - 1] is u's length-T windows, each reversed
-    u = torch.nn.functional.pad(weight[:, 0].flip(-1), (T - 1, T - K))  # (D, 2T - 1)
-    return _ChannelMatmul.apply(x, u.unfold(-1, T, 1).flip(-1)) + bias  # (B, T, D)
 
 # -----------------------------------------------------------------------------
 # Triton kernels: RMSNorm, LayerNorm, SwiGLU, flash attention and Mamba's selective scan, each forward and
@@ -1195,24 +1147,6 @@ def _scan_config(D, N, interpreting):
     return block_d, block_n, {"num_warps": max(1, min(4, block_d * block_n // 128))}
 
 
-def _check_selective_scan(x, delta, A, Bm, Cm, discretization, chunk):
-    shapes = (f"x {tuple(x.shape)}, delta {tuple(delta.shape)}, A {tuple(A.shape)}, Bm {tuple(Bm.shape)}, "
-              f"Cm {tuple(Cm.shape)}")
-    if not (x.dim() == 3 and delta.shape == x.shape and Bm.dim() == 3 and Cm.shape == Bm.shape
-            and Bm.shape[:2] == x.shape[:2] and A.shape == (x.shape[2], Bm.shape[2])):
-        raise ValueError(f"selective_scan_triton: expected x and delta (B, T, D), A (D, N), Bm and Cm (B, T, N); "
-                         f"got {shapes}")
-    if min(*x.shape, Bm.shape[2]) == 0:
-        raise ValueError(f"selective_scan_triton: B, T, D and N must be at least 1; got {shapes}")
-    if Bm.shape[2] > MAX_SCAN_STATE:
-        raise ValueError(f"selective_scan_triton: state size N = {Bm.shape[2]} > MAX_SCAN_STATE={MAX_SCAN_STATE}")
-    if discretization not in _DISC_CODES:
-        raise ValueError(f"selective_scan_triton: discretization={discretization!r}, expected one of "
-                         f"{DISCRETIZATIONS}")
-    if not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"selective_scan_triton: chunk={chunk!r}, expected an int >= 1")
-
-
 class _SelectiveScanTriton(torch.autograd.Function):
     """The fused scan of the section's comment. Memory: y (B, T, D) and the chunk starts (B, T/chunk, D, N)
     forward; the backward adds one chunk of states per program (B, D/BLOCK_D, chunk + 1, BLOCK_D, BLOCK_N:
@@ -1266,7 +1200,9 @@ def selective_scan_triton(x, delta, A, Bm, Cm, discretization="zoh_approx", chun
     DISCRETIZATIONS. chunk: the steps between the states the forward saves; the backward recomputes `chunk` at
     a time. Returns y (B, T, D) in float64 where an input is float64 (the arithmetic too), else float32
     (float32, float16 and bfloat16 inputs, which may be mixed); gradients in each input's dtype."""
-    _check_selective_scan(x, delta, A, Bm, Cm, discretization, chunk)
+    _check_selective_scan("selective_scan_triton", x, delta, A, Bm, Cm, discretization, chunk)
+    if Bm.shape[2] > MAX_SCAN_STATE:
+        raise ValueError(f"selective_scan_triton: state size N = {Bm.shape[2]} > MAX_SCAN_STATE={MAX_SCAN_STATE}")
     return _SelectiveScanTriton.apply(x, delta, A, Bm, Cm, discretization, chunk)
 
 

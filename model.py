@@ -1269,6 +1269,20 @@ def selective_scan_reference(x, delta, A, Bm, Cm, discretization="zoh_approx", s
     return (h @ Cm[..., None]).squeeze(-1)  # (B, T, D): C_t h_t, per channel
 
 
+def causal_conv_matmul(x, weight, bias):
+    """MambaMixer's causal depthwise convolution, nn.Conv1d(D, D, K, groups=D, padding=K - 1) cut to its first T
+    outputs, as one (T, T) matrix product per channel: y_t = sum_k w_k x_{t-K+1+k} is y = W x for the banded
+    lower-triangular Toeplitz W[t, s] = w[K - 1 - (t - s)] (0 <= t - s < K, else 0). T^2 multiply-adds per channel,
+    not T K, but one batched matmul (torch.bmm) instead of a depthwise convolution: 4x faster forward and backward
+    at Mamba large's T ~ 40, K = 16 on one CPU core. x: (B, T, D); weight: (D, 1, K); bias: (D,) -> (B, T, D)."""
+    T, K = x.size(1), weight.size(-1)
+    # u[d, T - 1 + j] = w[d, K - 1 - j] for lags j in [0, K), else 0 (a negative pad cuts lags >= T); then
+    # W[d, t, s] = u[d, T - 1 + t - s]: u's length-T windows, each reversed
+    u = F.pad(weight[:, 0].flip(-1), (T - 1, T - K))  # (D, 2T - 1)
+    y = torch.bmm(x.permute(2, 0, 1).contiguous(), u.unfold(-1, T, 1).flip(-1).transpose(1, 2))  # (D, B, T)
+    return y.permute(1, 2, 0) + bias  # (B, T, D)
+
+
 class MambaMixer(nn.Module):
     """The selective SSM of Mamba (Gu & Dao 2023, Algorithm 2 and Figure 3), on x (B, T, C):
         x, z = in_proj(x)                          two branches of width D
@@ -1320,7 +1334,7 @@ class MambaMixer(nn.Module):
         xz = self.in_proj(x)  # (B, T, 2D)
         x, z = xz.chunk(2, dim=-1)  # (B, T, D) each
         if cfg.conv_impl == "matmul":  # the same convolution as a Toeplitz matrix per channel (T^2, not T d_conv)
-            x = kernels.causal_conv_matmul(x, self.conv.weight, self.conv.bias)  # (B, T, D)
+            x = causal_conv_matmul(x, self.conv.weight, self.conv.bias)  # (B, T, D)
         else:
             x = self.conv(x.transpose(1, 2))[..., :T].transpose(1, 2)  # (B, T, D): keep the causal part
         x = F.silu(x)
@@ -1402,7 +1416,7 @@ class MambaConfig:
     #                      backward (kernels.selective_scan_chunked: memory independent of T), `scan` within;
     #                      with scan='triton', the steps between the states its forward saves (0: 64)
     scan_compile: bool = False  # with scan_chunk: each chunk compiled (inductor), 2-3x faster on a CPU
-    conv_impl: str = "torch"  # 'torch' (nn.Conv1d) | 'matmul' (kernels.causal_conv_matmul: faster for short T)
+    conv_impl: str = "torch"  # 'torch' (nn.Conv1d) | 'matmul' (causal_conv_matmul: the same, faster for short T)
     norm: str = "rms"
     norm_eps: float = 1e-5
     norm_impl: str = "torch"  # 'torch' (F.rms_norm) | 'manual' (written out) | 'triton' (kernels.py)
