@@ -33,6 +33,7 @@ measured by bench/kernel_speed.py (`python -m bench.kernel_speed scan|precision|
 # annotations stay strings: the Triton kernels' `tl.constexpr` must not be evaluated where triton is absent
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -246,19 +247,17 @@ def discretize(delta, A, Bm, x, method):
 DISCRETIZATIONS = ("zoh_approx", "zoh", "bilinear")
 
 
-def _scan_chunk(x, delta, A, Bm, Cm, h0, discretization, scan):
-    """One chunk of the fused scan: (y (B, L, D), the state after its last step (B, D, N)), from the state h0
-    before its first step. C_t h_t is a product summed over N, not a matmul, so that compiled it joins the scan's
-    loop; and the last state is a copy, not a view that would keep all the chunk's states alive."""
+def _scan_chunk(x, delta, Bm, Cm, A, h0, discretization, scan):
+    """One chunk of the fused scan: (y (B, L, D), the state after its last step (B, D, N), a copy, not a view that
+    would keep every state alive), from the state h0 before it; C_t h_t summed over N (compiled: fused in the loop)."""
     a_bar, bx_bar = discretize(delta, A, Bm, x, discretization)
     h = selective_scan(a_bar, bx_bar, scan, h0=h0)  # (B, L, D, N)
     return (h * Cm[:, :, None, :]).sum(-1), h[:, -1].clone()
 
 
 def _step_terms(delta, A, method):
-    """(a, s, a_z, s_d, s_A) of the Triton section's table (below) for one step's delta (B, D, 1): discretize's
-    A-bar = a and B-bar x = s x B, and the derivatives the backward chains through; zoh's s as discretize has it,
-    expm1(z) / A (z = Delta A), so its ds/dA is (z e^z - expm1(z)) / A^2."""
+    """(a, s, a_z, s_d, s_A) of the Triton section's table (below) for one step's delta (B, D, 1): A-bar, B-bar x /
+    (x B) and their derivatives; zoh's s as discretize has it, expm1(z) / A, so ds/dA = (z e^z - expm1(z)) / A^2."""
     z = delta * A  # (B, D, N)
     if method == "bilinear":
         inv = 1 / (1 - z / 2)
@@ -269,20 +268,17 @@ def _step_terms(delta, A, method):
     return a, torch.expm1(z) / A, a, a, (z * a - torch.expm1(z)) / (A * A)
 
 
-def _chunk_backward(x, delta, A, Bm, Cm, h0, gy, g_end, method):
-    """One chunk's gradients by hand, as the Triton kernel _sscan_bwd (its section's comment derives them): the
-    chunk's states recomputed from h0, then the adjoint of eq. 2a walked from the last step, g_t = C_t gy_t +
-    a_{t+1} g_{t+1} (the gradient reaching h_t; a_L g_L = g_end comes from the chunks after), d a_t = g_t h_{t-1}
-    and d s_t = g_t x_t B_t chained through _step_terms to Delta and A. Returns (dx, d delta, dB, dC, dA, the
-    gradient reaching h0; dA per row). Plain operations, no autograd: compiled, each step is a few fused loops."""
+def _chunk_backward(x, delta, Bm, Cm, A, h0, gy, g_end, method):
+    """One chunk's gradients by hand, as _sscan_bwd (the Triton section's comment derives them): states recomputed from
+    h0, then eq. 2a's adjoint g_t = C_t gy_t + a_{t+1} g_{t+1} from the last step (a_L g_L = g_end, from later chunks).
+    Returns dx, d delta, dB, dC, dA (per row) and what reaches h0. No autograd: compiled, a few fused loops a step."""
     terms = [_step_terms(delta[:, t, :, None], A, method) for t in range(x.size(1))]  # (a, s, a_z, s_d, s_A) each
     xB = [x[:, t, :, None] * Bm[:, t, None, :] for t in range(x.size(1))]  # (B, D, N) each
     h = [h0]  # h[t + 1] is h_t
     for (a, s, *_), xb in zip(terms, xB):
         h.append(a * h[-1] + s * xb)
     g, dA, grads = g_end, 0, []
-    for t in reversed(range(x.size(1))):
-        a, s, a_z, s_d, s_A = terms[t]
+    for t, (a, s, a_z, s_d, s_A) in reversed(list(enumerate(terms))):
         g = gy[:, t, :, None] * Cm[:, t, None, :] + g  # (B, D, N): g_t
         g_a, g_s, g_sb = g * h[t] * a_z, g * xB[t], g * s  # d a_t da/dz, d s_t, d (x_t B_t)
         grads.append(((g_sb * Bm[:, t, None, :]).sum(-1), (g_a * A + g_s * s_d).sum(-1),  # dx_t, d delta_t
@@ -292,39 +288,34 @@ def _chunk_backward(x, delta, A, Bm, Cm, h0, gy, g_end, method):
     return (*(torch.stack(z[::-1], 1) for z in zip(*grads)), dA, g)
 
 
-_COMPILED_CHUNK = {}  # (function, backend) -> its torch.compile, built at the first compiled call
 CHUNK_COMPILE_BACKEND = "inductor"  # what model.py's scan_compile asks for (tests: dynamo's 'eager', no codegen)
 
 
+@functools.lru_cache(maxsize=None)  # one torch.compile per function and backend, built at its first call
 def _chunk_fn(fn, compile):
-    """fn, or its torch.compile (`compile`: a backend name, or False), for static shapes: every chunk has _chunks'
-    one shape, so fn compiles once per batch size (a minute on a CPU), never again for a ragged length."""
-    if compile and (fn, compile) not in _COMPILED_CHUNK:
-        _COMPILED_CHUNK[fn, compile] = torch.compile(fn, backend=compile, dynamic=False)
-    return _COMPILED_CHUNK[fn, compile] if compile else fn
+    """fn, or its torch.compile (`compile`: a backend name, or False) for _chunks' one shape: once per batch size."""
+    return torch.compile(fn, backend=compile, dynamic=False) if compile else fn
 
 
 def _chunks(t, steps):
-    """(B, T, C) -> (T/steps, B, steps, C), contiguous, zero steps (Delta = x = 0: a = 1, B-bar x = 0 in every
-    discretization, steps that change nothing) filling the last chunk: one copy, after which each chunk is a
-    contiguous view of one shape (a copy per chunk cost more)."""
+    """(B, T, C) -> (T/steps, B, steps, C), contiguous (one copy; a copy per chunk cost more), zero steps (Delta = x
+    = 0: a = 1, B-bar x = 0 in every discretization: steps that change nothing) filling the last chunk."""
     t = torch.nn.functional.pad(t, (0, 0, 0, -t.size(1) % steps)) if t.size(1) % steps else t
     return t.unflatten(1, (-1, steps)).transpose(0, 1).contiguous()
 
 
 class _ChunkedScan(torch.autograd.Function):
-    """selective_scan_chunked's autograd: the forward keeps only y and the state at each chunk's start; the backward
-    walks the chunks from the last, recomputes each one's states from its saved start (gradient checkpointing, a
-    chunk at a time: Chen et al. 2016, as Mamba recomputes its states in the backward, Gu & Dao 2023 sec. 3.3.2),
-    differentiates it by hand (_chunk_backward) and passes the gradient reaching its start to the chunk before."""
+    """selective_scan_chunked's autograd: the forward keeps y and each chunk's start state; the backward walks the
+    chunks from the last, recomputing each one's states from its start (gradient checkpointing: Chen et al. 2016, as
+    Mamba does, Gu & Dao 2023 sec. 3.3.2), differentiating it by hand and passing on what reaches its start."""
 
     @staticmethod
     def forward(ctx, x, delta, A, Bm, Cm, discretization, chunk, scan, compile):
         ins = [_chunks(t, min(chunk, x.size(1))) for t in (x, delta, Bm, Cm)]  # (T/chunk, B, chunk, .) each
         h, ys, starts = x.new_zeros(x.size(0), *A.shape), [], []
-        for x_c, delta_c, B_c, C_c in zip(*ins):
+        for c in zip(*ins):  # a chunk's x, delta, Bm, Cm: (B, chunk, .) each
             starts.append(h)
-            y, h = _chunk_fn(_scan_chunk, compile)(x_c, delta_c, A, B_c, C_c, h, discretization, scan)
+            y, h = _chunk_fn(_scan_chunk, compile)(*c, A, h, discretization, scan)
             ys.append(y)
         ctx.save_for_backward(*ins, A, *starts)
         ctx.settings = (discretization, compile, x.size(1))
@@ -333,11 +324,10 @@ class _ChunkedScan(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, gy):
-        (x, delta, Bm, Cm, A, *starts), (discretization, compile, T) = ctx.saved_tensors, ctx.settings
+        (*ins, A), starts, (discretization, compile, T) = ctx.saved_tensors[:5], ctx.saved_tensors[5:], ctx.settings
         g_end, gA, parts = torch.zeros_like(starts[0]), torch.zeros_like(A), []  # g_end: what reaches a chunk's end
-        for x_c, delta_c, B_c, C_c, gy_c, h0 in reversed(list(zip(x, delta, Bm, Cm, _chunks(gy, x.size(2)), starts))):
-            *g, g_a, g_end = _chunk_fn(_chunk_backward, compile)(x_c, delta_c, A, B_c, C_c, h0, gy_c, g_end,
-                                                                 discretization)
+        for *c, gy_c, h0 in reversed(list(zip(*ins, _chunks(gy, ins[0].size(2)), starts))):
+            *g, g_a, g_end = _chunk_fn(_chunk_backward, compile)(*c, A, h0, gy_c, g_end, discretization)
             parts.append(g)  # [dx, d delta, dB, dC] of this chunk
             gA += g_a.sum(0)  # (summed here: a sum over the batch inside the compiled chunk measured slower)
         gx, gdelta, gB, gC = (torch.cat(g[::-1], 1)[:, :T] for g in zip(*parts))
@@ -345,9 +335,7 @@ class _ChunkedScan(torch.autograd.Function):
 
 
 def _check_selective_scan(name, x, delta, A, Bm, Cm, discretization, chunk):
-    """Reject what the fused scans (selective_scan_chunked, selective_scan_triton: `name`) would get wrong."""
-    shapes = (f"x {tuple(x.shape)}, delta {tuple(delta.shape)}, A {tuple(A.shape)}, Bm {tuple(Bm.shape)}, "
-              f"Cm {tuple(Cm.shape)}")
+    shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip(("x", "delta", "A", "Bm", "Cm"), (x, delta, A, Bm, Cm)))
     if not (x.dim() == 3 and delta.shape == x.shape and Bm.dim() == 3 and Cm.shape == Bm.shape
             and Bm.shape[:2] == x.shape[:2] and A.shape == (x.shape[2], Bm.shape[2])):
         raise ValueError(f"{name}: expected x and delta (B, T, D), A (D, N), Bm and Cm (B, T, N); got {shapes}")
@@ -361,11 +349,9 @@ def _check_selective_scan(name, x, delta, A, Bm, Cm, discretization, chunk):
 
 def selective_scan_chunked(x, delta, A, Bm, Cm, discretization="zoh_approx", chunk=16, scan="sequential",
                            compile=False):
-    """model.selective_scan_reference's y (B, T, D), computed `chunk` steps at a time: the (B, T, D, N) states and
-    discretized inputs exist for one chunk at a time, forward and backward (see _ChunkedScan), so the
-    scan's memory is O(B chunk D N + B T D + B (T/chunk) D N) instead of O(B T D N). `scan` is the
-    algorithm within a chunk's forward (SCANS; the backward's is the loop); compile='inductor' compiles the
-    chunk's forward and backward (_chunk_fn; a minute at the first call on a CPU), the same functions."""
+    """model.selective_scan_reference's y (B, T, D), `chunk` steps at a time: the (B, T, D, N) states exist for one
+    chunk at a time, forward and backward (_ChunkedScan), so memory is O(B chunk D N + B T D + B (T/chunk) D N), not
+    O(B T D N). `scan`: a chunk's forward's algorithm (SCANS; the backward's is the loop); compile: _chunk_fn's."""
     _check_selective_scan("selective_scan_chunked", x, delta, A, Bm, Cm, discretization, chunk)
     return _ChunkedScan.apply(x, delta, A, Bm, Cm, discretization, chunk, scan, compile)
 
