@@ -1239,8 +1239,9 @@ class EncoderDecoder(TokenModel):
 # A-bar_t, B-bar_t x_t, eq. 4) and `scan_sequential` (the loop h_t = A-bar_t h_{t-1} + B-bar_t x_t, eq. 2a).
 # Which scan runs: the default scan='parallel' (with scan_chunk=0) goes selective_scan_reference ->
 # kernels.selective_scan -> kernels.scan_parallel, Blelloch's scan (`_blelloch`, differentiated by autograd);
-# config/piglatin_mamba.py picks 'sequential', the loop, and piglatin_mamba_large.py the chunked scan. The
-# other fast scans (log-space, chunked, Triton) are kernels.py's too, beside the loop and the discretizations.
+# config/piglatin_mamba.py and piglatin_mamba_large.py pick the chunked scan, compiled, whose backward is written
+# out by hand. The fast scans (log-space, chunked, Triton) are kernels.py's, beside the loop and the discretizations;
+# the convolution as a matmul (causal_conv_matmul, conv_impl='matmul') is here, beside MambaMixer.
 #
 # Glossary (code name -> symbol in the Mamba paper, Algorithm 2 and section 3)
 #     D = d_inner    expanded width E * d (E = expand); the SSM runs on each of the D channels apart
@@ -1413,9 +1414,9 @@ class MambaConfig:
     scan: str = "parallel"  # 'sequential' (the reference loop) | 'parallel' (Blelloch) | 'logspace' (Heinsen)
     #                         | 'triton' (kernels.selective_scan_triton, fused: a GPU, or Triton's interpreter)
     scan_chunk: int = 0  # 0: every state (B, T, D, N) at once; k > 0: k steps at a time, recomputed in the
-    #                      backward (kernels.selective_scan_chunked: memory independent of T), `scan` within;
-    #                      with scan='triton', the steps between the states its forward saves (0: 64)
-    scan_compile: bool = False  # with scan_chunk: each chunk compiled (inductor), 2-3x faster on a CPU
+    #                      backward (kernels.selective_scan_chunked: memory independent of T), `scan` within a
+    #                      chunk's forward; with scan='triton', the steps between the states its forward saves (0: 64)
+    scan_compile: bool = False  # with scan_chunk: each chunk's forward and hand-written backward compiled (inductor)
     conv_impl: str = "torch"  # 'torch' (nn.Conv1d) | 'matmul' (causal_conv_matmul: the same, faster for short T)
     norm: str = "rms"
     norm_eps: float = 1e-5
