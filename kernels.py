@@ -33,6 +33,7 @@ measured by bench/kernel_speed.py (`python -m bench.kernel_speed scan|precision|
 # annotations stay strings: the Triton kernels' `tl.constexpr` must not be evaluated where triton is absent
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -246,88 +247,112 @@ def discretize(delta, A, Bm, x, method):
 DISCRETIZATIONS = ("zoh_approx", "zoh", "bilinear")
 
 
-def _scan_chunk(x, delta, A, Bm, Cm, h0, discretization, scan):
-    """One chunk of the fused scan: (y (B, L, D), the state after its last step (B, D, N)), from the state
-    h0 before its first step. Its (B, L, D, N) intermediates live only as long as the chunk."""
+def _scan_chunk(x, delta, Bm, Cm, A, h0, discretization, scan):
+    """One chunk of the fused scan: (y (B, L, D), the state after its last step (B, D, N), a copy, not a view that
+    would keep every state alive), from the state h0 before it; C_t h_t summed over N (compiled: fused in the loop)."""
     a_bar, bx_bar = discretize(delta, A, Bm, x, discretization)
     h = selective_scan(a_bar, bx_bar, scan, h0=h0)  # (B, L, D, N)
-    return (h @ Cm[..., None]).squeeze(-1), h[:, -1]
+    return (h * Cm[:, :, None, :]).sum(-1), h[:, -1].clone()
 
 
-_COMPILED_CHUNK = {}  # backend -> torch.compile(_scan_chunk), built at the first compiled call
+def _step_terms(delta, A, method):
+    """(a, s, a_z, s_d, s_A) of the Triton section's table (below) for one step's delta (B, D, 1): A-bar, B-bar x /
+    (x B) and their derivatives; zoh's s as discretize has it, expm1(z) / A, so ds/dA = (z e^z - expm1(z)) / A^2."""
+    z = delta * A  # (B, D, N)
+    if method == "bilinear":
+        inv = 1 / (1 - z / 2)
+        return (1 + z / 2) * inv, delta * inv, inv * inv, inv * inv, delta * delta * inv * inv / 2
+    a = torch.exp(z)
+    if method == "zoh_approx":
+        return a, delta, a, 1.0, 0.0
+    return a, torch.expm1(z) / A, a, a, (z * a - torch.expm1(z)) / (A * A)
+
+
+def _chunk_backward(x, delta, Bm, Cm, A, h0, gy, g_end, method):
+    """One chunk's gradients by hand, as _sscan_bwd (the Triton section's comment derives them): states recomputed from
+    h0, then eq. 2a's adjoint g_t = C_t gy_t + a_{t+1} g_{t+1} from the last step (a_L g_L = g_end, from later chunks).
+    Returns dx, d delta, dB, dC, dA (per row) and what reaches h0. No autograd: compiled, a few fused loops a step."""
+    terms = [_step_terms(delta[:, t, :, None], A, method) for t in range(x.size(1))]  # (a, s, a_z, s_d, s_A) each
+    xB = [x[:, t, :, None] * Bm[:, t, None, :] for t in range(x.size(1))]  # (B, D, N) each
+    h = [h0]  # h[t + 1] is h_t
+    for (a, s, *_), xb in zip(terms, xB):
+        h.append(a * h[-1] + s * xb)
+    g, dA, grads = g_end, 0, []
+    for t, (a, s, a_z, s_d, s_A) in reversed(list(enumerate(terms))):
+        g = gy[:, t, :, None] * Cm[:, t, None, :] + g  # (B, D, N): g_t
+        g_a, g_s, g_sb = g * h[t] * a_z, g * xB[t], g * s  # d a_t da/dz, d s_t, d (x_t B_t)
+        grads.append(((g_sb * Bm[:, t, None, :]).sum(-1), (g_a * A + g_s * s_d).sum(-1),  # dx_t, d delta_t
+                      (g_sb * x[:, t, :, None]).sum(1), (gy[:, t, :, None] * h[t + 1]).sum(1)))  # dB_t, dC_t
+        dA = dA + g_a * delta[:, t, :, None] + g_s * s_A  # (B, D, N): the caller sums over the batch
+        g = a * g  # what reaches h_{t-1}
+    return (*(torch.stack(z[::-1], 1) for z in zip(*grads)), dA, g)
+
+
 CHUNK_COMPILE_BACKEND = "inductor"  # what model.py's scan_compile asks for (tests: dynamo's 'eager', no codegen)
 
 
-def _chunk_fn(compile):
-    """_scan_chunk, or its torch.compile (`compile`: an inductor backend name, or False). Compiled, a chunk's
-    discretization, scan steps and contraction become a few fused loops, forward and backward, instead of
-    some ten PyTorch operations a step. Shapes are dynamic after the first recompile (batch sizes and the
-    last chunk's length vary)."""
-    if not compile:
-        return _scan_chunk
-    if compile not in _COMPILED_CHUNK:
-        _COMPILED_CHUNK[compile] = torch.compile(_scan_chunk, backend=compile)
-    return _COMPILED_CHUNK[compile]
+@functools.lru_cache(maxsize=None)  # one torch.compile per function and backend, built at its first call
+def _chunk_fn(fn, compile):
+    """fn, or its torch.compile (`compile`: a backend name, or False) for _chunks' one shape: once per batch size."""
+    return torch.compile(fn, backend=compile, dynamic=False) if compile else fn
+
+
+def _chunks(t, steps):
+    """(B, T, C) -> (T/steps, B, steps, C), contiguous (one copy; a copy per chunk cost more), zero steps (Delta = x
+    = 0: a = 1, B-bar x = 0 in every discretization: steps that change nothing) filling the last chunk."""
+    t = torch.nn.functional.pad(t, (0, 0, 0, -t.size(1) % steps)) if t.size(1) % steps else t
+    return t.unflatten(1, (-1, steps)).transpose(0, 1).contiguous()
 
 
 class _ChunkedScan(torch.autograd.Function):
-    """selective_scan_chunked's autograd: the forward keeps only y and the state at each chunk's start
-    (B, T/chunk, D, N); the backward walks the chunks from the last, recomputes each one's states from its
-    saved start (gradient checkpointing, one chunk at a time: Chen et al. 2016, as Mamba recomputes its
-    states in the backward, Gu & Dao 2023 sec. 3.3.2) and differentiates it, passing the gradient that
-    reaches its start state on to the chunk before."""
+    """selective_scan_chunked's autograd: the forward keeps y and each chunk's start state; the backward walks the
+    chunks from the last, recomputing each one's states from its start (gradient checkpointing: Chen et al. 2016, as
+    Mamba does, Gu & Dao 2023 sec. 3.3.2), differentiating it by hand and passing on what reaches its start."""
 
     @staticmethod
     def forward(ctx, x, delta, A, Bm, Cm, discretization, chunk, scan, compile):
-        B, T, D = x.shape
-        h = x.new_zeros(B, D, A.size(1))
-        ys, starts = [], []
-        for s in range(0, T, chunk):
+        ins = [_chunks(t, min(chunk, x.size(1))) for t in (x, delta, Bm, Cm)]  # (T/chunk, B, chunk, .) each
+        h, ys, starts = x.new_zeros(x.size(0), *A.shape), [], []
+        for c in zip(*ins):  # a chunk's x, delta, Bm, Cm: (B, chunk, .) each
             starts.append(h)
-            y, h = _chunk_fn(compile)(x[:, s:s + chunk], delta[:, s:s + chunk], A, Bm[:, s:s + chunk], Cm[:, s:s + chunk],
-                               h, discretization, scan)
+            y, h = _chunk_fn(_scan_chunk, compile)(*c, A, h, discretization, scan)
             ys.append(y)
-        ctx.save_for_backward(x, delta, A, Bm, Cm, torch.stack(starts, 1))  # starts: (B, chunks, D, N)
-        ctx.settings = (discretization, chunk, scan, compile)
-        return torch.cat(ys, 1)
+        ctx.save_for_backward(*ins, A, *starts)
+        ctx.settings = (discretization, compile, x.size(1))
+        return torch.cat(ys, 1)[:, :x.size(1)]
 
     @staticmethod
     @once_differentiable
     def backward(ctx, gy):
-        x, delta, A, Bm, Cm, starts = ctx.saved_tensors
-        discretization, chunk, scan, compile = ctx.settings
-        grads = [torch.zeros_like(t) for t in (x, delta, Bm, Cm)]
-        gA = torch.zeros_like(A)
-        g_end = torch.zeros_like(starts[:, 0])  # the gradient reaching a chunk's last state from the chunks after it
-        for c in reversed(range(starts.size(1))):
-            s = c * chunk
-            with torch.enable_grad():
-                parts = [t[:, s:s + chunk].detach().requires_grad_() for t in (x, delta, Bm, Cm)]
-                a, h0 = A.detach().requires_grad_(), starts[:, c].detach().requires_grad_()
-                y, h_end = _chunk_fn(compile)(parts[0], parts[1], a, parts[2], parts[3], h0, discretization, scan)
-                *g_parts, g_a, g_h0 = torch.autograd.grad((y, h_end), (*parts, a, h0), (gy[:, s:s + chunk], g_end))
-            for g, part in zip(grads, g_parts):
-                g[:, s:s + chunk] = part
-            gA += g_a
-            g_end = g_h0
-        gx, gdelta, gB, gC = grads
+        (*ins, A), starts, (discretization, compile, T) = ctx.saved_tensors[:5], ctx.saved_tensors[5:], ctx.settings
+        g_end, gA, parts = torch.zeros_like(starts[0]), torch.zeros_like(A), []  # g_end: what reaches a chunk's end
+        for *c, gy_c, h0 in reversed(list(zip(*ins, _chunks(gy, ins[0].size(2)), starts))):
+            *g, g_a, g_end = _chunk_fn(_chunk_backward, compile)(*c, A, h0, gy_c, g_end, discretization)
+            parts.append(g)  # [dx, d delta, dB, dC] of this chunk
+            gA += g_a.sum(0)  # (summed here: a sum over the batch inside the compiled chunk measured slower)
+        gx, gdelta, gB, gC = (torch.cat(g[::-1], 1)[:, :T] for g in zip(*parts))
         return gx, gdelta, gA, gB, gC, None, None, None, None
+
+
+def _check_selective_scan(name, x, delta, A, Bm, Cm, discretization, chunk):
+    shapes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in zip(("x", "delta", "A", "Bm", "Cm"), (x, delta, A, Bm, Cm)))
+    if not (x.dim() == 3 and delta.shape == x.shape and Bm.dim() == 3 and Cm.shape == Bm.shape
+            and Bm.shape[:2] == x.shape[:2] and A.shape == (x.shape[2], Bm.shape[2])):
+        raise ValueError(f"{name}: expected x and delta (B, T, D), A (D, N), Bm and Cm (B, T, N); got {shapes}")
+    if min(*x.shape, Bm.shape[2]) == 0:
+        raise ValueError(f"{name}: B, T, D and N must be at least 1; got {shapes}")
+    if discretization not in DISCRETIZATIONS:
+        raise ValueError(f"{name}: discretization={discretization!r}, expected one of {DISCRETIZATIONS}")
+    if not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"{name}: chunk={chunk!r}, expected an int >= 1")
 
 
 def selective_scan_chunked(x, delta, A, Bm, Cm, discretization="zoh_approx", chunk=16, scan="sequential",
                            compile=False):
-    """model.selective_scan_reference's y (B, T, D), computed `chunk` steps at a time: the (B, T, D, N) states and
-    discretized inputs exist for one chunk at a time, forward and backward (see _ChunkedScan), so the
-    scan's memory is O(B chunk D N + B T D + B (T/chunk) D N) instead of O(B T D N). `scan` is the
-    algorithm within a chunk (SCANS); compile='inductor' compiles the chunk (_chunk_fn; the first call
-    takes half a minute on a CPU), the same function."""
-    if x.shape != delta.shape or Bm.shape != Cm.shape or Bm.shape[:2] != x.shape[:2] or A.shape != (
-            x.size(-1), Bm.size(-1)):
-        raise ValueError(f"selective_scan_chunked: x and delta (B, T, D), A (D, N), Bm and Cm (B, T, N); got x "
-                         f"{tuple(x.shape)}, delta {tuple(delta.shape)}, A {tuple(A.shape)}, Bm {tuple(Bm.shape)}, "
-                         f"Cm {tuple(Cm.shape)}")
-    if chunk < 1:
-        raise ValueError(f"chunk={chunk}: at least one step")
+    """model.selective_scan_reference's y (B, T, D), `chunk` steps at a time: the (B, T, D, N) states exist for one
+    chunk at a time, forward and backward (_ChunkedScan), so memory is O(B chunk D N + B T D + B (T/chunk) D N), not
+    O(B T D N). `scan`: a chunk's forward's algorithm (SCANS; the backward's is the loop); compile: _chunk_fn's."""
+    _check_selective_scan("selective_scan_chunked", x, delta, A, Bm, Cm, discretization, chunk)
     return _ChunkedScan.apply(x, delta, A, Bm, Cm, discretization, chunk, scan, compile)
 
 
@@ -1108,24 +1133,6 @@ def _scan_config(D, N, interpreting):
     return block_d, block_n, {"num_warps": max(1, min(4, block_d * block_n // 128))}
 
 
-def _check_selective_scan(x, delta, A, Bm, Cm, discretization, chunk):
-    shapes = (f"x {tuple(x.shape)}, delta {tuple(delta.shape)}, A {tuple(A.shape)}, Bm {tuple(Bm.shape)}, "
-              f"Cm {tuple(Cm.shape)}")
-    if not (x.dim() == 3 and delta.shape == x.shape and Bm.dim() == 3 and Cm.shape == Bm.shape
-            and Bm.shape[:2] == x.shape[:2] and A.shape == (x.shape[2], Bm.shape[2])):
-        raise ValueError(f"selective_scan_triton: expected x and delta (B, T, D), A (D, N), Bm and Cm (B, T, N); "
-                         f"got {shapes}")
-    if min(*x.shape, Bm.shape[2]) == 0:
-        raise ValueError(f"selective_scan_triton: B, T, D and N must be at least 1; got {shapes}")
-    if Bm.shape[2] > MAX_SCAN_STATE:
-        raise ValueError(f"selective_scan_triton: state size N = {Bm.shape[2]} > MAX_SCAN_STATE={MAX_SCAN_STATE}")
-    if discretization not in _DISC_CODES:
-        raise ValueError(f"selective_scan_triton: discretization={discretization!r}, expected one of "
-                         f"{DISCRETIZATIONS}")
-    if not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"selective_scan_triton: chunk={chunk!r}, expected an int >= 1")
-
-
 class _SelectiveScanTriton(torch.autograd.Function):
     """The fused scan of the section's comment. Memory: y (B, T, D) and the chunk starts (B, T/chunk, D, N)
     forward; the backward adds one chunk of states per program (B, D/BLOCK_D, chunk + 1, BLOCK_D, BLOCK_N:
@@ -1179,7 +1186,9 @@ def selective_scan_triton(x, delta, A, Bm, Cm, discretization="zoh_approx", chun
     DISCRETIZATIONS. chunk: the steps between the states the forward saves; the backward recomputes `chunk` at
     a time. Returns y (B, T, D) in float64 where an input is float64 (the arithmetic too), else float32
     (float32, float16 and bfloat16 inputs, which may be mixed); gradients in each input's dtype."""
-    _check_selective_scan(x, delta, A, Bm, Cm, discretization, chunk)
+    _check_selective_scan("selective_scan_triton", x, delta, A, Bm, Cm, discretization, chunk)
+    if Bm.shape[2] > MAX_SCAN_STATE:
+        raise ValueError(f"selective_scan_triton: state size N = {Bm.shape[2]} > MAX_SCAN_STATE={MAX_SCAN_STATE}")
     return _SelectiveScanTriton.apply(x, delta, A, Bm, Cm, discretization, chunk)
 
 

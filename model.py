@@ -378,6 +378,7 @@ CHOICES = {
     "pos": ("rope", "learned", "none"), "attn_impl": ATTN_IMPLS, "norm_impl": NORM_IMPLS, "ffn_impl": FFN_IMPLS,
     "pooling": ("cls", "mean"),  # the encoder classifier's
     "discretization": kernels.DISCRETIZATIONS, "scan": (*kernels.SCANS, "triton"),  # Mamba's
+    "conv_impl": ("torch", "matmul"),
     "tf": ("binary", "count", "log"), "doc_norm": ("l2", "l1", "none"),  # the bag of words'
 }
 
@@ -1238,8 +1239,9 @@ class EncoderDecoder(TokenModel):
 # A-bar_t, B-bar_t x_t, eq. 4) and `scan_sequential` (the loop h_t = A-bar_t h_{t-1} + B-bar_t x_t, eq. 2a).
 # Which scan runs: the default scan='parallel' (with scan_chunk=0) goes selective_scan_reference ->
 # kernels.selective_scan -> kernels.scan_parallel, Blelloch's scan (`_blelloch`, differentiated by autograd);
-# config/piglatin_mamba.py picks 'sequential', the loop, and piglatin_mamba_large.py the chunked scan. The
-# other fast scans (log-space, chunked, Triton) are kernels.py's too, beside the loop and the discretizations.
+# config/piglatin_mamba.py and piglatin_mamba_large.py pick the chunked scan, compiled, whose backward is written
+# out by hand. The fast scans (log-space, chunked, Triton) are kernels.py's, beside the loop and the discretizations;
+# the convolution as a matmul (causal_conv_matmul, conv_impl='matmul') is here, beside MambaMixer.
 #
 # Glossary (code name -> symbol in the Mamba paper, Algorithm 2 and section 3)
 #     D = d_inner    expanded width E * d (E = expand); the SSM runs on each of the D channels apart
@@ -1266,6 +1268,20 @@ def selective_scan_reference(x, delta, A, Bm, Cm, discretization="zoh_approx", s
     a_bar, bx_bar = discretize(delta, A, Bm, x, discretization)
     h = kernels.selective_scan(a_bar, bx_bar, scan)  # (B, T, D, N)
     return (h @ Cm[..., None]).squeeze(-1)  # (B, T, D): C_t h_t, per channel
+
+
+def causal_conv_matmul(x, weight, bias):
+    """MambaMixer's causal depthwise convolution, nn.Conv1d(D, D, K, groups=D, padding=K - 1) cut to its first T
+    outputs, as one (T, T) matrix product per channel: y_t = sum_k w_k x_{t-K+1+k} is y = W x for the banded
+    lower-triangular Toeplitz W[t, s] = w[K - 1 - (t - s)] (0 <= t - s < K, else 0). T^2 multiply-adds per channel,
+    not T K, but one batched matmul (torch.bmm) instead of a depthwise convolution: 4x faster forward and backward
+    at Mamba large's T ~ 40, K = 16 on one CPU core. x: (B, T, D); weight: (D, 1, K); bias: (D,) -> (B, T, D)."""
+    T, K = x.size(1), weight.size(-1)
+    # u[d, T - 1 + j] = w[d, K - 1 - j] for lags j in [0, K), else 0 (a negative pad cuts lags >= T); then
+    # W[d, t, s] = u[d, T - 1 + t - s]: u's length-T windows, each reversed
+    u = F.pad(weight[:, 0].flip(-1), (T - 1, T - K))  # (D, 2T - 1)
+    y = torch.bmm(x.permute(2, 0, 1).contiguous(), u.unfold(-1, T, 1).flip(-1).transpose(1, 2))  # (D, B, T)
+    return y.permute(1, 2, 0) + bias  # (B, T, D)
 
 
 class MambaMixer(nn.Module):
@@ -1318,7 +1334,10 @@ class MambaMixer(nn.Module):
         B, T, _ = x.shape
         xz = self.in_proj(x)  # (B, T, 2D)
         x, z = xz.chunk(2, dim=-1)  # (B, T, D) each
-        x = self.conv(x.transpose(1, 2))[..., :T].transpose(1, 2)  # (B, T, D): keep the causal part
+        if cfg.conv_impl == "matmul":  # the same convolution as a Toeplitz matrix per channel (T^2, not T d_conv)
+            x = causal_conv_matmul(x, self.conv.weight, self.conv.bias)  # (B, T, D)
+        else:
+            x = self.conv(x.transpose(1, 2))[..., :T].transpose(1, 2)  # (B, T, D): keep the causal part
         x = F.silu(x)
         dt, Bm, Cm = self.x_proj(x).split([cfg.dt_rank, cfg.d_state, cfg.d_state], dim=-1)
         delta = self.step_size(dt)  # (B, T, D)
@@ -1395,9 +1414,10 @@ class MambaConfig:
     scan: str = "parallel"  # 'sequential' (the reference loop) | 'parallel' (Blelloch) | 'logspace' (Heinsen)
     #                         | 'triton' (kernels.selective_scan_triton, fused: a GPU, or Triton's interpreter)
     scan_chunk: int = 0  # 0: every state (B, T, D, N) at once; k > 0: k steps at a time, recomputed in the
-    #                      backward (kernels.selective_scan_chunked: memory independent of T), `scan` within;
-    #                      with scan='triton', the steps between the states its forward saves (0: 64)
-    scan_compile: bool = False  # with scan_chunk: each chunk compiled (inductor), 2-3x faster on a CPU
+    #                      backward (kernels.selective_scan_chunked: memory independent of T), `scan` within a
+    #                      chunk's forward; with scan='triton', the steps between the states its forward saves (0: 64)
+    scan_compile: bool = False  # with scan_chunk: each chunk's forward and hand-written backward compiled (inductor)
+    conv_impl: str = "torch"  # 'torch' (nn.Conv1d) | 'matmul' (causal_conv_matmul: the same, faster for short T)
     norm: str = "rms"
     norm_eps: float = 1e-5
     norm_impl: str = "torch"  # 'torch' (F.rms_norm) | 'manual' (written out) | 'triton' (kernels.py)
@@ -1408,7 +1428,7 @@ class MambaConfig:
     mixer, ffn, pos, emb_norm, causal = "mamba", "none", "none", "none", True
     seq2seq_layout = "joined"
     data_fields = ("vocab_size",)
-    tunable = ("dropout", "scan", "scan_chunk", "scan_compile", "norm_impl")  # the scans compute one function, as the norm paths do
+    tunable = ("dropout", "scan", "scan_chunk", "scan_compile", "conv_impl", "norm_impl")  # each computes one function
 
     def __post_init__(self):
         if self.dt_rank == 0:

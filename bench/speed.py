@@ -478,12 +478,16 @@ def piglatin_bench(args, device, lengths=(32, 128), batch=128):
 
 MAMBA_LARGE = dict(vocab_size=30, n_layer=8, n_embd=64, d_state=16, d_conv=16, expand=2, discretization="bilinear",
                    dt_div_sqrt=True)  # config/piglatin_mamba_large.py (its Pig Latin batches: 128 x about 40)
-MAMBA_PATHS = [  # (row, our config's scan fields): every scan path, the chunked one eager and compiled
+MAMBA_PATHS = [  # (row, our config's scan and convolution fields): every scan path, the chunked one eager and
+    # compiled (its hand-written backward too), and the convolution as a matmul; the config's row last (the ratios')
     ("ours, sequential, every state", dict(scan="sequential")),
     ("ours, parallel, every state", dict(scan="parallel")),
     ("ours, logspace, every state", dict(scan="logspace")),
-    ("ours, chunked 16, eager", dict(scan="sequential", scan_chunk=16)),
-    ("ours, chunked 16, compiled (config)", dict(scan="sequential", scan_chunk=16, scan_compile=True)),
+    ("ours, chunked 8, eager", dict(scan="sequential", scan_chunk=8)),
+    ("ours, chunked 16, compiled", dict(scan="sequential", scan_chunk=16, scan_compile=True)),
+    ("ours, chunked 8, compiled", dict(scan="sequential", scan_chunk=8, scan_compile=True)),
+    ("ours, chunked 8, compiled, conv as matmul (config)",
+     dict(scan="sequential", scan_chunk=8, scan_compile=True, conv_impl="matmul")),
 ]
 
 

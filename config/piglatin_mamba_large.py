@@ -11,6 +11,7 @@ n_layer = 8
 d_state = 16
 d_conv = 16
 dt_div_sqrt = True
-scan_chunk = 16  # the chunked scan, each chunk compiled: 1.6x the sequential loop's speed here (one core)
-scan_compile = True
+conv_impl = "matmul"  # d_conv 16: the convolution as a Toeplitz matmul per channel; with the chunked scan (8 steps,
+#                       compiled, its backward by hand, from piglatin_mamba.py) a step 2.4x faster than chunks of 16
+#                       compiled by autograd (python -m bench.speed --cases mamba; one core, CPU time)
 eval_interval = 430  # every 10 epochs (each evaluation translates the validation words greedily)

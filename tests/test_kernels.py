@@ -206,26 +206,38 @@ def ssm_inputs(B=2, T=37, D=5, N=4, dtype=torch.float64, seed=0):
 @pytest.mark.parametrize("chunk", [1, 8, 64], ids=["chunk1", "chunk8", "chunk>T"])
 @pytest.mark.parametrize("method", kernels.DISCRETIZATIONS)
 def test_chunked_scan_is_the_reference_in_value_and_gradient(method, chunk):
-    """selective_scan_chunked keeps one chunk's states at a time and recomputes them in the backward; y and
-    the gradients of x, Delta, A, B and C equal the materialized reference's (float64, T = 37: several chunks
-    and a ragged last one), for each discretization."""
-    ins = ssm_inputs()
+    """selective_scan_chunked keeps one chunk's states at a time and differentiates each chunk by hand; y and the
+    gradients of x, Delta, A, B and C equal the materialized reference's (float64, B = 3, T = 37, D = 5, N = 3: several
+    chunks and a ragged last one, filled with zero steps), for each discretization and each scan within a chunk's
+    forward, and compiled (captured by dynamo's 'eager' backend: inductor takes a minute)."""
+    ins = ssm_inputs(B=3, N=3)
     ref = model.selective_scan_reference(*ins, method)
     gy = torch.randn_like(ref)
     want = torch.autograd.grad(ref, ins, gy)
-    y = kernels.selective_scan_chunked(*ins, method, chunk=chunk, scan="parallel")
-    got = torch.autograd.grad(y, ins, gy)
-    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
-    for name, g, w in zip(["x", "delta", "A", "Bm", "Cm"], got, want):
-        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10, msg=name)
-    if chunk == 8:  # the compiled chunk, captured by dynamo's 'eager' backend (inductor takes half a minute)
-        y = kernels.selective_scan_chunked(*ins, method, chunk=chunk, scan="sequential", compile="eager")
-        torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    for scan, compile in [(s, False) for s in SCANS] + [("sequential", "eager")] * (chunk == 8):
+        y = kernels.selective_scan_chunked(*ins, method, chunk=chunk, scan=scan, compile=compile)
+        torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12, msg=f"y, {scan}, compile={compile}")
         for name, g, w in zip(["x", "delta", "A", "Bm", "Cm"], torch.autograd.grad(y, ins, gy), want):
-            torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10, msg=name)
+            torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10, msg=f"d{name}, {scan}, compile={compile}")
     with pytest.raises(ValueError, match="A \\(D, N\\)"):
         kernels.selective_scan_chunked(ins[0], ins[1], ins[2].T, ins[3], ins[4], method)
+    with pytest.raises(ValueError, match="discretization"):
+        kernels.selective_scan_chunked(*ins, "euler")
 
+
+@pytest.mark.parametrize("method", kernels.DISCRETIZATIONS)
+def test_chunk_backward_is_autograd_of_the_chunk(method):
+    """_chunk_backward, the chunked scan's hand-written backward of one chunk, equals autograd through the chunk's
+    forward (_scan_chunk) from a nonzero start state h0 with a gradient arriving at its last state from the chunks
+    after it: the gradients of x, Delta, B, C, A and h0 (the two that cross chunks), float64, odd sizes."""
+    x, delta, A, Bm, Cm = ssm_inputs(B=3, T=7, D=5, N=3, seed=1)
+    h0 = torch.randn(3, 5, 3, dtype=torch.float64, requires_grad=True)
+    y, h_end = kernels._scan_chunk(x, delta, Bm, Cm, A, h0, method, "sequential")
+    gy, g_end = torch.randn_like(y), torch.randn_like(h_end)
+    want = torch.autograd.grad((y, h_end), (x, delta, Bm, Cm, A, h0), (gy, g_end))
+    *got, dA, dh0 = kernels._chunk_backward(*(t.detach() for t in (x, delta, Bm, Cm, A, h0)), gy, g_end, method)
+    for name, g, w in zip(["x", "delta", "Bm", "Cm", "A", "h0"], (*got, dA.sum(0), dh0), want):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10, msg=name)
 
 
 def test_zoh_keeps_its_digits_for_small_steps():

@@ -507,19 +507,57 @@ def test_mamba_is_causal_and_ignores_right_padding():
 
 @pytest.mark.parametrize("method", M.DISCRETIZATIONS)
 def test_mamba_scans_agree(method):
-    """The three scans, and the chunked one, compute the same model: outputs and every gradient, on an odd
-    length."""
+    """The three scans, the chunked one and the convolution as a matmul compute the same model: outputs and every
+    gradient, on an odd length."""
     inp = batch("joined")
     ref = mamba(discretization=method, scan="sequential")
     ref(**inp)[1].backward()
-    for scan, chunk in (("parallel", 0), ("logspace", 0), ("sequential", 4)):  # 4: the chunked scan, ragged
-        m = mamba(discretization=method, scan=scan, scan_chunk=chunk)
+    for scan, chunk, conv in (("parallel", 0, "torch"), ("logspace", 0, "torch"), ("sequential", 4, "torch"),
+                              ("sequential", 4, "matmul")):  # 4: the chunked scan, ragged
+        m = mamba(discretization=method, scan=scan, scan_chunk=chunk, conv_impl=conv)
         m.load_state_dict(ref.state_dict())
         logits, loss = m(**inp)
-        assert torch.allclose(logits, ref(**inp)[0], atol=1e-4), scan
+        assert torch.allclose(logits, ref(**inp)[0], atol=1e-4), (scan, conv)
         loss.backward()
         for (name, a), b in zip(m.named_parameters(), ref.parameters()):
-            assert torch.allclose(a.grad, b.grad, atol=1e-4, rtol=1e-3), (scan, name)
+            assert torch.allclose(a.grad, b.grad, atol=1e-4, rtol=1e-3), (scan, conv, name)
+
+
+@pytest.mark.parametrize("T, K", [(9, 4), (7, 16), (1, 3)], ids=["T>K", "K>T", "T=1"])
+def test_causal_conv_matmul_is_the_convolution(T, K):
+    """M.causal_conv_matmul, the causal depthwise convolution as a Toeplitz matrix per channel, equals MambaMixer's
+    nn.Conv1d (its first T outputs) in value and in the gradients of x, weight and bias: float64, odd sizes, and a
+    kernel longer than the sequence (its lags past T cut off)."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv1d(5, 5, K, groups=5, padding=K - 1).double()
+    x = torch.randn(3, T, 5, dtype=torch.float64, requires_grad=True)
+    ref = conv(x.transpose(1, 2))[..., :T].transpose(1, 2)
+    y = M.causal_conv_matmul(x, conv.weight, conv.bias)
+    gy = torch.randn_like(ref)
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    for name, g, w in zip(["x", "weight", "bias"], torch.autograd.grad(y, (x, conv.weight, conv.bias), gy),
+                          torch.autograd.grad(ref, (x, conv.weight, conv.bias), gy)):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12, msg=name)
+
+
+def test_mamba_trains_the_same_on_the_fast_paths(monkeypatch):
+    """Five AdamW steps of a tiny Mamba on the plain paths (the scan's loop over every state, nn.Conv1d) and on the
+    fast ones (the chunked scan, compiled, with its hand-written backward; the convolution as a matmul) give the
+    same losses to float32 rounding: nothing about training changes but the speed."""
+    monkeypatch.setattr(M.kernels, "CHUNK_COMPILE_BACKEND", "eager")  # (inductor: a minute)
+    inp, losses = batch("joined"), {}
+    for name, fast in (("plain", {}), ("fast", dict(scan_chunk=4, scan_compile=True, conv_impl="matmul"))):
+        m = mamba(discretization="bilinear", dt_div_sqrt=True, **fast).train()
+        opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
+        losses[name] = []
+        for _ in range(5):
+            loss = m(**inp)[1]
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses[name].append(loss.item())
+    assert losses["plain"][-1] < losses["plain"][0]  # it learned something, so the steps were not empty
+    np.testing.assert_allclose(losses["fast"], losses["plain"], rtol=1e-5)
 
 
 def test_mamba_init_and_decay():
