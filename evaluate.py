@@ -58,7 +58,7 @@ from evaluation.options import (ZERO_SHOT_TEMPLATE, ListSplit, check_args, check
                                 label_list, llama_tokenizer_for, read_tsv, read_word_list, seq2seq_words, untrained,
                                 zero_shot_inputs)
 from evaluation.piglatin_errors import accuracy_by
-from evaluation.ranges import AT_LEAST_1, Ranged
+from evaluation.ranges import AT_LEAST_0, AT_LEAST_1, Ranged
 from evaluation.seq2seq_plots import seq2seq_plots
 from evaluation.table import print_table
 from export import read_llama2c
@@ -846,7 +846,7 @@ def parser():
     p.add_argument("--loops", type=Ranged(int, lambda v: v >= 1, "one or more integers >= 1 (a model applies its "
                    "layers at least once)"), nargs="+", default=None, help="classifiers: also score a looped encoder "
                    "with each of these numbers of loops (test-time depth, no retraining), e.g. --loops 1 2 3 4")
-    p.add_argument("--max_errors", type=Ranged(int, lambda v: v >= 0, "an integer >= 0"), default=50,
+    p.add_argument("--max_errors", type=AT_LEAST_0, default=50,
                    help="seq2seq: wrong translations to print (all go to --json)")
     p.add_argument("--plots", default=None, help="seq2seq: write the attention maps and the embedding projection "
                    "(PNG) to this folder")

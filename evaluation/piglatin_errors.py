@@ -38,7 +38,7 @@ import numpy as np
 import configurator
 import data
 from corpora import piglatin
-from evaluation.ranges import Ranged, check_ranges
+from evaluation.ranges import AT_LEAST_0, check_ranges
 
 # -----------------------------------------------------------------------------
 # the grouping evaluate.py scores a checkpoint's words with (evaluate_seq2seq, error_analysis), and this command too
@@ -453,10 +453,10 @@ def parser():
     p.add_argument("--model", default="piglatin_mamba_large", help="the config whose failures are read")
     p.add_argument("--against", nargs="+", default=["piglatin_transformer", "piglatin_transformer_compounds"],
                    help="the configs it is compared with; the first is paired with it word by word and seed by seed")
-    p.add_argument("--examples", type=Ranged(int, lambda v: v >= 0, "an integer >= 0"), default=8,
+    p.add_argument("--examples", type=AT_LEAST_0, default=8,
                    help="unseen words of each kind (compounds, words without a hyphen) shown with every model's "
                    "translations, drawn at random from those --model gets wrong")
-    p.add_argument("--seed", type=Ranged(int, lambda v: v >= 0, "an integer >= 0"), default=0,
+    p.add_argument("--seed", type=AT_LEAST_0, default=0,
                    help="seed of the examples' draw")
     p.add_argument("--out", help="write the report (Markdown) to this file instead of printing it")
     return p

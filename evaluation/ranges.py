@@ -25,6 +25,7 @@ class Ranged:
         return typed and (self.kind is int or math.isfinite(value)) and self.ok(value)  # nan passes no comparison
 
 
+AT_LEAST_0 = Ranged(int, lambda v: v >= 0, "an integer >= 0")
 AT_LEAST_1 = Ranged(int, lambda v: v >= 1, "an integer >= 1")
 
 

@@ -76,7 +76,7 @@ def seeds_needed(sd, effect, power=0.8, most=1000):
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if detectable_effect(sd, mid, power) > effect else (lo, mid)
-    return max(hi, 2)
+    return hi  # >= 2: lo starts at 1
 
 
 def mean_ci(values):
@@ -181,13 +181,14 @@ def seed_and_example_bootstrap(d, n_boot=10000, seed=0):
     n_seeds, n = d.shape
     rng = np.random.default_rng(seed)
     means = np.empty(n_boot)
+    d_t = np.asarray(d, dtype=np.float64).T  # (examples, seeds)
     for start in range(0, n_boot, 1000):
         k = min(1000, n_boot - start)
         draws = rng.integers(0, n, size=(k, n))
         counts = np.bincount((draws + n * np.arange(k)[:, None]).ravel(), minlength=k * n).reshape(k, n)
         # (k, seeds): integer sums, exact in float64 whatever the order of summation (so on every machine); a float
         # product goes through BLAS, 40x faster than numpy's integer loop
-        per_seed = counts.astype(np.float64) @ np.asarray(d, dtype=np.float64).T
+        per_seed = counts.astype(np.float64) @ d_t
         picks = rng.integers(0, n_seeds, size=(k, n_seeds))
         means[start:start + k] = np.take_along_axis(per_seed, picks, axis=1).mean(axis=1) / n
     lo, hi = np.percentile(means, [2.5, 97.5])
