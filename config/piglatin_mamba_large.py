@@ -2,7 +2,8 @@
 # with 8 layers and d_state 16: 275,904 parameters (the write-up: "Mamba large (276 K)", 0.983 validation word
 # accuracy). Bilinear discretization and its stabilizer, Delta divided by sqrt(hidden size) (dt_div_sqrt);
 # the write-up's recipe otherwise (batch 128, lr 3e-3, 100 epochs).
-# python train.py config/piglatin_mamba_large.py     (about 40 s an epoch on one CPU core, chunked and compiled)
+# python train.py config/piglatin_mamba_large.py     (about 40 s an epoch on one CPU core before issue 42's path,
+#                                                     which halves the training step: see conv_impl below)
 import pathlib
 
 exec(pathlib.Path(__file__).with_name("piglatin_mamba.py").read_text())
@@ -12,6 +13,6 @@ d_state = 16
 d_conv = 16
 dt_div_sqrt = True
 conv_impl = "matmul"  # d_conv 16: the convolution as a Toeplitz matmul per channel; with the chunked scan (8 steps,
-#                       compiled, its backward by hand, from piglatin_mamba.py) a step 2.4x faster than chunks of 16
-#                       compiled by autograd (python -m bench.speed --cases mamba; one core, CPU time)
+#                       compiled, its backward by hand: piglatin_mamba.py's) a training step 2.0-2.4x faster than
+#                       before issue 42 (chunks of 16 under autograd): 0.95 s vs 1.9-2.4 s on one quiet CPU core
 eval_interval = 430  # every 10 epochs (each evaluation translates the validation words greedily)
