@@ -458,7 +458,8 @@ def parser():
                    "translations, drawn at random from those --model gets wrong")
     p.add_argument("--seed", type=AT_LEAST_0, default=0,
                    help="seed of the examples' draw")
-    p.add_argument("--out", help="write the report (Markdown) to this file instead of printing it")
+    p.add_argument("--out", help="write the report (Markdown) to this new file instead of printing it (a file "
+                   "already there is refused, never replaced)")
     return p
 
 
@@ -476,6 +477,10 @@ def main(argv=None):
             raise data.DataError(f"--records {args.records}: no such folder")
         if not os.path.isdir(args.data):
             raise data.DataError(f"--data {args.data}: no such folder (`python data.py piglatin` writes data/piglatin)")
+        if args.out and os.path.exists(args.out):  # checked before the reading: a report is never replaced
+            raise configurator.ConfigError(f"--out {args.out} exists: give another file, or move it away first")
+        if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+            raise configurator.ConfigError(f"--out {args.out}: there is no folder {os.path.dirname(args.out)}")
         print(f"reading {', '.join(models)} from {args.records} and the words of {args.data} ...", file=sys.stderr)
         words = read_words(args.data)
         runs, checked = read_study(args.records, models, words)

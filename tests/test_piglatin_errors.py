@@ -88,7 +88,7 @@ def study(tmp_path):
 
 def run(study, tmp_path, *more):
     records, folder = study
-    out = tmp_path / "report.md"
+    out = tmp_path / f"report{len(list(tmp_path.glob('report*.md')))}.md"  # a new file each time: one there is refused
     counts = E.main(["--records", records, "--data", folder, "--model", "mamba", "--against", "transformer",
                      "--out", str(out), *more])
     return counts, out.read_text()
@@ -180,6 +180,20 @@ def test_missing_folders_are_one_line(study, tmp_path, which, message):
     with pytest.raises(SystemExit) as e:
         E.main(["--records", records, "--data", folder, "--model", "mamba", "--against", "nobody"])
     assert str(e.value).startswith("error: ") and "nobody: no run records" in str(e.value)
+
+
+def test_a_report_already_there_is_refused_before_anything_is_read(study, tmp_path):
+    records, folder = study
+    out = tmp_path / "errors.md"
+    out.write_text("a report of mine")
+    argv = ["--records", records, "--data", folder, "--model", "mamba", "--against", "transformer"]
+    with pytest.raises(SystemExit) as e:
+        E.main([*argv, "--out", str(out)])
+    assert str(e.value) == f"error: --out {out} exists: give another file, or move it away first"
+    assert out.read_text() == "a report of mine"
+    with pytest.raises(SystemExit) as e:
+        E.main([*argv, "--out", str(tmp_path / "no" / "r.md")])
+    assert str(e.value).startswith(f"error: --out {tmp_path / 'no' / 'r.md'}: there is no folder")
 
 
 def test_help_names_the_command_and_every_option(capsys):
