@@ -653,7 +653,10 @@ def start(cfg, dataset, dev, files):
     if old.get("init_from", "resume") != "resume":
         cfg = {**cfg, "init_from": old["init_from"]}
     state = RunState.from_checkpoint(ckpt)
-    state.stopped = ""  # it goes on
+    if state.stopped == "interrupted":
+        state.stopped = ""  # it goes on
+    else:  # the last evaluation stopped it early, and the run was killed before its summary: it ends as it would have
+        print(f"the run in {paths['last']} had stopped ({state.stopped}): scoring its best checkpoint, no more training")
     print(f"resuming from {paths['last']} at iteration {state.iter_num}, epoch {state.epoch}")
     files.log({"type": "start", "iter": state.iter_num, "config": cfg,
                **({"implementation_changed": {k: [old.get(k), cfg[k]] for k in implementation}}

@@ -372,6 +372,19 @@ def test_early_stopping(tiny_cfg):
     assert "test_accuracy" in summary  # the best checkpoint is still evaluated
 
 
+def test_a_run_killed_after_it_stopped_early_resumes_to_its_end_not_further(tiny_cfg):
+    """Early stopping decided at an evaluation, whose last.pt is saved, and the process killed before the
+    summary (a SIGTERM while the test split is scored): the resume ends the run where it stopped."""
+    cfg = tiny_cfg(learning_rate=0.0, eval_interval=1, early_stop_patience=2, max_epochs=5)
+    summary, _ = run(cfg)
+    os.remove(os.path.join(cfg["out_dir"], "summary.json"))
+    resumed = train.train({**cfg, "init_from": "resume"})
+    assert resumed["iters"] == summary["iters"] == 3 and resumed["stopped"] == summary["stopped"]
+    assert resumed["test_accuracy"] == summary["test_accuracy"]
+    assert len([r for r in read_log(cfg) if r["type"] == "eval"]) == 3  # no evaluation after the resume
+    assert os.path.exists(os.path.join(cfg["out_dir"], "summary.json"))
+
+
 def test_no_early_stop_when_off(tiny_cfg):
     summary, _ = run(tiny_cfg(learning_rate=0.0, eval_interval=1, early_stop_patience=0, max_iters=5))
     assert summary["iters"] == 5 and summary["stopped"] == "max_iters"
