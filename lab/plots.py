@@ -48,6 +48,7 @@ def tight_layout(fig, **kwargs):
     p = fig.subplotpars
     fig.subplots_adjust(**{k: round(getattr(p, k) * 2**20) / 2**20
                            for k in ("left", "right", "bottom", "top", "wspace", "hspace")})
+    fig.set_layout_engine(None)  # laid out: savefig draws the figure once, not once more to lay it out again
 
 
 def drawn_data(fig):

@@ -27,7 +27,7 @@ import lab.runs
 import lab.stats
 import study
 import train
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, RunInProcess
 
 # -----------------------------------------------------------------------------
 # statistics
@@ -358,7 +358,8 @@ def test_classification_study_runs_resumes_and_compares(tiny_dataset, tmp_path, 
     shutil.move(hidden, out_root)
 
     # the config file edited: its new runs go beside the old ones, which train.py would refuse to replace
-    # (and which stay as they were)
+    # (and which stay as they were); trained in this process (the subprocesses are tested above)
+    monkeypatch.setattr(study, "start_run", RunInProcess)
     with open(configs[0], "a") as f:
         f.write("max_iters = 4\n")
     old = {p: open(p, "rb").read() for p in (os.path.join(planned["out_dir"], f) for f in ("summary.json", "ckpt.pt"))}
