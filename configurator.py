@@ -119,8 +119,8 @@ def apply_overrides(defaults, argv, depends=None):
 def commented_settings(source, names):
     """[(heading, name, comment)] for the assignments to `names` in `source` (a module's defaults block or a
     class body), in source order. A setting's comment is the one at the end of its line and the comment lines
-    right below it, if the next statement is a setting too (else they introduce that statement); comment lines
-    after a blank line head the settings below them."""
+    right below it, unless another kind of statement follows them directly (then they introduce it); comment
+    lines after a blank line head the settings below them."""
     source = textwrap.dedent(source)
     comments = {}  # line number -> (text, whether the comment is the whole line)
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -151,7 +151,7 @@ def commented_settings(source, names):
         while n in comments and comments[n][1]:
             more.append(comments[n][0])
             n += 1
-        if more and n in starts and target(starts[n]) is not None:
+        if more and (n not in starts or target(starts[n]) is not None):  # not above another kind of statement
             text += more
         out.append((heading, name, " ".join(text)))
     return out
@@ -162,7 +162,7 @@ def describe_settings(settings, values, width=110):
     lines, heading = [], None
     for head, name, comment in settings:
         if head != heading and head:
-            lines.append(f"  {head}")
+            lines.append(textwrap.fill(head, width, initial_indent="  ", subsequent_indent="  "))
         heading = head
         lines.append(textwrap.fill(f"{name} = {values[name]!r}" + (f"  {comment}" if comment else ""), width,
                                    initial_indent="    ", subsequent_indent="        "))

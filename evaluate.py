@@ -785,8 +785,8 @@ def parser():
         description="Evaluate checkpoints, classify text, sample from a language model or prompt one as a classifier. "
         "What each asks for: --ckpt alone, a checkpoint's whole report (its split's metrics, size, FLOPs, latency and "
         "throughput; --no_timing leaves out the timing); --text, the label or translation alone; --file, the metrics "
-        "on the file (--timing adds the timing); --prompt, the sample alone (--metrics adds a language model's "
-        "validation scores, --timing its speed). Config files (config/llama_generate.py, config/llama_*_prompt.py) "
+        "on the file (--timing adds the timing); --prompt, the sample (after the model's size; nothing scored "
+        "or timed: --metrics adds a language model's validation scores, --timing its speed). Config files (config/llama_generate.py, config/llama_*_prompt.py) "
         "may come first: they set these options. (The multi-seed study runner is study.py.)")
     p.add_argument("--ckpt", nargs="+", help="one or more ckpt.pt files (side by side); a llama2.c .bin/.pt or "
                    "a pretrained name (stories260K)")

@@ -1110,7 +1110,7 @@ class EncDecConfig:
     train_pos: bool = True  # 'sinusoidal': start from the sinusoid and train it (True) or keep it frozen
     emb_scale: bool = True  # Vaswani sec. 3.4: tokens N(0, 1/d) times sqrt(d), on the sinusoid's scale (entries
     # in [-1, 1]); off, tokens start at N(0, 0.02) as in every other family here, and on Pig Latin nothing was
-    # learned in 20 epochs, with trained or frozen positions (README)
+    # learned in 20 epochs, with trained or frozen positions (docs/piglatin_mamba.md)
     rope_theta: float = 10000.0
     emb_norm: str = "none"
     dropout: float = 0.1

@@ -75,7 +75,8 @@ eval_windows = 0  # language modelling: validation windows per evaluation; 0 = t
 # that family's defaults (model.EncoderConfig, model.GPTConfig)
 model = "encoder"  # 'encoder' (the classifier of the recurrent-vs-baseline study) | 'gpt' (the char LM) | 'llama'
 # (the mini Llama-2: a language model, or a classifier on a labelled dataset) | 'encdec' (encoder-decoder
-# transformer) | 'mamba' (selective state-space model; seq2seq or language modelling)
+# transformer) | 'mamba' (selective state-space model; seq2seq or language modelling) | 'bow' (bag of words,
+# logistic regression: the encoders' baseline)
 
 # optimization
 batch_size = 64  # examples per micro-batch (a step takes grad_accum of them)

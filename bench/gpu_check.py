@@ -41,6 +41,7 @@ device helpers) and train.py (training).
 
 import argparse
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -580,10 +581,11 @@ def prepare(folder, mirror):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description="Run every GPU feature once on the device, write each figure the moment "
-                                "it is measured, and give every target of docs/speed.md's GPU table a verdict (pass, "
-                                "FAIL or not measured). Everything it writes goes under --out. --cpu rehearses the "
-                                "same sections at tiny sizes.")
+    p = argparse.ArgumentParser(prog="python -m bench.gpu_check",
+                                description="Run every GPU feature once on the device, write each figure the moment it "
+                                "is measured, and give every target of docs/speed.md's GPU table a verdict (pass, FAIL "
+                                "or not measured). Everything it writes goes under --out. --cpu rehearses the same "
+                                "sections at tiny sizes (it needs Triton, for its interpreter).")
     p.add_argument("--out", default=None, help="the folder for everything it writes: gpu_check.json and .md (the "
                    "results and verdicts), figures.jsonl (each figure, check and note as it lands), logs/ (a section's "
                    "output), work/ (its runs and scratch) (default: out/gpu_check, or out/gpu_check_cpu with --cpu)")
@@ -624,8 +626,12 @@ def main(argv=None):
         if args.prepare:
             return 0
     if not args.cpu and not torch.cuda.is_available():
-        print(f"the GPU check needs a CUDA GPU, and torch {torch.__version__} sees none here; rehearse it on the CPU "
-              f"with `python -m bench.gpu_check --cpu` (the same sections at tiny sizes, Triton in its interpreter)")
+        print(f"error: the GPU check needs a CUDA GPU, and torch {torch.__version__} sees none here; rehearse it on the "
+              f"CPU with `python -m bench.gpu_check --cpu` (the same sections at tiny sizes, Triton in its interpreter)")
+        return 2
+    if args.cpu and importlib.util.find_spec("triton") is None:
+        print("error: the rehearsal runs the Triton kernels in Triton's interpreter, and Triton is not installed here: "
+              "pip install triton (Linux; requirements-test.txt installs it)")
         return 2
     if args.cpu:  # imported once here, for every section's forked process
         for module in ("torch._dynamo", "bench.kernel_speed", "bench.speed", "export", "train"):

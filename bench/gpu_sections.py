@@ -7,6 +7,7 @@ bench/kernel_speed.py and bench/speed.py (the timing and the generation benchmar
 """
 
 import dataclasses
+import importlib.util
 import json
 import os
 import statistics
@@ -246,6 +247,8 @@ def kernel_errors(fast, reference, inputs, seed=0):
 def section_kernels(run):
     import kernels
     from bench.kernel_speed import time_triton
+    if importlib.util.find_spec("triton") is None:
+        raise RuntimeError("Triton is not installed: pip install triton (Linux; torch's CUDA wheels bring it)")
     if not kernels.triton_available():
         raise RuntimeError("Triton cannot run here (on a CPU: TRITON_INTERPRET=1 before triton's first import)")
     run.figure("triton", kernels.triton.__version__)  # (the module's: its package may be named pytorch-triton)

@@ -271,10 +271,11 @@ def test_train_help_lists_every_setting_config_file_and_family(capsys):
 
 def test_commented_settings_tells_continuations_from_headings():
     source = ("import os\n\n# I/O\na = 1  # first\n# its second line\nb = 'x'\n# a heading? no: before c, a setting\n"
-              "c = 2.0  # c's\n\n# next part\nd = True\n# about e, which is not a setting\ne = 3\n")
+              "c = 2.0  # c's\n# more of c's, the last of its part\n\n# next part\nd = True\n"
+              "# about e, which is not a setting\ne = 3\n")
     assert configurator.commented_settings(source, {"a", "b", "c", "d"}) == [
         ("I/O", "a", "first its second line"), ("I/O", "b", "a heading? no: before c, a setting"),
-        ("I/O", "c", "c's"), ("next part", "d", "")]
+        ("I/O", "c", "c's more of c's, the last of its part"), ("next part", "d", "")]
 
 
 def test_a_bare_train_py_says_what_it_trains_first(monkeypatch, capsys):
@@ -294,7 +295,7 @@ def test_a_bare_train_py_says_what_it_trains_first(monkeypatch, capsys):
 HELPED = [  # (module, sub-command or none, the usage line's start)
     ("evaluate", [], "usage: python evaluate.py"), ("data", [], "usage: python data.py"),
     ("study", [], "usage: python study.py"), ("export", [], "usage: python export.py"),
-    ("bench.speed", [], "usage: python -m bench.speed"),
+    ("bench.speed", [], "usage: python -m bench.speed"), ("bench.gpu_check", [], "usage: python -m bench.gpu_check"),
     ("bench.kernel_speed", [], "usage: python -m bench.kernel_speed"),
     *[("bench.kernel_speed", [c], f"usage: python -m bench.kernel_speed {c}")
       for c in ("scan", "precision", "triton", "compile")],
@@ -338,8 +339,8 @@ def test_every_command_answers_help_with_each_option(name, sub, usage, capsys, m
         parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[c]
     flat = " ".join(out.split())
     for action in parser._actions:
-        if isinstance(action, argparse._HelpAction):
-            continue
+        if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+            continue  # (SUPPRESS: a command's own plumbing, such as gpu_check's options for its section processes)
         assert action.help, f"{name} {sub}: {action.dest} has no help"
         assert all(o in out for o in action.option_strings), action.option_strings
         if isinstance(action, argparse._SubParsersAction):
@@ -355,7 +356,8 @@ def test_evaluate_help_says_how_to_ask_for_metrics_and_timing(capsys):
     with pytest.raises(SystemExit):
         evaluate.main(["--help"])
     flat = " ".join(capsys.readouterr().out.split())
-    for words in ("--prompt, the sample alone (--metrics adds", "--timing its speed", "--no_timing leaves out"):
+    for words in ("--prompt, the sample (after the model's size; nothing scored or timed: --metrics adds",
+                  "--timing its speed", "--no_timing leaves out"):
         assert words in flat
 
 

@@ -124,6 +124,7 @@ def test_missing_data_is_prepared_from_the_mirror_or_refused_in_one_line(tmp_pat
     stand-ins that write their meta.json). Without CUDA and without --cpu, the check says in one line what it
     needs."""
     monkeypatch.delenv("DATA_MIRROR")
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)  # --prepare points it at its folder: restored after
     assert gpu_check.main(["--cpu", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "o")]) == 2
     printed = capsys.readouterr().out
     assert printed.count("\n") == 1 and "python -m bench.gpu_check --prepare --data" in printed
@@ -149,8 +150,21 @@ def test_missing_data_is_prepared_from_the_mirror_or_refused_in_one_line(tmp_pat
         capsys.readouterr()
         assert gpu_check.main(["--data", str(tmp_path / "data")]) == 2
         printed = capsys.readouterr().out
-        assert "needs a CUDA GPU" in printed and "python -m bench.gpu_check --cpu" in printed
+        assert printed.startswith("error: the GPU check needs a CUDA GPU") and "python -m bench.gpu_check --cpu" in printed
         assert printed.count("\n") == 1
+
+
+def test_a_rehearsal_without_triton_is_one_line_that_says_to_install_it(check_data, tmp_path, monkeypatch, capsys):
+    """Triton is the suite's (requirements-test.txt), not the lab's: a rehearsal where it is missing says so
+    before any section runs, instead of failing its kernel sections with another reason."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real(name, *a))
+    assert gpu_check.main(["--cpu", "--data", check_data, "--out", str(tmp_path / "out")]) == 2
+    printed = capsys.readouterr().out
+    assert printed.startswith("error: the rehearsal runs the Triton kernels") and "pip install triton" in printed
+    assert printed.count("\n") == 1 and not os.path.exists(tmp_path / "out")
 
 
 def test_torchrun_that_times_out_is_a_failed_check_not_a_lost_section(check_data, tmp_path, monkeypatch):
