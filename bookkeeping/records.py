@@ -17,6 +17,7 @@ evaluate.py (the run identity takes train.py's DEFAULTS as an argument for that 
 """
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -57,8 +58,15 @@ def check_out_dir(cfg):
 
 
 def log_jsonl(path, record):
+    """One JSON line. A figure that is not finite (the best validation loss of a run stopped before its first
+    evaluation: inf) is written null, so that any JSON reader reads the log, not Python's alone."""
+    def finite(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        return {k: finite(v) for k, v in x.items()} if isinstance(x, dict) else \
+            [finite(v) for v in x] if isinstance(x, (list, tuple)) else x
     with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
+        f.write(json.dumps(finite(record), allow_nan=False) + "\n")
 
 
 class RunFiles:

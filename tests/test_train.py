@@ -36,9 +36,14 @@ def assert_same_state(a, b):
         assert torch.equal(a[k], b[k]), f"{k} differs"
 
 
+def strict_json(constant):
+    raise ValueError(f"{constant} is not JSON")  # Python writes and reads it; other JSON readers refuse it
+
+
 def read_log(cfg):
+    """The run's log.jsonl, each line read as strict JSON (no Infinity or NaN)."""
     with open(os.path.join(cfg["out_dir"], "log.jsonl")) as f:
-        return [json.loads(line) for line in f]
+        return [json.loads(line, parse_constant=strict_json) for line in f]
 
 
 # -----------------------------------------------------------------------------
@@ -112,6 +117,8 @@ def resume_pair(tiny_cfg, tmp_path, stop_after, n_iters, half, **settings):
     stop_after(half)
     stopped, last_half = run(cfg_two)
     assert stopped["stopped"] == "interrupted" and last_half["iter_num"] == half
+    if not any(r["type"] == "eval" for r in read_log(cfg_two)):  # stopped before its first evaluation
+        assert [r["best_val_loss"] for r in read_log(cfg_two) if r["type"] == "summary"] == [None]
     two, last_two = run({**cfg_two, "init_from": "resume"})
     # a resumed run's minutes are the whole run's: the time before the stop (kept in last.pt) and after it
     assert 0 < last_half["train_seconds"] <= two["train_minutes"] * 60 and last_two["train_seconds"] >= \
