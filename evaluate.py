@@ -795,7 +795,8 @@ def parser():
     p.add_argument("--split", default="test", choices=["train", "val", "test", "unseen"],
                    help="the split to score (unseen: Pig Latin's words from outside the novel; a seq2seq model's "
                    "test is scored with its unseen words beside it)")
-    p.add_argument("--json", help="write the figures to this file (classifiers: with per-example predictions)")
+    p.add_argument("--json", help="write the figures to this new file (classifiers: with per-example predictions; a file already "
+                   "there is refused, never replaced)")
     p.add_argument("--text", help="classify this sentence and print the label probabilities (seq2seq: translate "
                    "its words, upper case read as lower case, as --words)")
     p.add_argument("--truncate", action="store_true", help="with --text: cut an over-long sentence instead of refusing")

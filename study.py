@@ -258,7 +258,12 @@ def run_measurement(cfg, record, name, argv, what, remeasure=False):
     here = os.path.isfile(ckpt) and has_record(record)
     if here and (remeasure or not os.path.isfile(path)):
         print(what)
-        rows = evaluate_script(["--ckpt", ckpt, *argv], path)
+        new = f"{path}.new"  # evaluate.py never replaces a file: the study replaces its own measurement, once made
+        if os.path.exists(new):
+            os.remove(new)  # left by a measurement that was stopped
+        rows = evaluate_script(["--ckpt", ckpt, *argv], new)
+        if rows:
+            os.replace(new, path)
         return rows[0] if rows else None
     if not os.path.isfile(path):
         return None

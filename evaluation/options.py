@@ -68,6 +68,8 @@ def check_args(p, args):
         if not os.path.isdir(folder) or os.path.isdir(args.json):
             raise configurator.ConfigError(f"--json {args.json}: " + ("a folder, not a file" if os.path.isdir(
                 args.json) else f"there is no folder {folder} to write it in"))
+        if os.path.exists(args.json):  # checked before anything is measured: a result is never replaced
+            raise configurator.ConfigError(f"--json {args.json} exists: give another file, or move it away first")
     if args.plots is not None:
         if os.path.exists(args.plots) and not os.path.isdir(args.plots):
             raise configurator.ConfigError(f"--plots {args.plots}: a file, not a folder")

@@ -61,6 +61,15 @@ def test_each_option_is_checked_before_anything_is_loaded(option, message, tmp_p
     assert "\n" not in text and "missing.pt" not in text
 
 
+def test_a_json_file_already_there_is_refused_and_kept(tmp_path, monkeypatch):
+    """evaluate.py --json never replaces a file (study.py's --remeasure replaces its own, by a new file moved in)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.json").write_text('{"mine": 1}')
+    assert refusal(["--ckpt", "missing.pt", "--json", "r.json"]) == \
+        "error: --json r.json exists: give another file, or move it away first"
+    assert (tmp_path / "r.json").read_text() == '{"mine": 1}'
+
+
 @pytest.mark.parametrize("option, message", [
     (["--rounds", "0"], "--rounds 0: an integer >= 1"),
     (["--bench_steps", "-1"], "--bench_steps -1: an integer >= 1"),

@@ -997,6 +997,7 @@ def test_seq2seq_report_of_a_model_that_gets_some_words_right(pig_data, tmp_path
     # --file: any word list, one a line, optionally with its expected translation (else the rules')
     words_file = tmp_path / "words.txt"
     words_file.write_text("Brown\nis\tisyay\n\nmy\nself-made\nquirk\tirkquay\n")  # another dialect for 'is'
+    out = tmp_path / "report_file.json"  # a new file: evaluate.py never replaces one
     evaluate.main(["--ckpt", str(path), "--no_timing", "--json", str(out), "--file", str(words_file)])
     report = json.loads(out.read_text())
     assert list(report["splits"]) == ["words.txt"]

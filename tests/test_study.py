@@ -525,3 +525,35 @@ def test_units_import_one_way():
     assert not {e for e in between if e[0] == "lesson" or e[1] == "study"}, sorted(between)
     assert not cycle(between), " -> ".join(cycle(between))
     assert {("bench", "lesson"), ("lab", "lesson"), ("study", "lesson")} <= between  # it sees real imports
+
+
+def test_remeasure_replaces_the_record_s_measurement_through_a_new_file(tmp_path, monkeypatch):
+    """study.py --remeasure measures a run again although its record holds a measurement: evaluate.py refuses to
+    replace a file, so the study has it write a new one beside it (a stale one from a stopped measurement
+    removed first) and moves that in; a failed measurement keeps the old one."""
+    out_dir, record = tmp_path / "run", tmp_path / "record"
+    out_dir.mkdir()
+    record.mkdir()
+    (out_dir / "ckpt.pt").write_bytes(b"a checkpoint")
+    (record / "summary.json").write_text("{}")
+    (record / "measure.json").write_text('[{"latency_ms": 1.0}]')
+    (record / "measure.json.new").write_text("left by a stopped measurement")
+    written = []
+
+    def evaluate_script(argv, json_path):
+        assert not os.path.exists(json_path)  # evaluate.py would refuse it
+        written.append(json_path)
+        open(json_path, "w").write('[{"latency_ms": 2.0}]')
+        return [{"latency_ms": 2.0}]
+
+    monkeypatch.setattr(study, "evaluate_script", evaluate_script)
+    cfg = {"out_dir": str(out_dir)}
+    assert study.run_measurement(cfg, str(record), "measure.json", [], "measuring") == {"latency_ms": 1.0}
+    assert written == []  # there already, and not asked to remeasure
+    assert study.run_measurement(cfg, str(record), "measure.json", [], "measuring", remeasure=True) == \
+        {"latency_ms": 2.0}
+    assert json.loads((record / "measure.json").read_text()) == [{"latency_ms": 2.0}]
+    assert sorted(os.listdir(record)) == ["measure.json", "summary.json"]
+    monkeypatch.setattr(study, "evaluate_script", lambda argv, json_path: None)  # a measurement that failed
+    assert study.run_measurement(cfg, str(record), "measure.json", [], "measuring", remeasure=True) is None
+    assert json.loads((record / "measure.json").read_text()) == [{"latency_ms": 2.0}]
