@@ -513,6 +513,8 @@ def main(argv=None):
                    "flash attention for")
     c.add_argument("--json", help="write every variant's figures to this file")
     args = p.parse_args(argv)
+    if getattr(args, "json", None) and os.path.exists(args.json):  # before anything is timed: never replaced
+        p.error(f"--json {args.json} exists: give another file, or move it away first")
     if args.command == "compile":
         return compile_command(p, args)
     if min(args.lengths) < 1:

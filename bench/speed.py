@@ -679,7 +679,7 @@ def parser():
                    "'mps'")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="the models' precision (bfloat16, float16: autocast)")
-    p.add_argument("--json", help="write the figures and the conditions to this file")
+    p.add_argument("--json", help="write the figures and the conditions to this new file (one already there is refused)")
     return p
 
 
@@ -690,6 +690,8 @@ def main(argv=None):
         p = parser()
         args = p.parse_args(argv)
         check_ranges(p, args)
+        if args.json and os.path.exists(args.json):  # before anything is timed: a result is never replaced
+            raise configurator.ConfigError(f"--json {args.json} exists: give another file, or move it away first")
         return run_bench(args, configurator.resolve_device(args.device))
     except configurator.UserError as e:
         sys.exit(f"error: {e}")

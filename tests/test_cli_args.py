@@ -62,11 +62,19 @@ def test_each_option_is_checked_before_anything_is_loaded(option, message, tmp_p
 
 
 def test_a_json_file_already_there_is_refused_and_kept(tmp_path, monkeypatch):
-    """evaluate.py --json never replaces a file (study.py's --remeasure replaces its own, by a new file moved in)."""
+    """evaluate.py --json (and the benchmarks') never replaces a file (study.py's --remeasure replaces its own
+    record's, by a new file moved in)."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "r.json").write_text('{"mine": 1}')
     assert refusal(["--ckpt", "missing.pt", "--json", "r.json"]) == \
         "error: --json r.json exists: give another file, or move it away first"
+    assert (tmp_path / "r.json").read_text() == '{"mine": 1}'
+    from bench import kernel_speed, speed
+    with pytest.raises(SystemExit) as e:
+        speed.main(["--json", "r.json", "--cases", "nothing"])
+    assert str(e.value) == "error: --json r.json exists: give another file, or move it away first"
+    with pytest.raises(SystemExit):
+        kernel_speed.main(["scan", "--json", "r.json"])
     assert (tmp_path / "r.json").read_text() == '{"mine": 1}'
 
 
