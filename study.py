@@ -370,6 +370,8 @@ def configs_main(args):
         check_metric(metric, "--metrics")
     if args.json:
         check_folder(args.json, "--json")
+        if os.path.exists(args.json):  # found now, not after the training: a result is never replaced
+            raise ConfigError(f"--json {args.json} exists: give another file, or move it away first")
     runs = plan_runs(args.configs, seeds, args.out_root or "out/study", args.set or [], args.grid or [],
                      records=args.records)
     names = list(dict.fromkeys(name for name, _ in runs))
@@ -428,7 +430,8 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (CPU: one per core, pinned)")
     p.add_argument("--collect_only", action="store_true", help="only collect finished runs, never train")
     p.add_argument("--metrics", nargs="*", default=None, help="the metrics to show (default: all the runs report)")
-    p.add_argument("--json", help="write the table, the differences and every run's summary to this file")
+    p.add_argument("--json", help="write the table, the differences and every run's summary to this new file (one "
+                   "already there is refused)")
     args = p.parse_args(argv)
 
     def stop(signum, frame):  # `kill <study>` stops the study as Ctrl-C does: its runs save and stop too

@@ -163,6 +163,7 @@ def test_a_mistake_in_the_last_cell_stops_the_whole_plan(tmp_path, monkeypatch):
                                                               r"you mean 'max_iters'\?\)"),
     (["{plain}", "--seeds", "1", "2", "--metrics", "test_acuracy"], r"did you mean 'test_accuracy'"),
     (["{plain}", "--seeds", "1", "2", "--json", "{tmp}/no/such/folder/s.json"], r"--json .*: there is no folder"),
+    (["{plain}", "--seeds", "1", "2", "--json", "{tmp}/kept.json"], r"--json .*kept.json exists: give another file"),
     (["{plain}", "--seeds", "1", "2", "--report", "R.md"], r"--report: only with --plan"),
     (["--plan", "{plan}", "--seeds", "1", "2"], r"--seeds: not with --plan"),
 ])
@@ -170,6 +171,7 @@ def test_command_line_mistakes_are_one_line_before_anything_runs(args, message, 
     plain = write_tiny_configs(tmp_path, str(tmp_path / "data"))[0]
     names = dict(plain=plain, other=another_tiny_plain(tmp_path), tmp=str(tmp_path),
                  plan=write_plan(tmp_path / "plan.py", tiny_plan(tmp_path)))
+    (tmp_path / "kept.json").write_text("{}")  # a result of the user's, which --json must not replace
     monkeypatch.setattr(study, "run_pending", lambda *a: pytest.fail("a run was started"))
     with pytest.raises(SystemExit) as stopped:
         study.main([a.format(**names) for a in args] + ["--out_root", str(tmp_path / "s")] * ("--plan" not in args))
