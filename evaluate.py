@@ -850,7 +850,7 @@ def parser():
     p.add_argument("--max_errors", type=AT_LEAST_0, default=50,
                    help="seq2seq: wrong translations to print (all go to --json)")
     p.add_argument("--plots", default=None, help="seq2seq: write the attention maps and the embedding projection "
-                   "(PNG) to this folder")
+                   "(PNG) to this new or empty folder")
     p.add_argument("--compile", action="store_true", help="classifiers: time latency and throughput compiled (CUDA "
                    "graphs on a GPU)")
     p.add_argument("--words", default="brown,conditioning,is", help="seq2seq --plots: the words whose attention "

@@ -73,6 +73,8 @@ def check_args(p, args):
     if args.plots is not None:
         if os.path.exists(args.plots) and not os.path.isdir(args.plots):
             raise configurator.ConfigError(f"--plots {args.plots}: a file, not a folder")
+        if os.path.isdir(args.plots) and os.listdir(args.plots):  # its pictures would replace what is there
+            raise configurator.ConfigError(f"--plots {args.plots} is not empty: give a new or empty folder")
         if importlib.util.find_spec("matplotlib") is None:
             raise configurator.ConfigError("--plots needs matplotlib (pip install matplotlib)")
 

@@ -1032,5 +1032,9 @@ def test_plots(pig_data, tmp_path):
     names = sorted(os.listdir(out))
     assert names == ["attention_cross_brown.png", "attention_cross_is.png", "attention_encoder_brown.png",
                      "attention_encoder_is.png", "embeddings_pca.png"]
+    with pytest.raises(SystemExit) as e:  # again into the same folder: refused, the pictures kept
+        evaluate.main(["--ckpt", os.path.join(cfg["out_dir"], "ckpt.pt"), "--no_timing", "--plots", out])
+    assert str(e.value) == f"error: --plots {out} is not empty: give a new or empty folder"
+    assert sorted(os.listdir(out)) == names
     for n in names:
         assert open(os.path.join(out, n), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
