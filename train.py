@@ -654,7 +654,7 @@ def start(cfg, dataset, dev, files):
     if old.get("init_from", "resume") != "resume":
         cfg = {**cfg, "init_from": old["init_from"]}
     state = RunState.from_checkpoint(ckpt)
-    if state.stopped == "interrupted":
+    if state.stopped in ("", "interrupted"):  # saved at an evaluation (a run killed after it), or on a stop asked for
         state.stopped = ""  # it goes on
     else:  # the last evaluation stopped it early, and the run was killed before its summary: it ends as it would have
         print(f"the run in {paths['last']} had stopped ({state.stopped}): scoring its best checkpoint, no more training")

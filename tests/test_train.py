@@ -392,6 +392,21 @@ def test_a_run_killed_after_it_stopped_early_resumes_to_its_end_not_further(tiny
     assert os.path.exists(os.path.join(cfg["out_dir"], "summary.json"))
 
 
+def test_a_run_killed_after_an_evaluation_resumes_and_goes_on(tiny_cfg, capsys):
+    """last.pt saved at an evaluation that did not stop the run, and the process killed hard after it (no
+    SIGTERM, so no save of its own): the resume trains on to the run's end."""
+    cfg = tiny_cfg(learning_rate=0.0, eval_interval=1, early_stop_patience=0, max_iters=4)
+    run(cfg)
+    ckpt = torch.load(os.path.join(cfg["out_dir"], "last.pt"), weights_only=True)
+    ckpt.update(iter_num=2, stopped="")  # as the evaluation at iter 2 saved it (weights aside)
+    torch.save(ckpt, os.path.join(cfg["out_dir"], "last.pt"))
+    os.remove(os.path.join(cfg["out_dir"], "summary.json"))
+    capsys.readouterr()
+    resumed = train.train({**cfg, "init_from": "resume"})
+    assert resumed["iters"] == 4 and resumed["stopped"] == "max_iters"
+    assert "had stopped" not in capsys.readouterr().out
+
+
 def test_no_early_stop_when_off(tiny_cfg):
     summary, _ = run(tiny_cfg(learning_rate=0.0, eval_interval=1, early_stop_patience=0, max_iters=5))
     assert summary["iters"] == 5 and summary["stopped"] == "max_iters"
