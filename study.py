@@ -56,6 +56,7 @@ import time
 import data
 from configurator import ConfigError, HelpFormatter, UserError
 from bookkeeping import records
+from evaluation.ranges import check_new_file
 from lab import tuning
 from lab.cells import cell_data, finished_seeds
 from lab.plan import RunFailed, StudyError, check_metric, check_seeds, config_name, load_plan, plan_unchanged
@@ -369,9 +370,7 @@ def configs_main(args):
     for metric in args.metrics or []:
         check_metric(metric, "--metrics")
     if args.json:
-        check_folder(args.json, "--json")
-        if os.path.exists(args.json):  # found now, not after the training: a result is never replaced
-            raise ConfigError(f"--json {args.json} exists: give another file, or move it away first")
+        check_new_file(args.json, "--json")  # found now, not after the training
     runs = plan_runs(args.configs, seeds, args.out_root or "out/study", args.set or [], args.grid or [],
                      records=args.records)
     names = list(dict.fromkeys(name for name, _ in runs))

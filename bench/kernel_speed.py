@@ -32,6 +32,7 @@ import torch
 import configurator
 import kernels
 from bookkeeping.timing import conditions, median_ms
+from evaluation.ranges import check_new_file
 from kernels import (SCANS, SWIGLU_BLOCK, flash_attention_triton, layer_norm_triton, rms_norm_triton, scan_sequential,
                      swiglu_triton)
 
@@ -513,8 +514,11 @@ def main(argv=None):
                    "flash attention for")
     c.add_argument("--json", help="write every variant's figures to this file")
     args = p.parse_args(argv)
-    if getattr(args, "json", None) and os.path.exists(args.json):  # before anything is timed: never replaced
-        p.error(f"--json {args.json} exists: give another file, or move it away first")
+    if getattr(args, "json", None):
+        try:
+            check_new_file(args.json, "--json")
+        except configurator.ConfigError as e:
+            p.error(str(e))
     if args.command == "compile":
         return compile_command(p, args)
     if min(args.lengths) < 1:

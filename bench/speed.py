@@ -41,7 +41,7 @@ import data
 import kernels
 from bookkeeping.timing import conditions, peak_flops, sync, timed
 from evaluation.options import llama_tokenizer_for
-from evaluation.ranges import Ranged, check_ranges
+from evaluation.ranges import Ranged, check_new_file, check_ranges
 from export import read_llama2c, write_llama2c
 from model import family_settings
 
@@ -690,8 +690,8 @@ def main(argv=None):
         p = parser()
         args = p.parse_args(argv)
         check_ranges(p, args)
-        if args.json and os.path.exists(args.json):  # before anything is timed: a result is never replaced
-            raise configurator.ConfigError(f"--json {args.json} exists: give another file, or move it away first")
+        if args.json:
+            check_new_file(args.json, "--json")
         return run_bench(args, configurator.resolve_device(args.device))
     except configurator.UserError as e:
         sys.exit(f"error: {e}")

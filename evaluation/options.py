@@ -16,7 +16,7 @@ import torch
 
 import configurator
 import data
-from evaluation.ranges import check_ranges
+from evaluation.ranges import check_new_file, check_ranges
 from corpora import piglatin
 from model import LlamaConfig, build_model, raw_model
 
@@ -64,12 +64,7 @@ def check_args(p, args):
     if args.file is not None and not os.path.isfile(args.file):
         raise data.DataError(f"--file {args.file}: no such file")
     if args.json is not None:
-        folder = os.path.dirname(os.path.abspath(args.json))
-        if not os.path.isdir(folder) or os.path.isdir(args.json):
-            raise configurator.ConfigError(f"--json {args.json}: " + ("a folder, not a file" if os.path.isdir(
-                args.json) else f"there is no folder {folder} to write it in"))
-        if os.path.exists(args.json):  # checked before anything is measured: a result is never replaced
-            raise configurator.ConfigError(f"--json {args.json} exists: give another file, or move it away first")
+        check_new_file(args.json, "--json")
     if args.plots is not None:
         if os.path.exists(args.plots) and not os.path.isdir(args.plots):
             raise configurator.ConfigError(f"--plots {args.plots}: a file, not a folder")

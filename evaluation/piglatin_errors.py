@@ -38,7 +38,7 @@ import numpy as np
 import configurator
 import data
 from corpora import piglatin
-from evaluation.ranges import AT_LEAST_0, check_ranges
+from evaluation.ranges import AT_LEAST_0, check_new_file, check_ranges
 
 # -----------------------------------------------------------------------------
 # the grouping evaluate.py scores a checkpoint's words with (evaluate_seq2seq, error_analysis), and this command too
@@ -477,10 +477,8 @@ def main(argv=None):
             raise data.DataError(f"--records {args.records}: no such folder")
         if not os.path.isdir(args.data):
             raise data.DataError(f"--data {args.data}: no such folder (`python data.py piglatin` writes data/piglatin)")
-        if args.out and os.path.exists(args.out):  # checked before the reading: a report is never replaced
-            raise configurator.ConfigError(f"--out {args.out} exists: give another file, or move it away first")
-        if args.out and not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
-            raise configurator.ConfigError(f"--out {args.out}: there is no folder {os.path.dirname(args.out)}")
+        if args.out:
+            check_new_file(args.out, "--out")
         print(f"reading {', '.join(models)} from {args.records} and the words of {args.data} ...", file=sys.stderr)
         words = read_words(args.data)
         runs, checked = read_study(args.records, models, words)

@@ -1,10 +1,11 @@
 """
 Options that state their range, for evaluate.py's and bench/speed.py's command lines: the type (Ranged), then
 the check that holds a value to it and to an option's choices (check_ranges: config files set values argparse
-never sees).
+never sees); and the check of a file a command is to write (check_new_file).
 """
 
 import math
+import os
 
 import configurator
 
@@ -46,3 +47,14 @@ def check_ranges(p, args):
         if action.choices is not None and value not in action.choices:
             raise configurator.ConfigError(f"--{action.dest} {value!r}: expected one of {list(action.choices)}")
 
+
+def check_new_file(path, flag):
+    """The file an option names for a command's result (--json, --out), checked before any work: a file, in a
+    folder that exists, and not there yet (a result a user made is never replaced). ConfigError otherwise."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise configurator.ConfigError(f"{flag} {path}: a folder, not a file")
+    if not os.path.isdir(folder):
+        raise configurator.ConfigError(f"{flag} {path}: there is no folder {folder} to write it in")
+    if os.path.exists(path):
+        raise configurator.ConfigError(f"{flag} {path} exists: give another file, or move it away first")
