@@ -786,8 +786,8 @@ def parser():
         "What each asks for: --ckpt alone, a checkpoint's whole report (its split's metrics, size, FLOPs, latency and "
         "throughput; --no_timing leaves out the timing); --text, the label or translation alone; --file, the metrics "
         "on the file (--timing adds the timing); --prompt, the sample (after the model's size; nothing scored "
-        "or timed: --metrics adds a language model's validation scores, --timing its speed). Config files (config/llama_generate.py, config/llama_*_prompt.py) "
-        "may come first: they set these options. (The multi-seed study runner is study.py.)")
+        "or timed: --metrics adds a language model's validation scores, --timing its speed). Config files "
+        "(config/llama_generate.py, config/llama_*_prompt.py) may come first to set these. (Studies: study.py.)")
     p.add_argument("--ckpt", nargs="+", help="one or more ckpt.pt files (side by side); a llama2.c .bin/.pt or "
                    "a pretrained name (stories260K)")
     p.add_argument("--zero_shot", default=None, help="a labelled dataset (sst5, cfimdb): classify its --split "
@@ -795,8 +795,8 @@ def parser():
     p.add_argument("--split", default="test", choices=["train", "val", "test", "unseen"],
                    help="the split to score (unseen: Pig Latin's words from outside the novel; a seq2seq model's "
                    "test is scored with its unseen words beside it)")
-    p.add_argument("--json", help="write the figures to this new file (classifiers: with per-example predictions; a file already "
-                   "there is refused, never replaced)")
+    p.add_argument("--json", help="write the figures to this new file (classifiers: with per-example predictions; "
+                   "a file already there is refused, never replaced)")
     p.add_argument("--text", help="classify this sentence and print the label probabilities (seq2seq: translate "
                    "its words, upper case read as lower case, as --words)")
     p.add_argument("--truncate", action="store_true", help="with --text: cut an over-long sentence instead of refusing")

@@ -657,7 +657,7 @@ def start(cfg, dataset, dev, files):
     if state.stopped in ("", "interrupted"):  # saved at an evaluation (a run killed after it), or on a stop asked for
         state.stopped = ""  # it goes on
     else:  # the last evaluation stopped it early, and the run was killed before its summary: it ends as it would have
-        print(f"the run in {paths['last']} had stopped ({state.stopped}): scoring its best checkpoint, no more training")
+        print(f"{paths['last']}: the run had stopped ({state.stopped}); scoring its best checkpoint, no more training")
     print(f"resuming from {paths['last']} at iteration {state.iter_num}, epoch {state.epoch}")
     files.log({"type": "start", "iter": state.iter_num, "config": cfg,
                **({"implementation_changed": {k: [old.get(k), cfg[k]] for k in implementation}}

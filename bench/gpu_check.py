@@ -626,8 +626,9 @@ def main(argv=None):
         if args.prepare:
             return 0
     if not args.cpu and not torch.cuda.is_available():
-        print(f"error: the GPU check needs a CUDA GPU, and torch {torch.__version__} sees none here; rehearse it on the "
-              f"CPU with `python -m bench.gpu_check --cpu` (the same sections at tiny sizes, Triton in its interpreter)")
+        print(f"error: the GPU check needs a CUDA GPU, and torch {torch.__version__} sees none here; rehearse it on "
+              f"the CPU with `python -m bench.gpu_check --cpu` (the same sections at tiny sizes, Triton in its "
+              f"interpreter)")
         return 2
     if args.cpu and {"kernels", "scan"} & set(args.sections) and importlib.util.find_spec("triton") is None:
         print("error: the rehearsal runs the Triton kernels in Triton's interpreter, and Triton is not installed here: "

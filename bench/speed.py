@@ -679,7 +679,8 @@ def parser():
                    "'mps'")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="the models' precision (bfloat16, float16: autocast)")
-    p.add_argument("--json", help="write the figures and the conditions to this new file (one already there is refused)")
+    p.add_argument("--json", help="write the figures and the conditions to this new file (one already there is "
+                   "refused)")
     return p
 
 

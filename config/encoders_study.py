@@ -307,7 +307,8 @@ notes = [
     "validation stops improving, at the rate its own sweep chose on validation). Its validation split was not held "
     "out: 5 % of GLUE train, phrases of the training sentences (validation accuracy about 0.9), so selecting on "
     "it need not select for GLUE dev's unseen sentences; sst2_heldout (validation held out by sentence; its sweep, "
-    "sst2_heldout_lr, under way on the CPU) supersedes it. The recurrent model's runs trained to it score lower on GLUE dev than its "
+    "sst2_heldout_lr, under way on the CPU) supersedes it. The recurrent model's runs trained to it score lower on "
+    "GLUE dev than its "
     "equal-compute runs (0.8057 ± 0.0069 against 0.8237 ± 0.0046); the baseline's are not told apart (0.8127 ± "
     "0.0092 against 0.8168 ± 0.0047). No verdict judges this, and it compares two devices: sst2_glue_converged "
     "trained on the H200 (TF32 matmuls), sst2_glue on the CPU (float32).",

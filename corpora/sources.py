@@ -155,7 +155,8 @@ def fetch(name, mirror=None, cache_dir="data/_downloads"):
         for rel in src["files"]:
             where[rel] = os.path.join(mirror, rel)
             if not os.path.isfile(where[rel]):
-                raise DataError(f"mirror {mirror} has no {rel}; point DATA_MIRROR (data.py: --mirror) at a copy of shared/data")
+                raise DataError(f"mirror {mirror} has no {rel}; point DATA_MIRROR (data.py: --mirror) at a copy of "
+                                f"shared/data")
             with open(where[rel], "rb") as f:
                 out[rel] = f.read()
     elif "urls" in src:  # several plain files, each at its own address

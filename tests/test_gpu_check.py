@@ -150,7 +150,8 @@ def test_missing_data_is_prepared_from_the_mirror_or_refused_in_one_line(tmp_pat
         capsys.readouterr()
         assert gpu_check.main(["--data", str(tmp_path / "data")]) == 2
         printed = capsys.readouterr().out
-        assert printed.startswith("error: the GPU check needs a CUDA GPU") and "python -m bench.gpu_check --cpu" in printed
+        assert printed.startswith("error: the GPU check needs a CUDA GPU")
+        assert "python -m bench.gpu_check --cpu" in printed
         assert printed.count("\n") == 1
 
 
