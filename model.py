@@ -1420,14 +1420,14 @@ class MambaConfig:
     #                      chunk's forward; with scan='triton', the steps between the states its forward saves (0: 64)
     scan_compile: bool = False  # with scan_chunk: each chunk's forward and hand-written backward compiled (inductor)
     conv_impl: str = "torch"  # 'torch' (nn.Conv1d) | 'matmul' (causal_conv_matmul: the same, faster for short T)
+    bidirectional: bool = False  # each layer's mixer also reads the source backwards, its own weights, the output
+    #                              added at the source's positions (Mamba.source_backwards); seq2seq batches only
     norm: str = "rms"
     norm_eps: float = 1e-5
     norm_impl: str = "torch"  # 'torch' (F.rms_norm) | 'manual' (written out) | 'triton' (kernels.py)
     dropout: float = 0.0
     bias: bool = False  # in in_proj and out_proj, as Mamba
     tie_embeddings: bool = True
-    bidirectional: bool = False  # each layer's mixer also reads the source backwards, its own weights, the output
-    #                              added at the source's positions (Mamba.source_backwards); seq2seq batches only
     # what Block and TokenModel read, fixed for every Mamba (class attributes, not fields)
     mixer, ffn, pos, emb_norm, causal = "mamba", "none", "none", "none", True
     seq2seq_layout = "joined"
