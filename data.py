@@ -1143,7 +1143,8 @@ def seq2seq_collate(pairs, layout, device):
     seq2seq section). Source = word [EOS]; target input = [SOS] translation; target output =
     translation [EOS], -100 (not scored) on padding. layout 'pair': src (B, S), src_mask (B, S),
     idx (B, T), targets (B, T), padded on the right; 'joined': idx = source + target input and
-    targets = -100 under the source, then target output, (B, S + T), padded on the right."""
+    targets = -100 under the source, then target output, (B, S + T), padded on the right, and src_len (B,),
+    each source's length (a bidirectional Mamba reads the source backwards)."""
     if layout == "pair":
         rows = [(list(s) + [EOS], [SOS] + list(t), list(t) + [EOS]) for s, t in pairs]
         src = pad_rows([r[0] for r in rows], PAD)
@@ -1151,7 +1152,8 @@ def seq2seq_collate(pairs, layout, device):
                "targets": pad_rows([r[2] for r in rows], -100)}
     elif layout == "joined":
         rows = [(list(s) + [EOS, SOS] + list(t), [-100] * (len(s) + 1) + list(t) + [EOS]) for s, t in pairs]
-        out = {"idx": pad_rows([r[0] for r in rows], PAD), "targets": pad_rows([r[1] for r in rows], -100)}
+        out = {"idx": pad_rows([r[0] for r in rows], PAD), "targets": pad_rows([r[1] for r in rows], -100),
+               "src_len": torch.tensor([len(s) + 1 for s, _ in pairs])}
     else:
         raise ValueError(f"seq2seq layout {layout!r}: expected 'pair' or 'joined'")
     return on_device(out, device)

@@ -1420,6 +1420,8 @@ class MambaConfig:
     #                      chunk's forward; with scan='triton', the steps between the states its forward saves (0: 64)
     scan_compile: bool = False  # with scan_chunk: each chunk's forward and hand-written backward compiled (inductor)
     conv_impl: str = "torch"  # 'torch' (nn.Conv1d) | 'matmul' (causal_conv_matmul: the same, faster for short T)
+    bidirectional: bool = False  # each layer's mixer also reads the source backwards, its own weights, the output
+    #                              added at the source's positions (Mamba.source_backwards); seq2seq batches only
     norm: str = "rms"
     norm_eps: float = 1e-5
     norm_impl: str = "torch"  # 'torch' (F.rms_norm) | 'manual' (written out) | 'triton' (kernels.py)
@@ -1468,18 +1470,42 @@ class Mamba(TokenModel):
         for layer in self.layers:
             layer.mamba.reset_dt()
 
-    def forward(self, idx, targets=None, cache=None):
+    def forward(self, idx, targets=None, cache=None, src_len=None):
         """idx: (B, T) token ids (padding on the right); targets: (B, T) the next token, -100 where not
-        scored; cache: one MambaState per layer (new_cache), which these tokens continue and advance.
-        Returns (logits (B, T, V), mean cross-entropy over the scored targets or None)."""
+        scored; cache: one MambaState per layer (new_cache), which these tokens continue and advance;
+        src_len: (B,) each source's length, word and [EOS] (data.seq2seq_collate's), given where idx holds
+        whole sources: the bidirectional pass reads it. Returns (logits (B, T, V), mean cross-entropy over
+        the scored targets or None)."""
+        if self.cfg.bidirectional and src_len is None and cache is None:
+            raise ValueError("bidirectional=True reads each source backwards: it takes seq2seq batches (src_len)")
         h = self.drop(self.embed(idx))
         for i, layer in enumerate(self.layers):
+            back = self.source_backwards(layer, h, src_len) if self.cfg.bidirectional and src_len is not None else 0
             h, _ = layer(h, cache=None if cache is None else cache[i])
+            h = h + back  # h + Drop(Mix(Norm1(h))) + Drop(Mix(Norm1(h) read backwards)), on the source
         logits = self.head(self.norm_f(h))
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
+
+    def source_backwards(self, layer, h, src_len):
+        """The bidirectional pass over the source (cfg.bidirectional; Caduceus's BiMamba ties the two directions'
+        weights too): `layer`'s own mixer reads each source from its [EOS] back to its first letter, and its
+        output goes to the source's positions, zero elsewhere. A letter then also sees the letters after it
+        in its word; the target still sees nothing after itself. h (B, T, C), src_len (B,) -> (B, T, C)."""
+        S = int(src_len.max())  # the longest source: the pass reads (B, S, C), not the whole (B, T, C)
+        t = torch.arange(S, device=h.device)
+        in_src = t < src_len[:, None]  # (B, S)
+        rev = torch.where(in_src, src_len[:, None] - 1 - t, t)[..., None].expand(-1, -1, h.size(2))  # its own inverse
+        y, _ = layer.mamba(layer.norm1(h).gather(1, rev))  # causal over each reversed source: reads source only
+        return F.pad(layer.drop(y.gather(1, rev)) * in_src[..., None], (0, 0, 0, h.size(1) - S))
+
+    def flops_per_forward(self, seq_len, batch_size=1, src_tokens=0):
+        """TokenModel's count, and with the bidirectional pass every layer's mixer again over the batch's
+        src_tokens source tokens (train.py's seq2seq task counts them)."""
+        back = self.depth * mamba_flops(self.cfg, src_tokens) if self.cfg.bidirectional else 0
+        return super().flops_per_forward(seq_len, batch_size) + back
 
     def new_cache(self, batch_size, max_len=None, n_layers=None):
         """One empty MambaState per layer (a recurrent state has no length: max_len is not needed)."""
@@ -1499,12 +1525,13 @@ class Mamba(TokenModel):
         self.eval()
         sos = torch.full((src.size(0), 1), sos_id, dtype=torch.long, device=src.device)
         idx = torch.cat((src, sos), dim=1)
-        step = lambda x: self(x)[0][:, -1]  # noqa: E731
+        src_len = torch.full((src.size(0),), src.size(1), device=src.device)
+        step = lambda x: self(x, src_len=src_len)[0][:, -1]  # noqa: E731
         if use_cache:
             state, fed = self.new_cache(src.size(0)), [0]
 
             def step(x):  # noqa: F811  (the tokens the state has not seen: all of them first, then the newest)
-                logits = self(x[:, fed[0]:], cache=state)[0][:, -1]
+                logits = self(x[:, fed[0]:], cache=state, src_len=None if fed[0] else src_len)[0][:, -1]
                 fed[0] = x.size(1)
                 return logits
         out = greedy_extend(step, idx, min(max_new_tokens, self.cfg.block_size - idx.size(1)), eos_id)

@@ -185,7 +185,8 @@ def score_mlm(model, split, cfg, device, ctx):
 TASKS = {
     "classification": Task(evaluate.CLASSIFICATION_METRICS, classification_stream, score_classifier),
     "lm": Task(evaluate.LM_METRICS, lm_stream, score_lm, fixed_shape=True),
-    "seq2seq": Task(evaluate.SEQ2SEQ_METRICS, seq2seq_stream, score_seq2seq, settings=("hyphen_compounds",)),
+    "seq2seq": Task(evaluate.SEQ2SEQ_METRICS, seq2seq_stream, score_seq2seq, settings=("hyphen_compounds",),
+                    flops_options=lambda x, count: {"src_tokens": int(x["src_len"].sum())} if "src_len" in x else {}),
     "mlm": Task(evaluate.MLM_METRICS, mlm_stream, score_mlm,  # a micro-batch's count is its masked tokens
                 flops_options=lambda inputs, count: {"masked": count / inputs["idx"].size(0)}),
 }

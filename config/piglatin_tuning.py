@@ -53,8 +53,11 @@ verdict_metrics = ["test_word_accuracy", "unseen_word_accuracy", "unseen_word_ac
 # confirm_seeds; then every confirm and ablate run's predictions are written beside its record (errors.json,
 # `python evaluate.py --ckpt <run>/ckpt.pt --split test --no_timing --max_errors 0 --json errors.json`:
 # test and unseen words, each split's accuracy by rule and by length, every prediction and every error).
-# A bidirectional pass over the source is not built, so it is not in the plan.
 ablations = {"mamba": [["d_state=32"],  # a larger state: does the recurrent memory limit the moved clusters?
                        # compounds taught as config/piglatin_transformer_compounds.py teaches the transformer
                        # them: a quarter of the training set, at the base run's 4,300 steps (equal compute)
-                       ["hyphen_compounds=0.25", "max_iters=4300"]]}
+                       ["hyphen_compounds=0.25", "max_iters=4300"],
+                       # each layer also reads the source backwards, with its own weights (no new parameter;
+                       # added to the plan before its first run, once model.py had it): do the errors that need
+                       # what comes later in the word (the moved cluster's end, the hyphen) fall?
+                       ["bidirectional=True"]]}

@@ -1038,3 +1038,58 @@ def test_plots(pig_data, tmp_path):
     assert sorted(os.listdir(out)) == names
     for n in names:
         assert open(os.path.join(out, n), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bidirectional_mamba_reads_the_source_both_ways_and_the_target_causally():
+    """bidirectional=True: each layer's mixer, with its own weights (no new parameter), also reads every source
+    backwards. A source position's output then changes with a later letter of its word; a target position's still
+    changes with nothing after it, nor does any position with the right padding. The backward pass equals the
+    mixer run on each word reversed alone (the batch's sources have different lengths), and bidirectional=False
+    is the same model as before."""
+    plain, bi = mamba().double(), mamba(bidirectional=True).double()  # float64: a read of 1e-7 at init is seen
+    assert bi.param_counts() == plain.param_counts()
+    bi.load_state_dict(plain.state_dict())
+    inp = batch("joined")  # sources of 5, 7 and 6 tokens (word and [EOS]), padded on the right
+    assert inp["src_len"].tolist() == [5, 7, 6]
+    torch.testing.assert_close(plain(inp["idx"])[0], plain(**inp)[0])  # src_len changes nothing unless bidirectional
+    logits = bi(**inp)[0]
+    assert not torch.allclose(logits, plain(**inp)[0])
+    for b, S in enumerate(inp["src_len"].tolist()):
+        changed = inp["idx"].clone()
+        changed[b, S - 2] = 3 if changed[b, S - 2] != 3 else 4  # the word's last letter
+        moved = (bi(changed, src_len=inp["src_len"])[0][b] - logits[b]).abs().amax(-1) > 1e-12
+        assert moved[:S - 2].all()  # the letters before it read it backwards
+        assert not ((plain(changed)[0][b] - plain(inp["idx"])[0][b]).abs().amax(-1) > 1e-12)[:S - 2].any()
+        tail = inp["idx"].clone()
+        tail[b, S + 2:] = 0  # the target from its second letter on, and the padding
+        torch.testing.assert_close(bi(tail, src_len=inp["src_len"])[0][b, :S + 2], logits[b, :S + 2])
+    layer, h = bi.layers[0], torch.randn(3, inp["idx"].size(1), 16, dtype=torch.float64)
+    back = bi.source_backwards(layer, h, inp["src_len"])
+    for b, S in enumerate(inp["src_len"].tolist()):
+        alone = layer.mamba(layer.norm1(h[b:b + 1, :S].flip(1)))[0].flip(1)
+        torch.testing.assert_close(back[b, :S], alone[0], atol=1e-5, rtol=1e-4)
+        assert (back[b, S:] == 0).all()
+    with pytest.raises(ValueError, match="src_len"):
+        bi(inp["idx"])
+
+
+def test_bidirectional_mamba_decodes_and_counts_its_flops():
+    """The bidirectional Mamba's cached translation (the source backwards once, then a token at a time through the
+    state) is its full recompute's and the argmax of its own teacher forcing; its FLOPs add each layer's mixer over
+    the source tokens, which train.py's seq2seq task counts from the batch."""
+    import train
+    m = mamba(bidirectional=True, d_conv=3)
+    src = torch.tensor([[5, 9, 12, 2], [7, 3, 20, 2]])
+    cached = m.translate(src, 10, data.SOS, data.EOS)
+    assert torch.equal(cached, m.translate(src, 10, data.SOS, data.EOS, use_cache=False))
+    pairs = [(s[:-1].numpy(), o.numpy()) for s, o in zip(src, cached)]
+    inp = data.seq2seq_collate(pairs, "joined", "cpu")
+    logits, _ = m(**{k: v for k, v in inp.items() if k != "targets"})
+    scored = inp["targets"] != -100
+    assert torch.equal(logits.argmax(-1)[scored].view(2, -1)[:, :cached.size(1)], cached)
+    options = train.TASKS["seq2seq"].flops_options(inp, 2)
+    assert options == {"src_tokens": 8}
+    T = inp["idx"].size(1)
+    one_way = mamba(d_conv=3)
+    assert m.flops_per_forward(T, 2, **options) == one_way.flops_per_forward(T, 2) + 2 * M.mamba_flops(m.cfg, 8)
+    assert mamba().flops_per_forward(T, 2, **options) == mamba().flops_per_forward(T, 2)
