@@ -53,6 +53,7 @@ import torch.nn.functional as F
 import configurator
 import data
 from bookkeeping.timing import timed
+from commands.help import HelpFormatter
 from corpora import piglatin
 from evaluation.options import (ZERO_SHOT_TEMPLATE, ListSplit, check_args, check_fits, config_defaults, decode_mode,
                                 label_list, llama_tokenizer_for, read_tsv, read_word_list, seq2seq_words, untrained,
@@ -781,7 +782,7 @@ def classify_text(paths, args, device, ctx):
 def parser():
     p = argparse.ArgumentParser(
         prog="python evaluate.py", usage="%(prog)s [CONFIG_FILE ...] --ckpt CKPT [CKPT ...] [options]",
-        formatter_class=configurator.HelpFormatter,
+        formatter_class=HelpFormatter,
         description="Evaluate checkpoints, classify text, sample from a language model or prompt one as a classifier. "
         "What each asks for: --ckpt alone, a checkpoint's whole report (its split's metrics, size, FLOPs, latency and "
         "throughput; --no_timing leaves out the timing); --text, the label or translation alone; --file, the metrics "

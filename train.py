@@ -17,7 +17,8 @@ process would: a step's batch is batch_size x grad_accum examples however many p
 The defaults below are the settings; a config file and --key=value arguments override them through
 configurator.py. Everything is an importable function, and the run itself sits behind
 `if __name__ == "__main__"`, so tests can drive `train(config)` on tiny data. The run's bookkeeping (its files,
-the out_dir lock, which configs are the same run, what its log records) is bookkeeping/records.py's.
+the out_dir lock, which configs are the same run, what its log records) is bookkeeping/records.py's; what the
+command says of itself (--help) is commands/'s.
 """
 
 import math
@@ -33,6 +34,7 @@ import configurator
 import data
 import evaluate
 from bookkeeping import records, timing
+from commands.help import train_bare_line, train_help
 from export import load_pretrained
 from model import (CKPT_VERSION, FAMILIES, CheckpointError, build_model, family_settings, from_pretrained,
                    load_checkpoint)
@@ -841,46 +843,12 @@ def score_test(summary, best_path, task, dataset, cfg, state, device, ctx):
         print(f"best checkpoint: val loss {state.best_val_loss:.4f}; {name} {records.describe(figures, task.metrics)}")
 
 
-def help_text():
-    """`--help`: what train.py does (its docstring's opening), how settings are given (configurator.py's), the
-    config files with their first comment line, and every setting with its default and comment, read from the
-    defaults above and from each family's config dataclass in model.py."""
-    import inspect
-    import re
-    here = os.path.dirname(os.path.abspath(__file__))
-    own, how = __doc__.strip().split("\n\n"), configurator.__doc__.strip().split("\n\n")
-    lines = ["usage: python train.py [CONFIG_FILE ...] [--key=value ...]", "", "\n\n".join(own[:2]), "", how[2],
-             "Each model family's settings (the last sections below) exist when `model` names that family.", ""]
-    lines.append("config files (config/; a first comment line each):")
-    lines += [f"  {path:44s} {first}" for path, first in configurator.config_files(os.path.join(here, "config"))]
-    lines += ["", "settings (name = default  what it is), train.py's defaults:"]
-    with open(os.path.join(here, "train.py")) as f:
-        lines += configurator.describe_settings(configurator.commented_settings(f.read(), DEFAULTS), DEFAULTS)
-    for family, settings in MODEL_SETTINGS["model"].items():
-        cls = FAMILIES[family][0]
-        what = re.split(r"\.\s+(?=[A-Z])", " ".join(inspect.getdoc(cls).split()))[0]  # its docstring's first sentence
-        lines += ["", f"settings of model={family!r} (model.{cls.__name__}: {what})"]
-        lines += configurator.describe_settings(configurator.commented_settings(inspect.getsource(cls), settings),
-                                                settings)
-    return "\n".join(lines)
-
-
-# What a bare `python train.py` costs, as measured: config/sst2_recurrent.py trains this model (the encoder's
-# defaults) for 2 epochs in 12-20 min on one CPU core (README's table), so an epoch takes 6-10 min there.
-DEFAULT_RUN_TIME = "6-10 min an epoch on one CPU core"
-
-
 def main(argv):
     if "-h" in argv or "--help" in argv:
-        print(help_text())
+        print(train_help(__file__, __doc__, DEFAULTS, MODEL_SETTINGS["model"], FAMILIES))
         return
     if not argv:  # say what is about to happen before the data is prepared and the model built
-        d, m = DEFAULTS, MODEL_SETTINGS["model"][DEFAULTS["model"]]
-        print(f"python train.py with no arguments trains the defaults: dataset {d['dataset']} (protocol "
-              f"{d['protocol']}), model {d['model']} ({m['n_layer']} layers x {m['n_loops']} loops, width "
-              f"{m['n_embd']}), at most {d['max_epochs']} epochs (early stopping after {d['early_stop_patience']} "
-              f"evaluations without improvement), into {d['out_dir']}; about {DEFAULT_RUN_TIME}. "
-              f"`python train.py --help` lists the config files and settings.", flush=True)
+        print(train_bare_line(DEFAULTS, MODEL_SETTINGS["model"]), flush=True)
     try:
         train(make_config(argv))
     except configurator.UserError as e:  # bad input: one line; a bug keeps its traceback
