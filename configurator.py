@@ -13,13 +13,9 @@ present when `model` names that family. `apply_overrides` takes them as `depends
 {setting: {value: {key: default}}}; a key of another family is an error that says whose it is.
 """
 
-import argparse
 import ast
 import difflib
-import io
 import os
-import textwrap
-import tokenize
 from contextlib import nullcontext
 
 import torch
@@ -110,87 +106,6 @@ def apply_overrides(defaults, argv, depends=None):
     for key, value, source in settings:
         config[key] = _check(key, value, full, source, elsewhere)
     return config
-
-
-# -----------------------------------------------------------------------------
-# --help: the settings described from their source, so that the help cannot drift from the code
-
-
-def commented_settings(source, names):
-    """[(heading, name, comment)] for the assignments to `names` in `source` (a module's defaults block or a
-    class body), in source order. A setting's comment is the one at the end of its line and the comment lines
-    right below it, unless another kind of statement follows them directly (then they introduce it); comment
-    lines after a blank line head the settings below them."""
-    source = textwrap.dedent(source)
-    comments = {}  # line number -> (text, whether the comment is the whole line)
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.COMMENT:
-            comments[tok.start[0]] = (tok.string.lstrip("#").strip(), not tok.line[:tok.start[1]].strip())
-    tree = ast.parse(source)
-    body = tree.body[0].body if len(tree.body) == 1 and isinstance(tree.body[0], ast.ClassDef) else tree.body
-    starts = {node.lineno: node for node in body}
-    lines, out, heading = source.splitlines(), [], ""
-
-    def target(node):
-        t = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
-            getattr(node, "target", None)
-        return t.id if isinstance(t, ast.Name) and t.id in names else None
-
-    for node in body:
-        above, n = [], node.lineno - 1  # a heading: whole-line comments after a blank line, right above
-        while n in comments and comments[n][1]:
-            above.insert(0, comments[n][0])
-            n -= 1
-        if above and (n < 1 or not lines[n - 1].strip()):
-            heading = " ".join(t for t in above if t.strip("-"))
-        name = target(node)
-        if name is None:
-            continue
-        text = [comments[n][0] for n in range(node.lineno, node.end_lineno + 1) if n in comments]
-        n, more = node.end_lineno + 1, []
-        while n in comments and comments[n][1]:
-            more.append(comments[n][0])
-            n += 1
-        if more and (n not in starts or target(starts[n]) is not None):  # not above another kind of statement
-            text += more
-        out.append((heading, name, " ".join(text)))
-    return out
-
-
-def describe_settings(settings, values, width=110):
-    """The help lines of commented_settings' output: each heading once, then `name = default  comment`."""
-    lines, heading = [], None
-    for head, name, comment in settings:
-        if head != heading and head:
-            lines.append(textwrap.fill(head, width, initial_indent="  ", subsequent_indent="  "))
-        heading = head
-        lines.append(textwrap.fill(f"{name} = {values[name]!r}" + (f"  {comment}" if comment else ""), width,
-                                   initial_indent="    ", subsequent_indent="        "))
-    return lines
-
-
-class HelpFormatter(argparse.HelpFormatter):
-    """The other commands' --help (argparse's), with each option's default after
-    its help, unless there is none to show (None, a flag's False) or the help says it already."""
-
-    def _get_help_string(self, action):
-        text, default = action.help or "", action.default
-        if default is None or default is False or default in (argparse.SUPPRESS, []) or "default" in text \
-                or not action.option_strings:
-            return text
-        shown = (" ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)).replace("%", "%%")
-        return f"{text} (default: {shown})" if text else f"default: {shown}"
-
-
-def config_files(folder):
-    """[(path, first comment line)] of the config files in `folder`, by name."""
-    out = []
-    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        if name.endswith(".py"):
-            with open(os.path.join(folder, name)) as f:
-                first = next((line.lstrip("#").strip() for line in f if line.startswith("#")), "")
-            out.append((os.path.join(os.path.basename(folder), name), first))
-    return out
 
 
 # -----------------------------------------------------------------------------

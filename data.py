@@ -55,7 +55,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-import configurator
+from commands.help import HelpFormatter
 from configurator import UserError
 from corpora.piglatin import (PIG_LATIN_VOCAB, UNSEEN_WORDS, hyphen_parts, novel_words, pieces_of, pig_latin,
                               pig_latin_rule, source_words, split_novel, unseen_words, word_pieces)
@@ -1263,7 +1263,7 @@ class LMStream:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python data.py", formatter_class=configurator.HelpFormatter,
+    p = argparse.ArgumentParser(prog="python data.py", formatter_class=HelpFormatter,
                                 description="Download (or read from --mirror) and prepare a dataset into .bin token "
                                 "files. train.py and evaluate.py prepare what they need on first use; this does it "
                                 "ahead, or with other options.")

@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 import data
-from configurator import ConfigError, HelpFormatter, UserError
+from commands.help import HelpFormatter
+from configurator import ConfigError, UserError
 from model import (CKPT_FORMAT, CheckpointError, Llama, LlamaConfig, load_checkpoint, merge_lora, raw_model,
                    rope_cache)
 

@@ -54,7 +54,8 @@ import tempfile
 import time
 
 import data
-from configurator import ConfigError, HelpFormatter, UserError
+from commands.help import HelpFormatter
+from configurator import ConfigError, UserError
 from bookkeeping import records
 from evaluation.ranges import check_new_file
 from lab import tuning

@@ -17,7 +17,8 @@ process would: a step's batch is batch_size x grad_accum examples however many p
 The defaults below are the settings; a config file and --key=value arguments override them through
 configurator.py. Everything is an importable function, and the run itself sits behind
 `if __name__ == "__main__"`, so tests can drive `train(config)` on tiny data. The run's bookkeeping (its files,
-the out_dir lock, which configs are the same run, what its log records) is bookkeeping/records.py's.
+the out_dir lock, which configs are the same run, what its log records) is bookkeeping/records.py's; what the
+command says of itself (--help) and the checks of a run's settings (refusals, warnings) are commands/'s.
 """
 
 import math
@@ -33,6 +34,8 @@ import configurator
 import data
 import evaluate
 from bookkeeping import records, timing
+from commands.checks import check_settings, check_world, run_warnings
+from commands.help import train_bare_line, train_help
 from export import load_pretrained
 from model import (CKPT_VERSION, FAMILIES, CheckpointError, build_model, family_settings, from_pretrained,
                    load_checkpoint)
@@ -455,17 +458,6 @@ def torchrun_env():
     return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", os.environ["RANK"])), int(os.environ["WORLD_SIZE"])
 
 
-def check_world(cfg, world):
-    """A step's grad_accum micro-batches must split evenly over the processes."""
-    if cfg["grad_accum"] % world:
-        batch = cfg["batch_size"] * cfg["grad_accum"]
-        fit = next((m for m in range(world, batch + 1, world) if batch % m == 0), None)
-        keep = f" (grad_accum={fit} with batch_size={batch // fit} keeps the step's {batch} examples)" if fit else ""
-        raise configurator.ConfigError(
-            f"grad_accum={cfg['grad_accum']} does not split over {world} processes, which take grad_accum / {world} "
-            f"micro-batches of each step each: set grad_accum to a multiple of {world}{keep}")
-
-
 @contextmanager
 def processes(cfg):
     """The run's Processes. Under torchrun: joins the process group (nccl when the device is CUDA, each
@@ -565,64 +557,6 @@ class RunState:
         return cls(**{f.name: ckpt.get(f.name, f.default) for f in fields(cls)})
 
 
-def check_settings(cfg):
-    for key, allowed in (("scheduler", ("plateau", "cosine", "constant")),
-                         ("adamw_impl", ("fused", "manual"))):
-        if cfg[key] not in allowed:
-            raise configurator.ConfigError(f"{key}={cfg[key]!r}: expected one of {allowed}")
-    if cfg["init_from"] not in ("scratch", "resume", *data.PRETRAINED) and not os.path.isfile(cfg["init_from"]):
-        raise configurator.ConfigError(f"init_from={cfg['init_from']!r}: expected 'scratch', 'resume', a checkpoint "
-                                       f"file to start from (no such file), or one of {sorted(data.PRETRAINED)}")
-    for key in ("batch_size", "grad_accum", "log_interval", "max_epochs"):
-        if cfg[key] < 1:
-            raise configurator.ConfigError(f"{key}={cfg[key]} must be at least 1")
-    if not 0 <= cfg["hyphen_compounds"] <= 10:
-        raise configurator.ConfigError(f"hyphen_compounds={cfg['hyphen_compounds']}: a share of the training set in "
-                                       f"[0, 10] (0 = off)")
-    if cfg["peak_tflops"] < 0:
-        raise configurator.ConfigError(f"peak_tflops={cfg['peak_tflops']}: expected a device's peak TFLOP/s, or 0 to "
-                                       f"look it up")
-    records.check_out_dir(cfg)
-
-
-def run_warnings(cfg, total_iters, epoch_steps, eval_every):
-    """What this run's settings ask for and cannot get, now that its length is known (total_iters, from the
-    data): one line each, printed as `warning: ...` before the first step. Not errors: the run is still what
-    the settings make it, just not what they seem to say."""
-    out, lr, sched = [], cfg["learning_rate"], cfg["scheduler"]
-    n_evals = total_iters // eval_every + (total_iters % eval_every > 0) if eval_every < math.inf else 1
-    evals = f"the run is evaluated {n_evals:g} time{'s' * (n_evals != 1)}"
-    if cfg["max_iters"] and epoch_steps < math.inf and cfg["max_iters"] > total_iters:
-        out.append(f"max_iters={cfg['max_iters']} is more than max_epochs={cfg['max_epochs']} allow "
-                   f"({cfg['max_epochs']} x {epoch_steps} steps an epoch): the run stops at iteration {total_iters}")
-    if cfg["warmup_iters"] >= total_iters:
-        out.append(f"warmup_iters={cfg['warmup_iters']} is not shorter than the run's {total_iters} iterations: the "
-                   f"learning rate never reaches learning_rate={lr:g}" + (", and the cosine never starts"
-                                                                       if sched == "cosine" else ""))
-    if cfg["eval_interval"] > total_iters:
-        out.append(f"eval_interval={cfg['eval_interval']} is longer than the run's {total_iters} iterations: it is "
-                   f"evaluated once, at its last iteration")
-    if cfg["log_interval"] > total_iters:
-        out.append(f"log_interval={cfg['log_interval']} is longer than the run's {total_iters} iterations: no "
-                   f"progress line is printed")
-    if cfg["early_stop_patience"] and n_evals <= cfg["early_stop_patience"]:
-        out.append(f"early_stop_patience={cfg['early_stop_patience']} can never stop this run: stopping takes "
-                   f"{cfg['early_stop_patience']} evaluations without improvement after the first, and {evals}")
-    if sched == "plateau" and n_evals < cfg["plateau_patience"] + 2:
-        out.append(f"the plateau schedule can never lower the learning rate: it takes {cfg['plateau_patience'] + 1} "
-                   f"evaluations without improvement after the first (plateau_patience={cfg['plateau_patience']}), "
-                   f"and {evals}")
-    if sched == "cosine" and cfg["min_lr"] >= lr:
-        out.append(f"min_lr={cfg['min_lr']:g} is not below learning_rate={lr:g}: the cosine schedule does not decay")
-    if sched != "cosine" and cfg["min_lr"] != DEFAULTS["min_lr"]:
-        out.append(f"min_lr={cfg['min_lr']:g} is the cosine schedule's floor; scheduler={sched!r} does not read it")
-    unread = [k for k in ("plateau_factor", "plateau_patience") if cfg[k] != DEFAULTS[k]]
-    if sched != "plateau" and unread:
-        out.append(f"{' and '.join(f'{k}={cfg[k]:g}' for k in unread)}: the plateau schedule's; scheduler={sched!r} "
-                   f"does not read {'them' if len(unread) > 1 else 'it'}")
-    return out
-
-
 def start(cfg, dataset, dev, files):
     """A new model and state, or (init_from='resume') both from last.pt with the checkpoint itself, which
     also holds the optimizer, schedulers and RNG to restore; the run's start goes into its log. A resume
@@ -700,7 +634,7 @@ def train(cfg):
     dataset has a test split, and `metrics`: each figure's label and better direction), which is also
     written to out_dir/summary.json with the config. Under torchrun this is one of its processes (see
     `processes`): they train together, and rank 0 prints, writes the files and scores the test split."""
-    check_settings(cfg)
+    check_settings(cfg, data.PRETRAINED)
     env = torchrun_env()  # under torchrun, rank 0 alone writes the run's files and holds its out_dir's lock
     with records.out_dir_lock(cfg, writer=env is None or env[0] == 0), processes(cfg) as procs:
         device_type = procs.device.split(":")[0]
@@ -736,7 +670,7 @@ def train(cfg):
         epoch_steps = stream.steps_per_epoch or math.inf  # a stream of random draws has no epochs
         total_iters = min(cfg["max_epochs"] * epoch_steps, cfg["max_iters"] or math.inf)
         eval_every = cfg["eval_interval"] or epoch_steps
-        for line in run_warnings(cfg, total_iters, epoch_steps, eval_every):
+        for line in run_warnings(cfg, total_iters, epoch_steps, eval_every, DEFAULTS):
             print(f"warning: {line}")
         # the modules that train and evaluate (DDP, compiled); `model` stays the plain one the checkpoints save
         train_model, eval_model = procs.models(model, cfg, task, stream, state, ctx)
@@ -842,46 +776,12 @@ def score_test(summary, best_path, task, dataset, cfg, state, device, ctx):
         print(f"best checkpoint: val loss {state.best_val_loss:.4f}; {name} {records.describe(figures, task.metrics)}")
 
 
-def help_text():
-    """`--help`: what train.py does (its docstring's opening), how settings are given (configurator.py's), the
-    config files with their first comment line, and every setting with its default and comment, read from the
-    defaults above and from each family's config dataclass in model.py."""
-    import inspect
-    import re
-    here = os.path.dirname(os.path.abspath(__file__))
-    own, how = __doc__.strip().split("\n\n"), configurator.__doc__.strip().split("\n\n")
-    lines = ["usage: python train.py [CONFIG_FILE ...] [--key=value ...]", "", "\n\n".join(own[:2]), "", how[2],
-             "Each model family's settings (the last sections below) exist when `model` names that family.", ""]
-    lines.append("config files (config/; a first comment line each):")
-    lines += [f"  {path:44s} {first}" for path, first in configurator.config_files(os.path.join(here, "config"))]
-    lines += ["", "settings (name = default  what it is), train.py's defaults:"]
-    with open(os.path.join(here, "train.py")) as f:
-        lines += configurator.describe_settings(configurator.commented_settings(f.read(), DEFAULTS), DEFAULTS)
-    for family, settings in MODEL_SETTINGS["model"].items():
-        cls = FAMILIES[family][0]
-        what = re.split(r"\.\s+(?=[A-Z])", " ".join(inspect.getdoc(cls).split()))[0]  # its docstring's first sentence
-        lines += ["", f"settings of model={family!r} (model.{cls.__name__}: {what})"]
-        lines += configurator.describe_settings(configurator.commented_settings(inspect.getsource(cls), settings),
-                                                settings)
-    return "\n".join(lines)
-
-
-# What a bare `python train.py` costs, as measured: config/sst2_recurrent.py trains this model (the encoder's
-# defaults) for 2 epochs in 12-20 min on one CPU core (README's table), so an epoch takes 6-10 min there.
-DEFAULT_RUN_TIME = "6-10 min an epoch on one CPU core"
-
-
 def main(argv):
     if "-h" in argv or "--help" in argv:
-        print(help_text())
+        print(train_help(__file__, __doc__, DEFAULTS, MODEL_SETTINGS["model"], FAMILIES))
         return
     if not argv:  # say what is about to happen before the data is prepared and the model built
-        d, m = DEFAULTS, MODEL_SETTINGS["model"][DEFAULTS["model"]]
-        print(f"python train.py with no arguments trains the defaults: dataset {d['dataset']} (protocol "
-              f"{d['protocol']}), model {d['model']} ({m['n_layer']} layers x {m['n_loops']} loops, width "
-              f"{m['n_embd']}), at most {d['max_epochs']} epochs (early stopping after {d['early_stop_patience']} "
-              f"evaluations without improvement), into {d['out_dir']}; about {DEFAULT_RUN_TIME}. "
-              f"`python train.py --help` lists the config files and settings.", flush=True)
+        print(train_bare_line(DEFAULTS, MODEL_SETTINGS["model"]), flush=True)
     try:
         train(make_config(argv))
     except configurator.UserError as e:  # bad input: one line; a bug keeps its traceback

@@ -32,6 +32,7 @@ import torch
 import configurator
 import kernels
 from bookkeeping.timing import conditions, median_ms
+from commands.help import HelpFormatter
 from evaluation.ranges import check_new_file
 from kernels import (SCANS, SWIGLU_BLOCK, flash_attention_triton, layer_norm_triton, rms_norm_triton, scan_sequential,
                      swiglu_triton)
@@ -453,7 +454,7 @@ def compile_command(p, args):
 
 
 def main(argv=None):
-    helped = dict(formatter_class=configurator.HelpFormatter)  # each option's default shown after its help
+    helped = dict(formatter_class=HelpFormatter)  # each option's default shown after its help
     p = argparse.ArgumentParser(prog="python -m bench.kernel_speed", **helped,
                                 description="Benchmarks of kernels.py's fast paths: the selective scans' speed (scan) "
                                 "and float32 precision (precision), the Triton kernels' speed (triton) and their "

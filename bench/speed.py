@@ -40,6 +40,7 @@ import configurator
 import data
 import kernels
 from bookkeeping.timing import conditions, peak_flops, sync, timed
+from commands.help import HelpFormatter
 from evaluation.options import llama_tokenizer_for
 from evaluation.ranges import Ranged, check_new_file, check_ranges
 from export import read_llama2c, write_llama2c
@@ -652,7 +653,7 @@ def run_bench(args, device):
 
 
 def parser():
-    p = argparse.ArgumentParser(prog="python -m bench.speed", formatter_class=configurator.HelpFormatter,
+    p = argparse.ArgumentParser(prog="python -m bench.speed", formatter_class=HelpFormatter,
                                 description="The speed benchmark: our models (eager, compiled, each attention and "
                                 "norm path) against Hugging Face's BERT and GPT-2 (and nanoGPT, with --nanogpt) on the "
                                 "same batches; --cases generate and piglatin time generation and the Pig Latin models")

@@ -1,13 +1,15 @@
 """
-evaluate.py's options, apart from what it computes with them: each option that needs more than argparse's type
-and choices, checked, resolved or read. Read in order: the config files that set the options (config_defaults);
-every option checked as soon as it is read, before any data is prepared or model loaded (check_args), then
-against each checkpoint as it loads (check_fits); the decode step --decode auto picks (decode_mode); then what
-the options name: a seq2seq model's words (seq2seq_words, --text and --words), a labelled file (read_tsv, into
-a ListSplit) or a word list (read_word_list) for --file, an --untrained run's architecture (untrained), a Llama's
-tokenizer (llama_tokenizer_for, --tokenizer) and the --zero_shot prompts (zero_shot_inputs).
+evaluate.py's options, apart from what it computes with them: the options themselves, each with its help and
+default, and each option that needs more than argparse's type and choices, checked, resolved or read. Read in
+order: the options (parser, what --help prints); the config files that set them (config_defaults); every option
+checked as soon as it is read, before any data is prepared or model loaded (check_args), then against each
+checkpoint as it loads (check_fits); the decode step --decode auto picks (decode_mode); then what the options
+name: a seq2seq model's words (seq2seq_words, --text and --words), a labelled file (read_tsv, into a ListSplit) or
+a word list (read_word_list) for --file, an --untrained run's architecture (untrained), a Llama's tokenizer
+(llama_tokenizer_for, --tokenizer) and the --zero_shot prompts (zero_shot_inputs).
 """
 
+import argparse
 import importlib.util
 import os
 
@@ -16,9 +18,94 @@ import torch
 
 import configurator
 import data
-from evaluation.ranges import check_new_file, check_ranges
+from commands.help import HelpFormatter
+from evaluation.ranges import AT_LEAST_0, AT_LEAST_1, Ranged, check_new_file, check_ranges
 from corpora import piglatin
-from model import LlamaConfig, build_model, raw_model
+from model import DECODE_MODES, LlamaConfig, build_model, raw_model
+
+# -----------------------------------------------------------------------------
+# the options, each with its help and default (what `python evaluate.py --help` prints)
+
+
+def parser():
+    p = argparse.ArgumentParser(
+        prog="python evaluate.py", usage="%(prog)s [CONFIG_FILE ...] --ckpt CKPT [CKPT ...] [options]",
+        formatter_class=HelpFormatter,
+        description="Evaluate checkpoints, classify text, sample from a language model or prompt one as a classifier. "
+        "What each asks for: --ckpt alone, a checkpoint's whole report (its split's metrics, size, FLOPs, latency and "
+        "throughput; --no_timing leaves out the timing); --text, the label or translation alone; --file, the metrics "
+        "on the file (--timing adds the timing); --prompt, the sample (after the model's size; nothing scored "
+        "or timed: --metrics adds a language model's validation scores, --timing its speed). Config files "
+        "(config/llama_generate.py, config/llama_*_prompt.py) may come first to set these. (Studies: study.py.)")
+    p.add_argument("--ckpt", nargs="+", help="one or more ckpt.pt files (side by side); a llama2.c .bin/.pt or "
+                   "a pretrained name (stories260K)")
+    p.add_argument("--zero_shot", default=None, help="a labelled dataset (sst5, cfimdb): classify its --split "
+                   "with a Llama language model by prompting, no training")
+    p.add_argument("--split", default="test", choices=["train", "val", "test", "unseen"],
+                   help="the split to score (unseen: Pig Latin's words from outside the novel; a seq2seq model's "
+                   "test is scored with its unseen words beside it)")
+    p.add_argument("--json", help="write the figures to this new file (classifiers: with per-example predictions; "
+                   "a file already there is refused, never replaced)")
+    p.add_argument("--text", help="classify this sentence and print the label probabilities (seq2seq: translate "
+                   "its words, upper case read as lower case, as --words)")
+    p.add_argument("--truncate", action="store_true", help="with --text: cut an over-long sentence instead of refusing")
+    p.add_argument("--file", help="evaluate on a file: a classifier's labelled sentences (sentence<TAB>label per line, "
+                   "header allowed), a seq2seq model's words (one a line, optionally <TAB>its expected translation; "
+                   "else the rules' answer)")
+    p.add_argument("--prompt", default=None, help="language models: the text a sample starts from (default: a "
+                   "newline for a character model, BOS alone for a Llama)")
+    p.add_argument("--max_new_tokens", type=AT_LEAST_1, default=300, help="language models: tokens to generate")
+    p.add_argument("--temperature", type=Ranged(float, lambda v: v >= 0, "a number >= 0 (0 is greedy)"), default=0.8,
+                   help="0 = greedy (deterministic)")
+    p.add_argument("--top_k", type=Ranged(int, lambda v: v >= 1, "an integer >= 1 (sample from the k most likely "
+                   "tokens)"), default=None, help="sample from the k most likely tokens only")
+    p.add_argument("--top_p", type=Ranged(float, lambda v: 0 < v <= 1, "a number with 0 < p <= 1 (the probability mass "
+                   "kept)"), default=None, help="Llama: sample from the nucleus of mass p only")
+    p.add_argument("--epsilon", type=Ranged(float, lambda v: 0 <= v < 1, "a number with 0 <= epsilon < 1 (tokens below "
+                   "it are dropped)"), default=None, help="Llama: drop tokens of probability below epsilon")
+    p.add_argument("--tokenizer", default=None, help="Llama: 'tok512', 'llama2' or a tokenizer.bin (default: by "
+                   "vocabulary size, 512 or 32,000)")
+    p.add_argument("--gen_batch", type=AT_LEAST_1, default=1, help="Llama generation: also time this many prompts at "
+                   "once")
+    p.add_argument("--no_cache", action="store_true", help="language models' generation: also time it without the "
+                   "KV cache (every token runs the whole context again)")
+    p.add_argument("--decode", default="auto", choices=["auto", *DECODE_MODES],
+                   help="Llama generation: the one-token step with the KV cache run eagerly, or compiled once "
+                   "(torch.compile: C++ on a CPU, CUDA graphs on a GPU; its compile time is reported apart); "
+                   "auto: compiled when the command generates enough tokens to repay compiling (COMPILE_REPAYS), "
+                   "and the compiled step can be built; else eager")
+    p.add_argument("--seed", type=Ranged(int, lambda v: True, "an integer"), default=1337, help="seed of the sample")
+    p.add_argument("--device", default="auto", help="'auto' (cuda, then mps, then cpu), 'cpu', 'cuda', 'cuda:N' or "
+                   "'mps'")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="the precision of the evaluation (bfloat16, float16: autocast)")
+    p.add_argument("--batch_size", type=AT_LEAST_1, default=256, help="batch size for metrics and throughput")
+    p.add_argument("--repeats", type=AT_LEAST_1, default=3, help="timed repeats (the median is reported)")
+    p.add_argument("--no_timing", action="store_true", help="a checkpoint's whole report (--ckpt alone): skip its "
+                   "latency and throughput")
+    p.add_argument("--timing", action="store_true", help="a sample (--prompt) or a --file: time the model too "
+                   "(latency, throughput, tokens/s), which they skip by default; --no_cache, --gen_batch N and "
+                   "--compile imply it")
+    p.add_argument("--metrics", action="store_true", help="a language model's sample (--prompt): also score its "
+                   "validation windows (loss, perplexity, accuracy), which a sample skips by default")
+    p.add_argument("--interleave", action="store_true", help="classifiers: time all the --ckpt models in turns, "
+                   "round after round, so that a slow spell of the machine falls on all of them alike")
+    p.add_argument("--untrained", nargs="+", default=[], metavar="CONFIG", help="with --interleave: also time "
+                   "these runs' architectures (a run's full settings, as study.py records them in config.py) with "
+                   "fresh weights, for runs whose checkpoint is gone: a forward's time does not depend on the weights")
+    p.add_argument("--loops", type=Ranged(int, lambda v: v >= 1, "one or more integers >= 1 (a model applies its "
+                   "layers at least once)"), nargs="+", default=None, help="classifiers: also score a looped encoder "
+                   "with each of these numbers of loops (test-time depth, no retraining), e.g. --loops 1 2 3 4")
+    p.add_argument("--max_errors", type=AT_LEAST_0, default=50,
+                   help="seq2seq: wrong translations to print (all go to --json)")
+    p.add_argument("--plots", default=None, help="seq2seq: write the attention maps and the embedding projection "
+                   "(PNG) to this new or empty folder")
+    p.add_argument("--compile", action="store_true", help="classifiers: time latency and throughput compiled (CUDA "
+                   "graphs on a GPU)")
+    p.add_argument("--words", default="brown,conditioning,is", help="seq2seq --plots: the words whose attention "
+                   "maps are drawn (comma-separated; upper case read as lower case, as --text)")
+    return p
+
 
 # -----------------------------------------------------------------------------
 # the options checked, and --decode auto resolved

@@ -37,6 +37,7 @@ import numpy as np
 
 import configurator
 import data
+from commands.help import HelpFormatter
 from corpora import piglatin
 from evaluation.ranges import AT_LEAST_0, check_new_file, check_ranges
 
@@ -440,7 +441,7 @@ def report(counts, models, seeds, checked, args, samples):
 
 def parser():
     p = argparse.ArgumentParser(
-        prog="python -m evaluation.piglatin_errors", formatter_class=configurator.HelpFormatter,
+        prog="python -m evaluation.piglatin_errors", formatter_class=HelpFormatter,
         description="Where a Pig Latin model fails, read from its committed predictions: checks that each recorded "
         "accuracy comes back from the predictions and the words, then counts, over words x seeds and beside other "
         "models on the same words, accuracy by rule, cluster size and length, where wrong translations first go "

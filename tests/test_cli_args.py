@@ -13,6 +13,7 @@ import torch
 import configurator
 import data
 import evaluate
+from commands import help as commands_help
 from evaluation.options import seq2seq_words
 from model import GPT, EncoderClassifier, EncoderConfig, GPTConfig, Llama, LlamaConfig, save_checkpoint
 
@@ -290,7 +291,7 @@ def test_commented_settings_tells_continuations_from_headings():
     source = ("import os\n\n# I/O\na = 1  # first\n# its second line\nb = 'x'\n# a heading? no: before c, a setting\n"
               "c = 2.0  # c's\n# more of c's, the last of its part\n\n# next part\nd = True\n"
               "# about e, which is not a setting\ne = 3\n")
-    assert configurator.commented_settings(source, {"a", "b", "c", "d"}) == [
+    assert commands_help.commented_settings(source, {"a", "b", "c", "d"}) == [
         ("I/O", "a", "first its second line"), ("I/O", "b", "a heading? no: before c, a setting"),
         ("I/O", "c", "c's more of c's, the last of its part"), ("next part", "d", "")]
 
@@ -304,7 +305,7 @@ def test_a_bare_train_py_says_what_it_trains_first(monkeypatch, capsys):
     first = capsys.readouterr().out.splitlines()[0]
     d = train.DEFAULTS
     for part in (f"dataset {d['dataset']}", f"model {d['model']}", f"{d['max_epochs']} epochs", d["out_dir"],
-                 train.DEFAULT_RUN_TIME, "--help"):
+                 commands_help.DEFAULT_RUN_TIME, "--help"):
         assert part in first, (part, first)
     assert ran and ran[0]["dataset"] == d["dataset"]
 

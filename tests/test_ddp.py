@@ -28,6 +28,7 @@ import configurator
 import data
 import model
 import train
+from commands import checks
 from conftest import REPO_ROOT
 
 # Two processes add up a step's gradient in another order than one process does (each sums its own
@@ -243,7 +244,7 @@ def test_grad_accum_must_split_over_the_processes(tiny_cfg, monkeypatch):
                                                        r"multiple of 2 \(grad_accum=2 with batch_size=12 keeps"):
         train.train(tiny_cfg(batch_size=8, grad_accum=3))
     with pytest.raises(configurator.ConfigError, match=r"multiple of 2$"):  # 7 examples cannot be halved
-        train.check_world({"batch_size": 7, "grad_accum": 1}, 2)
+        checks.check_world({"batch_size": 7, "grad_accum": 1}, 2)
     assert not torch.distributed.is_initialized()
 
 

@@ -810,7 +810,7 @@ def test_zero_shot_counts_the_texts_cut_at_preparation_and_for_the_context(revie
 def test_evaluate_config_files_set_options(tmp_path):
     """A config file for evaluate.py sets its options (the command line wins); an unknown name is an
     error naming the closest option."""
-    p = evaluate.parser()
+    p = evaluate_options.parser()
     good = tmp_path / "gen.py"
     good.write_text("ckpt = 'stories260K'\ntemperature = 0.0\nmax_new_tokens = 7\n")
     p.set_defaults(**evaluate_options.config_defaults(p, [str(good)]))

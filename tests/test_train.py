@@ -22,6 +22,7 @@ import evaluate
 import model
 import train
 from bookkeeping import records, timing
+from commands import checks
 from conftest import REPO_ROOT
 
 
@@ -836,10 +837,10 @@ def test_the_code_commit_counts_changes_to_the_code_not_to_the_records(tmp_path,
 
 
 def warnings_of(total_iters=16, epoch_steps=8, **overrides):
-    """run_warnings for train.py's defaults with overrides, on a run of total_iters steps of epoch_steps an
+    """checks.run_warnings for train.py's defaults with overrides, on a run of total_iters steps of epoch_steps an
     epoch (eval_interval 0: once an epoch)."""
     cfg = {**train.make_config([]), "max_epochs": 2, **overrides}
-    return train.run_warnings(cfg, total_iters, epoch_steps, cfg["eval_interval"] or epoch_steps)
+    return checks.run_warnings(cfg, total_iters, epoch_steps, cfg["eval_interval"] or epoch_steps, train.DEFAULTS)
 
 
 @pytest.mark.parametrize("overrides, words", [
@@ -869,10 +870,10 @@ def test_each_setting_the_run_cannot_honour_is_one_warning(overrides, words):
 
 def test_a_sound_config_warns_of_nothing():
     cfg = train.make_config(["config/sst2_recurrent.py"])  # 2 epochs, evaluated every 500 steps
-    assert train.run_warnings(cfg, 2000, 1000, cfg["eval_interval"]) == []
+    assert checks.run_warnings(cfg, 2000, 1000, cfg["eval_interval"], train.DEFAULTS) == []
     assert warnings_of(early_stop_patience=0, plateau_patience=0, log_interval=4) == []
     lm = train.make_config(["config/shakespeare_char_baseline.py"])  # 300 steps of random windows, no epochs
-    assert train.run_warnings(lm, lm["max_iters"], float("inf"), lm["eval_interval"]) == []
+    assert checks.run_warnings(lm, lm["max_iters"], float("inf"), lm["eval_interval"], train.DEFAULTS) == []
 
 
 def test_train_prints_the_warnings_before_its_first_step(tiny_cfg, capsys):
