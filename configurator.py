@@ -24,7 +24,7 @@ import torch
 class UserError(Exception):
     """Bad input: a setting, an argument, a data file or a checkpoint that cannot be used, with what to do about
     it. Every command prints one as a single line, `error: ...`, and exits with status 1. Its family: ConfigError
-    here, data.DataError and model.CheckpointError. Any other exception is a bug, and keeps its traceback."""
+    here, data.DataError and bookkeeping.checkpoints.CheckpointError. Any other exception is a bug, and keeps its traceback."""
 
 
 class ConfigError(UserError, ValueError):

@@ -52,6 +52,7 @@ import torch.nn.functional as F
 
 import configurator
 import data
+from bookkeeping.checkpoints import CheckpointError, load_checkpoint
 from bookkeeping.timing import timed
 from corpora import piglatin
 from evaluation.options import (ZERO_SHOT_TEMPLATE, ListSplit, check_args, check_fits, config_defaults, decode_mode,
@@ -61,7 +62,7 @@ from evaluation.piglatin_errors import accuracy_by
 from evaluation.seq2seq_plots import seq2seq_plots
 from evaluation.table import print_table
 from export import read_llama2c
-from model import CheckpointError, LlamaConfig, load_checkpoint, raw_model
+from model import LlamaConfig, raw_model
 
 # -----------------------------------------------------------------------------
 # metrics: what each evaluator reports, how tables name it, and which way is better

@@ -23,10 +23,10 @@ import numpy as np
 import torch
 
 import data
+from bookkeeping.checkpoints import CKPT_FORMAT, CheckpointError, load_checkpoint
 from commands.help import HelpFormatter
 from configurator import ConfigError, UserError
-from model import (CKPT_FORMAT, CheckpointError, Llama, LlamaConfig, load_checkpoint, merge_lora, raw_model,
-                   rope_cache)
+from model import Llama, LlamaConfig, merge_lora, raw_model, rope_cache
 
 # -----------------------------------------------------------------------------
 # llama2.c's formats, both ways: a Llama from Karpathy's llama2.c checkpoints (.pt from its train.py,

@@ -12,9 +12,9 @@ every model shares (`TokenModel`). Then each family, whole, in one place:
     Mamba               selective_scan_reference, MambaMixer, MambaState, MambaConfig, Mamba: its other family
                         (its reference math, discretize and scan_sequential, is kernels.py's)
     bag of words        BagOfWordsConfig, BagOfWords: the logistic-regression baseline, no Block
-and last the family registry (FAMILIES, build_model, from_pretrained) and checkpoints. The fast paths the
-switches pick (Triton kernels, the parallel and fused scans, the compiled decode step) are in kernels.py, beside
-their checks; llama2.c's file formats are in export.py.
+and last the family registry (FAMILIES, build_model, from_pretrained). The fast paths the switches pick (Triton
+kernels, the parallel and fused scans, the compiled decode step) are in kernels.py, beside their checks; the
+checkpoint format is bookkeeping/checkpoints.py's, llama2.c's file formats are export.py's.
 
 Glossary (code name -> symbol in the study write-ups)
     B, T, C        batch size, sequence length, model width d
@@ -33,7 +33,6 @@ with the family's own defaults.
 
 import dataclasses
 import math
-import os
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -41,7 +40,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import kernels
-from configurator import ConfigError, UserError
+from configurator import ConfigError
 # -----------------------------------------------------------------------------
 # Normalization layers
 #
@@ -1745,61 +1744,6 @@ def family_of(model):
     return next(name for name, (cfg_cls, _) in FAMILIES.items() if cfg_type is cfg_cls)
 
 
-# -----------------------------------------------------------------------------
-# Checkpoints: one format for train, evaluate and sampling
-
-CKPT_FORMAT = "transformer-lab-checkpoint"
-CKPT_VERSION = 2  # 2: `kind` is the family name ('encoder' | 'gpt'); run state as written by train.py's RunState
-OLD_KINDS = {1: {"encoder_classifier": "encoder", "gpt": "gpt"}}  # version -> its kind names -> today's
-
-
-class CheckpointError(UserError, RuntimeError):
-    """A file that is missing, unreadable, or not a checkpoint written by this project."""
-
-
 def raw_model(model):
     """The module under a torch.compile wrapper, so saved keys carry no '_orig_mod.' prefix."""
     return getattr(model, "_orig_mod", model)
-
-
-def save_checkpoint(path, model, **extra):
-    """Write {format, version, kind, model_args, model, **extra} atomically: to a temporary file in
-    the same folder, then os.replace, so an interrupted write never leaves a half-written checkpoint."""
-    m = raw_model(model)
-    state = {"format": CKPT_FORMAT, "version": CKPT_VERSION, "kind": family_of(m),
-             "model_args": asdict(m.cfg), "model": m.state_dict(), **extra}
-    tmp = f"{path}.tmp{os.getpid()}"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path, device="cpu"):
-    """Load a checkpoint of ours with weights_only=True. Returns (model, checkpoint dict); the model is
-    in eval mode on `device`. Version 1 checkpoints (before model families were a config key) load
-    too, their kind renamed. Anything else raises CheckpointError with what to do about it."""
-    if not os.path.isfile(path):
-        raise CheckpointError(f"no checkpoint at {path}: train one first (python train.py config/...)")
-    try:
-        ckpt = torch.load(path, map_location=device, weights_only=True)
-    except Exception as e:  # pickle errors, truncated zips, random bytes, foreign pickled objects
-        # (torch's own message suggests weights_only=False, which would run arbitrary pickled code)
-        raise CheckpointError(f"{path} is not a checkpoint of this project: torch.load(weights_only=True) "
-                              f"cannot read it ({type(e).__name__})") from None
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CKPT_FORMAT:
-        raise CheckpointError(f"{path} is a PyTorch file but not a checkpoint written by this project's train.py")
-    version = ckpt.get("version")
-    if not isinstance(version, int) or (version != CKPT_VERSION and version not in OLD_KINDS):
-        raise CheckpointError(f"{path} has checkpoint version {version}; this code reads versions "
-                              f"{sorted([*OLD_KINDS, CKPT_VERSION])}")
-    kind = ckpt.get("kind") if version == CKPT_VERSION else OLD_KINDS[version].get(ckpt.get("kind"))
-    if kind not in FAMILIES:
-        raise CheckpointError(f"{path} holds a model of kind {ckpt.get('kind')!r}, unknown to this code "
-                              f"(checkpoint version {version}; known families: {sorted(FAMILIES)})")
-    ckpt["kind"] = kind
-    cfg_cls, model_cls = FAMILIES[kind]
-    model = model_cls(cfg_cls(**ckpt["model_args"]))
-    try:
-        model.load_state_dict(ckpt["model"])
-    except RuntimeError as e:
-        raise CheckpointError(f"{path}: weights do not match the stored model config ({e})") from None
-    return model.to(device).eval(), ckpt

@@ -34,11 +34,11 @@ import configurator
 import data
 import evaluate
 from bookkeeping import records, timing
+from bookkeeping.checkpoints import CKPT_VERSION, CheckpointError, load_checkpoint
 from commands.checks import check_settings, check_world, run_warnings
 from commands.help import train_bare_line, train_help
 from export import load_pretrained
-from model import (CKPT_VERSION, FAMILIES, CheckpointError, build_model, family_settings, from_pretrained,
-                   load_checkpoint)
+from model import FAMILIES, build_model, family_settings, from_pretrained
 
 # -----------------------------------------------------------------------------
 # default config values (every one may be overridden; the key names are part of the interface). `--help` prints

@@ -12,8 +12,8 @@ conditions and code commit a run's log holds. study.py and lab/runs.py read runs
     describe, summarize                                            the summary record (summary.json)
     code_commit, machine_conditions, run_conditions                what a run's log says it ran on
 
-This module sits below train.py: it imports configurator, model and timing.py beside it, never train.py or
-evaluate.py (the run identity takes train.py's DEFAULTS as an argument for that reason).
+This module sits below train.py: it imports configurator, model, and checkpoints.py and timing.py beside it, never
+train.py or evaluate.py (the run identity takes train.py's DEFAULTS as an argument for that reason).
 """
 
 import json
@@ -29,7 +29,8 @@ import torch
 
 import configurator
 from bookkeeping import timing
-from model import FAMILIES, family_settings, save_checkpoint
+from bookkeeping.checkpoints import save_checkpoint
+from model import FAMILIES, family_settings
 
 # -----------------------------------------------------------------------------
 # the files of a run in its out_dir

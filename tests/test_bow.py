@@ -17,6 +17,7 @@ import data
 import evaluate
 import model
 import train
+from bookkeeping import checkpoints
 from model import NGRAM_HASH_PRIME, BagOfWords, BagOfWordsConfig
 
 ATOL = 1e-6
@@ -167,8 +168,8 @@ def test_param_counts_and_weight_decay():
 def test_checkpoint_round_trip(tmp_path):
     m = tiny_bow(ngrams=3, tf="log", doc_norm="l1")
     path = str(tmp_path / "ckpt.pt")
-    model.save_checkpoint(path, m, iter_num=7)
-    loaded, ckpt = model.load_checkpoint(path)
+    checkpoints.save_checkpoint(path, m, iter_num=7)
+    loaded, ckpt = checkpoints.load_checkpoint(path)
     assert ckpt["kind"] == "bow" and ckpt["iter_num"] == 7 and isinstance(loaded, BagOfWords)
     assert loaded.cfg == m.cfg
     idx, mask = padded_batch([8, 5], 8)

@@ -15,7 +15,8 @@ import data
 import evaluate
 from commands import help as commands_help
 from evaluation.options import seq2seq_words
-from model import GPT, EncoderClassifier, EncoderConfig, GPTConfig, Llama, LlamaConfig, save_checkpoint
+from bookkeeping.checkpoints import save_checkpoint
+from model import GPT, EncoderClassifier, EncoderConfig, GPTConfig, Llama, LlamaConfig
 
 
 def refusal(argv):

@@ -17,7 +17,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import evaluate  # noqa: E402
 from bench import speed  # noqa: E402
 from evaluation.options import ListSplit, read_tsv  # noqa: E402
-from model import EncoderClassifier, EncoderConfig, save_checkpoint  # noqa: E402
+from bookkeeping.checkpoints import save_checkpoint  # noqa: E402
+from model import EncoderClassifier, EncoderConfig  # noqa: E402
 
 
 def test_binary_metrics_by_hand():

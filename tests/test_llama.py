@@ -13,6 +13,7 @@ import torch
 import export
 import kernels
 import model
+from bookkeeping import checkpoints
 from export import read_llama2c, write_llama2c
 from model import KVCache, Llama, LlamaConfig, sample_next
 
@@ -365,7 +366,7 @@ def test_export_from_the_command_line(tmp_path, capsys):
     with torch.no_grad():
         lora.layers[1].attn.wv.lora_B.normal_(0, 0.3)
     ckpt = str(tmp_path / "ckpt.pt")
-    model.save_checkpoint(ckpt, lora, data={"task": "lm"}, config={})
+    checkpoints.save_checkpoint(ckpt, lora, data={"task": "lm"}, config={})
     idx = torch.randint(0, 40, (2, 9))
     for name, version in [("m.bin", []), ("m1.bin", ["--export_version", "1"]), ("m.pt", [])]:
         r = export.main(["--ckpt", ckpt, "--export", str(tmp_path / name), *version])
@@ -376,7 +377,7 @@ def test_export_from_the_command_line(tmp_path, capsys):
     with pytest.raises(SystemExit, match="already there; it is not replaced"):
         export.main(["--ckpt", ckpt, "--export", str(tmp_path / "m.bin"), "--export_version", "1"])
     assert (tmp_path / "m.bin").read_bytes() == before
-    model.save_checkpoint(str(tmp_path / "cls.pt"), tiny_llama(n_classes=2), data={"task": "classification"}, config={})
+    checkpoints.save_checkpoint(str(tmp_path / "cls.pt"), tiny_llama(n_classes=2), data={"task": "classification"}, config={})
     with pytest.raises(SystemExit, match="writes Llama language models; .* is a classifier"):
         export.main(["--ckpt", str(tmp_path / "cls.pt"), "--export", str(tmp_path / "c.bin")])
 
@@ -410,10 +411,10 @@ def test_llama2c_bad_files_are_refused_clearly(tmp_path):
     for name, payload in cases.items():
         if payload is not None:
             (tmp_path / name).write_bytes(payload)
-        with pytest.raises(model.CheckpointError, match=messages[name]):
+        with pytest.raises(checkpoints.CheckpointError, match=messages[name]):
             read_llama2c(str(tmp_path / name))
     torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
-    with pytest.raises(model.CheckpointError, match="'model' and 'model_args'"):
+    with pytest.raises(checkpoints.CheckpointError, match="'model' and 'model_args'"):
         read_llama2c(str(tmp_path / "other.pt"))
     with pytest.raises(ValueError, match="RMSNorm"):
         write_llama2c(tiny_llama(norm="layer"), str(tmp_path / "x.bin"))
@@ -449,7 +450,7 @@ def test_finetune_a_llama2c_checkpoint_with_lora_through_train(tmp_path):
            "lora_alpha": 2.0, "dropout": 0.0}
     summary = train.train(cfg)
     assert summary["iters"] == 4 and "test_accuracy" in summary
-    tuned, ckpt = model.load_checkpoint(str(tmp_path / "run" / "last.pt"))
+    tuned, ckpt = checkpoints.load_checkpoint(str(tmp_path / "run" / "last.pt"))
     assert tuned.cfg.n_embd == 32 and tuned.cfg.n_classes == 2 and tuned.cfg.lora_rank == 2
     for name, p in pre.state_dict().items():
         assert torch.equal(tuned.state_dict()[name], p), name  # frozen: W0, embedding, norms
@@ -458,7 +459,7 @@ def test_finetune_a_llama2c_checkpoint_with_lora_through_train(tmp_path):
     # full fine-tuning moves the base weights; a clashing architecture or vocabulary is refused
     full = train.train({**cfg, "lora_rank": 0, "out_dir": str(tmp_path / "full")})
     assert full["iters"] == 4
-    moved, _ = model.load_checkpoint(str(tmp_path / "full" / "last.pt"))
+    moved, _ = checkpoints.load_checkpoint(str(tmp_path / "full" / "last.pt"))
     assert not torch.equal(moved.layers[0].attn.wq.weight, pre.layers[0].attn.wq.weight)
     import configurator
     fresh = {**cfg, "out_dir": str(tmp_path / "refused")}  # a new out_dir: the refusals are about the checkpoint
@@ -762,7 +763,7 @@ def test_pretrain_a_llama_then_sample_and_prompt_it(review_mirror, capsys):
     assert r["predictions"] == scores.argmax(1).tolist()
     assert r["accuracy"] == sum(p == y for p, y in zip(r["predictions"], r["labels"])) / 10
     assert r["prompt"] == "<text> Is this movie bad or good? This movie is"
-    m, _ = model.load_checkpoint("run/ckpt.pt")
+    m, _ = checkpoints.load_checkpoint("run/ckpt.pt")
     tok = data.load_llama_tokenizer("tok512")
     test = data.load_dataset({"dataset": "cfimdb", "tokenizer": "tok512"}).splits["test"]
     with pytest.raises(data.DataError, match="prepared with max_len 256, the run asks for 64; delete the folder"):

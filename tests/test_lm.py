@@ -20,7 +20,8 @@ import evaluate
 import tokenizer
 import train
 from conftest import fake_downloads
-from model import GPT, GPTConfig, LayerNorm, RMSNorm, load_checkpoint
+from bookkeeping.checkpoints import load_checkpoint
+from model import GPT, GPTConfig, LayerNorm, RMSNorm
 from evaluation.table import run_names
 
 

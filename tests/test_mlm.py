@@ -22,6 +22,7 @@ import evaluate
 import model
 import tokenizer
 import train
+from bookkeeping import checkpoints
 from conftest import need_tokenizer
 from model import EncoderClassifier, EncoderConfig
 
@@ -226,7 +227,7 @@ def test_pretrain_then_fine_tune_from_the_checkpoint(tiny_cfg, tiny_dataset, tmp
     evaluate.main(["--ckpt", ckpt, "--device", "cpu", "--no_timing"])
     out = capsys.readouterr().out
     assert "validation split, masked" in out and "perplexity" in out and "FLOPs/sample" in out
-    pretrained, _ = model.load_checkpoint(ckpt)
+    pretrained, _ = checkpoints.load_checkpoint(ckpt)
     val = data.Dataset(folder).splits["val"]
     figures = evaluate.evaluate_mlm(pretrained, val, "cpu", contextlib.nullcontext())
     again = evaluate.evaluate_mlm(pretrained, val, "cpu", contextlib.nullcontext(), batch_size=3)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import model
+from bookkeeping import checkpoints
 from model import Attention, EncoderClassifier, EncoderConfig
 
 ATOL = 1e-5  # float32 tolerance for two orderings of the same sums at these sizes
@@ -484,8 +485,8 @@ def test_checkpoint_round_trip(tmp_path):
     torch.manual_seed(0)
     m = EncoderClassifier(cfg).eval()
     path = str(tmp_path / "ckpt.pt")
-    model.save_checkpoint(path, m, iter_num=7, note="hello")
-    loaded, ckpt = model.load_checkpoint(path)
+    checkpoints.save_checkpoint(path, m, iter_num=7, note="hello")
+    loaded, ckpt = checkpoints.load_checkpoint(path)
     assert not loaded.training
     assert loaded.cfg == cfg
     assert ckpt["iter_num"] == 7 and ckpt["note"] == "hello"
@@ -503,16 +504,16 @@ def test_checkpoint_saves_the_unwrapped_module(tmp_path):
             self._orig_mod = inner
 
     m = EncoderClassifier(tiny_config())
-    model.save_checkpoint(str(tmp_path / "c.pt"), Wrapper(m))
+    checkpoints.save_checkpoint(str(tmp_path / "c.pt"), Wrapper(m))
     ckpt = torch.load(tmp_path / "c.pt", weights_only=True)
     assert set(ckpt["model"]) == set(m.state_dict())
-    model.load_checkpoint(str(tmp_path / "c.pt"))
+    checkpoints.load_checkpoint(str(tmp_path / "c.pt"))
 
 
 def _expect_checkpoint_error(path, message):
-    with pytest.raises(model.CheckpointError, match=message) as info:
-        model.load_checkpoint(str(path))
-    assert type(info.value) is model.CheckpointError
+    with pytest.raises(checkpoints.CheckpointError, match=message) as info:
+        checkpoints.load_checkpoint(str(path))
+    assert type(info.value) is checkpoints.CheckpointError
     assert str(path) in str(info.value)  # the message says which file
 
 
@@ -529,7 +530,7 @@ def test_checkpoint_errors_are_helpful(tmp_path):
     _expect_checkpoint_error(tmp_path / "list.pt", "not a checkpoint")
 
     m = EncoderClassifier(tiny_config())
-    model.save_checkpoint(str(tmp_path / "good.pt"), m)
+    checkpoints.save_checkpoint(str(tmp_path / "good.pt"), m)
     ckpt = torch.load(tmp_path / "good.pt", weights_only=True)
     torch.save({**ckpt, "version": 99}, tmp_path / "future.pt")
     _expect_checkpoint_error(tmp_path / "future.pt", "version 99")
@@ -541,11 +542,11 @@ def test_checkpoint_errors_are_helpful(tmp_path):
 
 def test_checkpoint_kind_is_the_config_family(tmp_path):
     m = EncoderClassifier(tiny_config())
-    model.save_checkpoint(str(tmp_path / "c.pt"), m)
+    checkpoints.save_checkpoint(str(tmp_path / "c.pt"), m)
     ckpt = torch.load(tmp_path / "c.pt", weights_only=True)
-    assert ckpt["kind"] == "encoder" and ckpt["version"] == model.CKPT_VERSION == 2
+    assert ckpt["kind"] == "encoder" and ckpt["version"] == checkpoints.CKPT_VERSION == 2
     g = model.GPT(model.GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_embd=16, n_head=2))
-    model.save_checkpoint(str(tmp_path / "g.pt"), g)
+    checkpoints.save_checkpoint(str(tmp_path / "g.pt"), g)
     assert torch.load(tmp_path / "g.pt", weights_only=True)["kind"] == "gpt"
 
 
@@ -554,10 +555,10 @@ def test_version_1_checkpoint_still_loads(tmp_path):
     such a file loads with the same weights, its kind renamed."""
     torch.manual_seed(0)
     m = EncoderClassifier(tiny_config()).eval()
-    model.save_checkpoint(str(tmp_path / "new.pt"), m)
+    checkpoints.save_checkpoint(str(tmp_path / "new.pt"), m)
     ckpt = torch.load(tmp_path / "new.pt", weights_only=True)
     torch.save({**ckpt, "version": 1, "kind": "encoder_classifier"}, tmp_path / "v1.pt")
-    loaded, old = model.load_checkpoint(str(tmp_path / "v1.pt"))
+    loaded, old = checkpoints.load_checkpoint(str(tmp_path / "v1.pt"))
     assert old["version"] == 1 and old["kind"] == "encoder" and isinstance(loaded, EncoderClassifier)
     idx, mask = padded_batch([8, 3], 8)
     assert torch.equal(loaded(idx, mask)[0], m(idx, mask)[0])

@@ -25,6 +25,7 @@ import evaluate
 import model as M
 import tokenizer
 import train
+from bookkeeping import checkpoints
 from conftest import fake_downloads
 
 NOVEL = "pride_and_prejudice"
@@ -667,7 +668,7 @@ def test_train_and_evaluate_seq2seq(pig_data, tmp_path, family, capsys):
     summary = train.train(cfg)
     assert summary["task"] == "seq2seq" and summary["metrics"]["test_word_accuracy"]["better"] == "higher"
     ds = data.Dataset(pig_data)
-    best, _ = M.load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
+    best, _ = checkpoints.load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
     # the word accuracy, recomputed one word at a time
     test = ds.splits["test"]
     right = 0

@@ -21,7 +21,7 @@ import data
 import evaluate
 import model
 import train
-from bookkeeping import records, timing
+from bookkeeping import checkpoints, records, timing
 from commands import checks
 from conftest import REPO_ROOT
 
@@ -67,7 +67,7 @@ def test_train_end_to_end(tiny_cfg, capsys):
     assert "best checkpoint" in capsys.readouterr().out
     assert summary["final_val_loss"] == evals[-1]["val_loss"] and summary["final_eval_iter"] == 16
 
-    best, ckpt = model.load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
+    best, ckpt = checkpoints.load_checkpoint(os.path.join(cfg["out_dir"], "ckpt.pt"))
     assert ckpt["config"] == cfg and ckpt["best_val_loss"] == summary["best_val_loss"]
     assert ckpt["data"]["vocab"] == data.load_meta(cfg["data_dir"])["vocab"]
     assert best.cfg.n_embd == 16 and best.cfg.n_loops == 2  # built from the run's settings
@@ -97,7 +97,7 @@ def test_training_lowers_the_loss(tiny_cfg):
     cfg = tiny_cfg(max_epochs=4, learning_rate=1e-2, n_embd=32, n_head=2, ffn_hidden=64)
     run(cfg)
     dataset = data.load_dataset(cfg)
-    trained, _ = model.load_checkpoint(os.path.join(cfg["out_dir"], "last.pt"))
+    trained, _ = checkpoints.load_checkpoint(os.path.join(cfg["out_dir"], "last.pt"))
     torch.manual_seed(0)
     fresh = train.new_model(cfg, dataset)
     loss_trained = evaluate.evaluate_classification(trained, dataset.splits["train"], "cpu", torch.no_grad())["loss"]
@@ -246,7 +246,7 @@ def test_resume_refuses_a_version_1_checkpoint_and_other_settings(tiny_cfg):
                                                        r"max_iters 2 -> 4\).*only attn_impl, norm_impl"):
         train.train({**cfg, "init_from": "resume", "max_iters": 4, "learning_rate": 1e-2})
     torch.save({**last, "version": 1, "kind": "encoder_classifier"}, path)
-    with pytest.raises(model.CheckpointError, match="version 1; resuming needs version 2"):
+    with pytest.raises(checkpoints.CheckpointError, match="version 1; resuming needs version 2"):
         train.train({**cfg, "init_from": "resume"})
 
 
