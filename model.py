@@ -1478,8 +1478,9 @@ class Mamba(TokenModel):
         if self.cfg.bidirectional and src_len is None and cache is None:
             raise ValueError("bidirectional=True reads each source backwards: it takes seq2seq batches (src_len)")
         h = self.drop(self.embed(idx))
+        order = self.reversed_sources(src_len) if self.cfg.bidirectional and src_len is not None else None
         for i, layer in enumerate(self.layers):
-            back = self.source_backwards(layer, h, src_len) if self.cfg.bidirectional and src_len is not None else 0
+            back = self.source_backwards(layer, h, *order) if order is not None else 0
             h, _ = layer(h, cache=None if cache is None else cache[i])
             h = h + back  # h + Drop(Mix(Norm1(h))) + Drop(Mix(Norm1(h) read backwards)), on the source
         logits = self.head(self.norm_f(h))
@@ -1488,17 +1489,20 @@ class Mamba(TokenModel):
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
 
-    def source_backwards(self, layer, h, src_len):
+    def reversed_sources(self, src_len):
+        """(in_src (B, S), rev (B, S, C)) for src_len (B,), once a forward: S the longest source (the pass reads
+        (B, S, C), not the whole (B, T, C)); rev each source's positions backwards, a permutation, its own inverse."""
+        t = torch.arange(int(src_len.max()), device=src_len.device)
+        in_src = t < src_len[:, None]
+        return in_src, torch.where(in_src, src_len[:, None] - 1 - t, t)[..., None].expand(-1, -1, self.cfg.n_embd)
+
+    def source_backwards(self, layer, h, in_src, rev):
         """The bidirectional pass over the source (cfg.bidirectional; Caduceus's BiMamba ties the two directions'
         weights too): `layer`'s own mixer reads each source from its [EOS] back to its first letter, and its
         output goes to the source's positions, zero elsewhere. A letter then also sees the letters after it
-        in its word; the target still sees nothing after itself. h (B, T, C), src_len (B,) -> (B, T, C)."""
-        S = int(src_len.max())  # the longest source: the pass reads (B, S, C), not the whole (B, T, C)
-        t = torch.arange(S, device=h.device)
-        in_src = t < src_len[:, None]  # (B, S)
-        rev = torch.where(in_src, src_len[:, None] - 1 - t, t)[..., None].expand(-1, -1, h.size(2))  # its own inverse
+        in its word; the target still sees nothing after itself. h (B, T, C) -> (B, T, C)."""
         y, _ = layer.mamba(layer.norm1(h).gather(1, rev))  # causal over each reversed source: reads source only
-        return F.pad(layer.drop(y.gather(1, rev)) * in_src[..., None], (0, 0, 0, h.size(1) - S))
+        return F.pad(layer.drop(y.gather(1, rev)) * in_src[..., None], (0, 0, 0, h.size(1) - rev.size(1)))
 
     def flops_per_forward(self, seq_len, batch_size=1, src_tokens=0):
         """TokenModel's count, and with the bidirectional pass every layer's mixer again over the batch's

@@ -1065,7 +1065,7 @@ def test_bidirectional_mamba_reads_the_source_both_ways_and_the_target_causally(
         tail[b, S + 2:] = 0  # the target from its second letter on, and the padding
         torch.testing.assert_close(bi(tail, src_len=inp["src_len"])[0][b, :S + 2], logits[b, :S + 2])
     layer, h = bi.layers[0], torch.randn(3, inp["idx"].size(1), 16, dtype=torch.float64)
-    back = bi.source_backwards(layer, h, inp["src_len"])
+    back = bi.source_backwards(layer, h, *bi.reversed_sources(inp["src_len"]))
     for b, S in enumerate(inp["src_len"].tolist()):
         alone = layer.mamba(layer.norm1(h[b:b + 1, :S].flip(1)))[0].flip(1)
         torch.testing.assert_close(back[b, :S], alone[0], atol=1e-5, rtol=1e-4)
