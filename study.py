@@ -71,7 +71,7 @@ from lab.runs import (can_resume, finished_summary, has_record, note_plan, plan_
 # running
 
 
-def run_pending(runs, todo, jobs, check=None, recorded=None):
+def run_pending(runs, todo, jobs, check=None, recorded=None, refill=None):
     """Train the runs `todo` as `python train.py` subprocesses, `jobs` at a time, each slot pinned to its
     own share of the cores. A run that can resume does; any other starts in a folder that holds no run
     (run_folder saw to it), so none is ever started with --overwrite; one that another process is training
@@ -79,12 +79,14 @@ def run_pending(runs, todo, jobs, check=None, recorded=None):
     since `todo` was drawn up: two study.py share a plan's runs out. If a run fails (RunFailed) or the
     study is interrupted, the runs still going get SIGTERM, save their last.pt and stop; a later call
     continues them. `check`, if given, is called before each run starts (plan_unchanged); `recorded`, after
-    each run's record is written (note_plan)."""
+    each run's record is written (note_plan); `refill`, when a run has finished and no other waits for a free
+    slot: the runs to train next that are not going already ({key: (argv, cfg, record)}: a tuning's next runs,
+    which the finished one may have decided) join the queue, so no core waits for the slowest run of a batch."""
     # the cores this process may use (`taskset -c 1 python study.py ...` gives it one), shared out by slot
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     per_job = max(1, len(allowed) // jobs)
     running = []  # (key, process, log file, slot)
-    pending, free_slots = list(todo), list(range(jobs))
+    runs, pending, free_slots = dict(runs), list(todo), list(range(jobs))
     try:
         while pending or running:
             while pending and free_slots:
@@ -122,6 +124,11 @@ def run_pending(runs, todo, jobs, check=None, recorded=None):
                 print(f"  finished {key[0]} seed {key[1]}", flush=True)
                 if save_record(*runs[key][1:]) and recorded:
                     recorded()
+                if refill and not pending and free_slots:
+                    going = {r[0] for r in running}
+                    more = {k: run for k, run in refill().items() if k not in going}
+                    runs.update(more)
+                    pending.extend(more)
     finally:
         for _, proc, log, _ in running:
             proc.terminate()  # SIGTERM: train.py finishes its step, saves last.pt and exits

@@ -14,11 +14,14 @@ choice confirmed over seeds at full budget, then one-factor runs from the tuned 
    past it (extension) until the winner is strictly inside (or at the axis's floor). A run whose settings
    equal an earlier run's is that run, not trained again. The choices and their validation figures go to
    RECORDS/choices.json and choices.md.
-2. confirm: each family's choice written as a config file (tuned_configs), trained at the config's full
-   budget over confirm_seeds; then the verdicts, paired by seed: tuned against tuned, and each tuned family
-   against its untuned records.
+2. confirm: each family's choice written as a config file (tuned_configs) once its own search is complete,
+   trained at the config's full budget over confirm_seeds; then the verdicts, paired by seed: tuned against
+   tuned, and each tuned family against its untuned records.
 3. ablate: the plan's one-factor runs from a tuned config, their verdicts against it, and every confirm and
    ablate run's predictions on test and unseen words (errors.json beside its record, by evaluate.py).
+
+Each family goes through the stages at its own pace, in one queue (tune): when a run ends, the runs it
+decides take the free core, so one family's confirm runs train while the other still searches.
 
 The runs are study.py's (study.run_pending: train.py subprocesses, pinned, resumed, never replacing a run),
 and each finished run leaves its record (summary.json, log.jsonl, config.py; no checkpoint) to commit, so a
@@ -185,30 +188,6 @@ def write_choices(plan, results):
         f.write("\n".join(lines) + "\n")
 
 
-def run_search(plan, jobs, dry_run, runner):
-    """Train the searches' next runs, both families side by side, until both are complete (or, with dry_run,
-    print what would train next). Returns {family: result}."""
-    while True:
-        found = {family: search(plan, family) for family in plan["families"]}
-        results = {family: result for family, (result, _) in found.items()}
-        pending = {k: run for _, runs in found.values() for k, run in runs.items()}
-        if not dry_run:
-            record_finished(pending)
-            write_choices(plan, results)
-        if not pending:
-            return results
-        print(f"search: {len(pending)} runs to train next")
-        if dry_run:
-            for family, result in results.items():
-                waiting = sum(name.startswith(family + " ") for name, _ in pending)
-                print(f"  {family}: {planned_count(plan, family)} runs if no grid is extended (each extension adds "
-                      f"one); {result['runs'] - waiting} finished")
-            for (name, seed), (argv, cfg, _) in pending.items():
-                print(f"  {name} seed {seed}: python train.py {' '.join(argv)}")
-            return results
-        runner.run_pending(pending, list(pending), jobs)
-
-
 # -----------------------------------------------------------------------------
 # stage 2: confirm; stage 3: ablate
 
@@ -248,18 +227,79 @@ def tuned_configs(plan, results, dry_run):
             print(f"wrote {path}")
 
 
-def train_stage(name, runs, jobs, dry_run, runner):
-    """Train a stage's unfinished runs; True once all are finished."""
-    todo = [k for k, (_, cfg, record) in runs.items() if finished_summary(cfg, record) is None]
-    print(f"{name}: {len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to train")
-    if todo and dry_run:
-        for key in todo:
-            print(f"  {key[0]} seed {key[1]}: python train.py {' '.join(runs[key][0])}")
-    elif todo:
-        runner.run_pending(runs, todo, jobs)
+def confirm_runs(plan, family):
+    """A family's tuned config at its full budget over the confirm seeds."""
+    return plan_runs([plan["tuned_configs"][family]], plan["confirm_seeds"], os.path.join(plan["out_root"], "confirm"),
+                     records=plan["confirm_records"])
+
+
+def ablate_runs(plan, family):
+    """The plan's one-factor runs from a family's tuned config, over the confirm seeds."""
+    runs = {}
+    for settings in plan["ablations"].get(family, []):
+        runs.update(plan_runs([plan["tuned_configs"][family]], plan["confirm_seeds"],
+                              os.path.join(plan["out_root"], "ablate"), grid=settings, records=plan["confirm_records"]))
+    return runs
+
+
+def family_runs(plan, family, dry_run):
+    """One family's state: (its search result, {stage: runs}). Until its search is complete, {"search": the
+    runs it waits for}; then, its tuned config written, every confirm and ablate run, finished or not. Each
+    family goes on alone: its confirm runs need its own choices, not the other family's."""
+    result, pending = search(plan, family)
+    if not result["complete"]:
+        return result, {"search": pending}
+    tuned_configs(plan, {family: result}, dry_run)
+    if not os.path.isfile(plan["tuned_configs"][family]):  # a dry run, which writes nothing
+        return result, {}
+    return result, {"confirm": confirm_runs(plan, family), "ablate": ablate_runs(plan, family)}
+
+
+def plan_now(plan, dry_run):
+    """Every family's state as the finished runs decide it ({family: search result}, {family: {stage: runs}});
+    unless dry_run, choices.json and choices.md are written and any finished run without a record recorded."""
+    found = {family: family_runs(plan, family, dry_run) for family in plan["families"]}
+    results, planned = {f: r for f, (r, _) in found.items()}, {f: p for f, (_, p) in found.items()}
     if not dry_run:
-        record_finished(runs)
-    return all(finished_summary(cfg, record) is not None for _, cfg, record in runs.values())
+        write_choices(plan, results)
+        for stages in planned.values():
+            record_finished(stages.get("confirm", {}))
+            record_finished(stages.get("ablate", {}))
+    return results, planned
+
+
+def to_train(planned, stages):
+    """The unfinished runs of the `stages` asked for, in the order their slots take them: the searches' first
+    (each decides what follows it), then the confirm runs, then the ablations."""
+    return {key: run for stage in STAGES if stage in stages for runs in planned.values()
+            for key, run in runs.get(stage, {}).items() if finished_summary(*run[1:]) is None}
+
+
+def print_state(plan, results, planned, dry_run):
+    """What each stage has finished and has to train (with dry_run, the commands too)."""
+    searching = {k: run for runs in planned.values() for k, run in runs.get("search", {}).items()}
+    if searching:
+        print(f"search: {len(searching)} runs to train next")
+    for family, result in results.items():
+        if dry_run and not result["complete"]:
+            waiting = sum(name.startswith(family + " ") for name, _ in searching)
+            print(f"  {family}: {planned_count(plan, family)} runs if no grid is extended (each extension adds "
+                  f"one); {result['runs'] - waiting} finished")
+    todo = dict(searching)
+    for stage in STAGES[1:]:
+        runs = {k: run for stages in planned.values() for k, run in stages.get(stage, {}).items()}
+        if runs:
+            left = to_train({"all": {stage: runs}}, [stage])
+            todo.update(left)
+            print(f"{stage}: {len(runs)} runs, {len(runs) - len(left)} finished, {len(left)} to train")
+        for family in [f for f in plan["families"] if stage not in planned[f]]:
+            count = len(plan["confirm_seeds"]) * (1 if stage == "confirm" else len(plan["ablations"].get(family, [])))
+            after = "its search is complete" if not results[family]["complete"] else "its tuned config is written"
+            if count:
+                print(f"{stage}: {count} runs of {family} once {after}")
+    if dry_run:
+        for (name, seed), (argv, _, _) in todo.items():
+            print(f"  {name} seed {seed}: python train.py {' '.join(argv)}")
 
 
 def verdict(plan, summaries, names, title):
@@ -277,61 +317,47 @@ def untuned_summary(plan, family, seed):
         return json.load(f)
 
 
-def confirm(plan, jobs, dry_run, runner):
-    """Each family's tuned config over the confirm seeds; the verdicts once all are finished."""
-    configs = list(plan["tuned_configs"].values())
-    if not all(map(os.path.isfile, configs)):  # only in a dry run: the search writes them once complete
-        print(f"confirm: {len(configs) * len(plan['confirm_seeds'])} runs ({', '.join(configs)} x seeds "
-              f"{plan['confirm_seeds']}) once the tuned configs are written")
-        return None
-    runs = plan_runs(configs, plan["confirm_seeds"], os.path.join(plan["out_root"], "confirm"),
-                     records=plan["confirm_records"])
-    if not train_stage("confirm", runs, jobs, dry_run, runner):
-        return None
-    summaries = {k: finished_summary(cfg, record) for k, (_, cfg, record) in runs.items()}
+def verdicts(plan, planned):
+    """The planned verdicts whose runs have all finished, paired by seed: tuned against tuned and each tuned
+    family against its untuned records (every family confirmed); each family's one-factor runs against it."""
+    done = lambda runs: runs and all(finished_summary(*run[1:]) for run in runs.values())  # noqa: E731
+    confirmed = {f: stages.get("confirm") for f, stages in planned.items()}
+    summaries = {k: finished_summary(*run[1:]) for stages in planned.values() for runs in stages.values()
+                 for k, run in runs.items() if done(runs)}
     tuned = {family: config_name(path) for family, path in plan["tuned_configs"].items()}
-    verdict(plan, summaries, list(tuned.values()), "verdict: tuned against tuned (difference = second - first)")
-    for family, name in tuned.items():
-        untuned = config_name(plan["families"][family]) + " (untuned)"
-        both = {**summaries, **{(untuned, s): untuned_summary(plan, family, s) for s in plan["confirm_seeds"]}}
-        verdict(plan, both, [untuned, name], f"verdict: {family} tuned against its untuned records")
-    return runs
-
-
-def ablate(plan, confirmed, jobs, dry_run, runner):
-    """The one-factor runs from each tuned config, their verdicts, then errors.json beside every run's record."""
-    every = dict(confirmed or {})
-    for family, ablations in plan["ablations"].items():
-        config = plan["tuned_configs"][family]
-        if not os.path.isfile(config):
-            print(f"ablate: {len(ablations) * len(plan['confirm_seeds'])} runs of {family} once {config} is written")
-            continue
-        runs = {}
-        for settings in ablations:
-            runs.update(plan_runs([config], plan["confirm_seeds"], os.path.join(plan["out_root"], "ablate"),
-                                  grid=settings, records=plan["confirm_records"]))
-        every.update(runs)
-        if train_stage(f"ablate {family}", runs, jobs, dry_run, runner) and confirmed:
-            summaries = {k: finished_summary(*run[1:]) for k, run in {**confirmed, **runs}.items()}
-            names = [config_name(config), *dict.fromkeys(name for name, _ in runs)]
+    if all(map(done, confirmed.values())):
+        verdict(plan, summaries, list(tuned.values()), "verdict: tuned against tuned (difference = second - first)")
+        for family, name in tuned.items():
+            untuned = config_name(plan["families"][family]) + " (untuned)"
+            both = {**summaries, **{(untuned, s): untuned_summary(plan, family, s) for s in plan["confirm_seeds"]}}
+            verdict(plan, both, [untuned, name], f"verdict: {family} tuned against its untuned records")
+    for family, stages in planned.items():
+        if done(stages.get("confirm")) and done(stages.get("ablate")):
+            names = [tuned[family], *dict.fromkeys(name for name, _ in stages["ablate"])]
             verdict(plan, summaries, names, f"verdict: {family}'s one-factor runs against the tuned {family}")
-    if not dry_run:
-        for (name, seed), (_, cfg, record) in every.items():
-            runner.run_measurement(cfg, record, "errors.json", ERRORS_ARGV, f"predictions of {name} seed {seed}")
 
 
 def tune(path, stage, jobs, dry_run, runner):
-    """study.py --tune: carry out the plan at `path` (every stage, or `stage` alone). `runner` is study.py, whose
-    run_pending trains and run_measurement measures: lab/ never imports study.py, which stands above it."""
+    """study.py --tune: carry out the plan at `path` (every stage, or `stage` alone), or with dry_run say what
+    it would train. One queue serves every family and stage: when a run ends, the runs it decides (the next
+    axis of its search; once the search is complete, the family's confirm and ablate runs) take the free
+    slot. `runner` is study.py, whose run_pending trains and run_measurement measures: lab/ never imports
+    study.py, which stands above it."""
     plan = {**load_plan(path), "path": path}
     stages = [stage] if stage else list(STAGES)
-    results = run_search(plan, jobs if "search" in stages else 1, dry_run or "search" not in stages, runner)
-    if not all(r["complete"] for r in results.values()):
-        confirms = len(plan["families"]) * len(plan["confirm_seeds"])
-        ablations = sum(map(len, plan["ablations"].values())) * len(plan["confirm_seeds"])
-        print(f"confirm ({confirms} runs) and ablate ({ablations} runs) wait for the search's choices")
+    results, planned = plan_now(plan, dry_run)
+    print_state(plan, results, planned, dry_run)
+    if dry_run:
         return
-    tuned_configs(plan, results, dry_run)
-    confirmed = confirm(plan, jobs, dry_run or "confirm" not in stages, runner)
-    if "ablate" in stages:
-        ablate(plan, confirmed, jobs, dry_run, runner)
+    todo = to_train(planned, stages)
+    while todo:
+        runner.run_pending(todo, list(todo), jobs, refill=lambda: to_train(plan_now(plan, False)[1], stages))
+        results, planned = plan_now(plan, False)
+        todo = to_train(planned, stages)
+    print_state(plan, results, planned, dry_run)
+    verdicts(plan, planned)
+    if "ablate" in stages:  # every confirm and ablate run's predictions, beside its record
+        for stages_runs in planned.values():
+            for (name, seed), (_, cfg, record) in {**stages_runs.get("confirm", {}),
+                                                   **stages_runs.get("ablate", {})}.items():
+                runner.run_measurement(cfg, record, "errors.json", ERRORS_ARGV, f"predictions of {name} seed {seed}")

@@ -312,6 +312,38 @@ def test_a_run_another_process_trains_is_skipped_not_started_again(tiny_dataset,
     assert open(os.path.join(ours["out_dir"], "summary.json"), "rb").read() == summary
 
 
+def test_refill_queues_the_runs_a_finished_run_decides(tmp_path, monkeypatch, capsys):
+    """run_pending's `refill` (the tuning's queue): asked only when a run has ended and nothing waits for the
+    free slot; of the runs it returns, those not going already train in the same call, in the free slot."""
+    class Run:  # a run of seed N ends at its N-th poll
+        def __init__(self, argv, log, cores, threads):
+            self.polls, self.length, self.returncode = 0, int(argv[0].partition("=")[2]), None
+
+        def poll(self):
+            self.polls += 1
+            self.returncode = 0 if self.polls >= self.length else None
+            return self.returncode
+
+    monkeypatch.setattr(study, "start_run", Run)
+    monkeypatch.setattr(study, "save_record", lambda cfg, record: False)
+    monkeypatch.setattr(study.time, "sleep", lambda s: None)
+    run = lambda i: ([f"--seed={i}"], {"out_dir": str(tmp_path / f"run{i}")}, None)  # noqa: E731
+    waves = iter([{("r", 5): run(5), ("r", 2): run(2)},  # seed 5 is going: only 2 is queued
+                  {("r", 3): run(3), ("r", 4): run(4)}, {}, {}])
+    asked = []
+
+    def refill():
+        asked.append(1)
+        return next(waves)
+
+    study.run_pending({("r", 1): run(1), ("r", 5): run(5)}, [("r", 1), ("r", 5)], jobs=2, refill=refill)
+    out = capsys.readouterr().out
+    started = [int(line.split()[3]) for line in out.splitlines() if "started" in line]
+    assert started == [1, 5, 2, 3, 4] and out.count("finished") == 5
+    # asked when 1 ended, when 2 did (5 still going), not when 5 did (4 was waiting), when 3 did and when 4 did
+    assert len(asked) == 4
+
+
 def test_classification_study_runs_resumes_and_compares(tiny_dataset, tmp_path, monkeypatch, capsys):
     """Two tiny classification configs x 2 seeds. One run was stopped part-way (Ctrl-C) before the study
     started: the study continues it from its last.pt, trains the other three, and prints accuracy with

@@ -97,7 +97,7 @@ def test_search_trains_end_to_end_writes_its_choices_and_resumes(pig_data, tmp_p
     study.main(["--tune", path, "--dry_run"])
     out = capsys.readouterr().out
     assert "search: 2 runs to train next" in out and "tiny: 3 runs if no grid is extended" in out
-    assert "--scheduler=constant --seed=301" in out and "confirm (2 runs) and ablate (0 runs) wait" in out
+    assert "--scheduler=constant --seed=301" in out and "confirm: 2 runs of tiny once its search is complete" in out
     assert not (tmp_path / "out").exists() and not (tmp_path / "records").exists()  # a dry run writes nothing
 
     study.main(["--tune", path, "--stage", "search"])
@@ -171,7 +171,8 @@ def test_confirm_and_ablate_pair_their_runs_by_seed(tmp_path, capsys):
                             {"metrics": metrics, "test_word_accuracy": 0.1 * seed})
     study.main(["--tune", path, "--dry_run"])
     out = capsys.readouterr().out
-    assert "would write" in out and "confirm: 4 runs" in out and "ablate: 2 runs of tiny" in out
+    assert "would write" in out and "ablate: 2 runs of tiny once its tuned config is written" in out
+    assert "confirm: 2 runs of tiny once" in out and "confirm: 2 runs of other once" in out
     results = {family: tuning.search(plan, family)[0] for family in ("tiny", "other")}
     tuning.tuned_configs(plan, results, dry_run=False)
     assert train.make_config([plan["tuned_configs"]["tiny"]])["weight_decay"] == 0.1
@@ -188,3 +189,25 @@ def test_confirm_and_ablate_pair_their_runs_by_seed(tmp_path, capsys):
     assert "verdict: tiny's one-factor runs against the tuned tiny" in out
     paired = next(line for line in out.splitlines() if "tiny_tuned@n_head=4" in line and " t [" in line)
     assert "+0.2000  t [+0.2000, +0.2000]" in paired and paired.endswith("better")  # the same +0.2 on each seed
+
+
+def test_a_family_whose_search_is_complete_goes_on_while_the_other_still_searches(tmp_path, capsys):
+    """One queue for every family and stage: `fast` has finished its search, `slow` has not; the runs to
+    train next are slow's search runs first, then fast's confirm runs, then fast's ablations, none waiting
+    for the other family; and the tuned config of `fast` alone is written."""
+    axes = [dict(name="weight_decay", values=[0.01, 0.1])]
+    path = write_plan(tmp_path, axes, families=("fast", "slow"), ablations={"fast": [["n_head=4"]]})
+    plan = {**tuning.load_plan(path), "path": path}
+    _, pending = tuning.search(plan, "fast")
+    for _, cfg, record in pending.values():
+        fabricate(cfg, record, 0.5 + cfg["weight_decay"], 0.5)
+    _, planned = tuning.plan_now(plan, dry_run=False)
+    assert os.path.isfile(plan["tuned_configs"]["fast"]) and not os.path.exists(plan["tuned_configs"]["slow"])
+    todo = list(tuning.to_train(planned, tuning.STAGES))
+    assert todo == [("slow weight_decay=0.01", 301), ("slow weight_decay=0.1", 301), ("fast_tuned", 1),
+                    ("fast_tuned", 2), ("fast_tuned@n_head=4", 1), ("fast_tuned@n_head=4", 2)]
+    assert list(tuning.to_train(planned, ["search"])) == todo[:2] and list(tuning.to_train(planned, ["ablate"])) == todo[4:]
+    tuning.print_state(plan, *tuning.plan_now(plan, dry_run=True), dry_run=True)
+    out = capsys.readouterr().out
+    assert "search: 2 runs to train next" in out and "confirm: 2 runs, 0 finished, 2 to train" in out
+    assert "confirm: 2 runs of slow once its search is complete" in out and "ablate: 2 runs, 0 finished" in out
