@@ -79,9 +79,10 @@ def run_pending(runs, todo, jobs, check=None, recorded=None, refill=None):
     since `todo` was drawn up: two study.py share a plan's runs out. If a run fails (RunFailed) or the
     study is interrupted, the runs still going get SIGTERM, save their last.pt and stop; a later call
     continues them. `check`, if given, is called before each run starts (plan_unchanged); `recorded`, after
-    each run's record is written (note_plan); `refill`, when a run has finished and no other waits for a free
-    slot: the runs to train next that are not going already ({key: (argv, cfg, record)}: a tuning's next runs,
-    which the finished one may have decided) join the queue, so no core waits for the slowest run of a batch."""
+    each run's record is written (note_plan); `refill`, each time a run has finished: the runs to train next,
+    first first ({key: (argv, cfg, record)}: a tuning's, which the finished run may have decided), replace
+    the queue, less those going already; so no core waits for the slowest run of a batch, and a run the
+    finished one decided starts before the runs queued earlier that the caller ranks after it."""
     # the cores this process may use (`taskset -c 1 python study.py ...` gives it one), shared out by slot
     allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     per_job = max(1, len(allowed) // jobs)
@@ -124,11 +125,11 @@ def run_pending(runs, todo, jobs, check=None, recorded=None, refill=None):
                 print(f"  finished {key[0]} seed {key[1]}", flush=True)
                 if save_record(*runs[key][1:]) and recorded:
                     recorded()
-                if refill and not pending and free_slots:
+                if refill:
                     going = {r[0] for r in running}
                     more = {k: run for k, run in refill().items() if k not in going}
                     runs.update(more)
-                    pending.extend(more)
+                    pending[:] = list(more)
     finally:
         for _, proc, log, _ in running:
             proc.terminate()  # SIGTERM: train.py finishes its step, saves last.pt and exits

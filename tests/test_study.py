@@ -313,8 +313,8 @@ def test_a_run_another_process_trains_is_skipped_not_started_again(tiny_dataset,
 
 
 def test_refill_queues_the_runs_a_finished_run_decides(tmp_path, monkeypatch, capsys):
-    """run_pending's `refill` (the tuning's queue): asked only when a run has ended and nothing waits for the
-    free slot; of the runs it returns, those not going already train in the same call, in the free slot."""
+    """run_pending's `refill` (the tuning's queue): asked each time a run ends, its runs, in its order, replace
+    the queue, less those going already; so a run it ranks first starts before one queued earlier."""
     class Run:  # a run of seed N ends at its N-th poll
         def __init__(self, argv, log, cores, threads):
             self.polls, self.length, self.returncode = 0, int(argv[0].partition("=")[2]), None
@@ -328,20 +328,20 @@ def test_refill_queues_the_runs_a_finished_run_decides(tmp_path, monkeypatch, ca
     monkeypatch.setattr(study, "save_record", lambda cfg, record: False)
     monkeypatch.setattr(study.time, "sleep", lambda s: None)
     run = lambda i: ([f"--seed={i}"], {"out_dir": str(tmp_path / f"run{i}")}, None)  # noqa: E731
-    waves = iter([{("r", 5): run(5), ("r", 2): run(2)},  # seed 5 is going: only 2 is queued
-                  {("r", 3): run(3), ("r", 4): run(4)}, {}, {}])
+    waves = iter([{("r", 6): run(6), ("r", 2): run(2), ("r", 4): run(4)},  # 6 is going: 2, then 4, queued
+                  {("r", 6): run(6), ("r", 3): run(3), ("r", 4): run(4)},  # 3 now ranks before the queued 4
+                  {("r", 4): run(4)}, {("r", 4): run(4)}, {}])  # 6 and 3 end at one poll
     asked = []
 
     def refill():
         asked.append(1)
         return next(waves)
 
-    study.run_pending({("r", 1): run(1), ("r", 5): run(5)}, [("r", 1), ("r", 5)], jobs=2, refill=refill)
+    study.run_pending({("r", 1): run(1), ("r", 6): run(6)}, [("r", 1), ("r", 6)], jobs=2, refill=refill)
     out = capsys.readouterr().out
     started = [int(line.split()[3]) for line in out.splitlines() if "started" in line]
-    assert started == [1, 5, 2, 3, 4] and out.count("finished") == 5
-    # asked when 1 ended, when 2 did (5 still going), not when 5 did (4 was waiting), when 3 did and when 4 did
-    assert len(asked) == 4
+    assert started == [1, 6, 2, 3, 4] and out.count("finished") == 5
+    assert len(asked) == 5  # once for each run that ended
 
 
 def test_classification_study_runs_resumes_and_compares(tiny_dataset, tmp_path, monkeypatch, capsys):

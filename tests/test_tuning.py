@@ -206,7 +206,8 @@ def test_a_family_whose_search_is_complete_goes_on_while_the_other_still_searche
     todo = list(tuning.to_train(planned, tuning.STAGES))
     assert todo == [("slow weight_decay=0.01", 301), ("slow weight_decay=0.1", 301), ("fast_tuned", 1),
                     ("fast_tuned", 2), ("fast_tuned@n_head=4", 1), ("fast_tuned@n_head=4", 2)]
-    assert list(tuning.to_train(planned, ["search"])) == todo[:2] and list(tuning.to_train(planned, ["ablate"])) == todo[4:]
+    assert list(tuning.to_train(planned, ["search"])) == todo[:2]
+    assert list(tuning.to_train(planned, ["ablate"])) == todo[4:]
     tuning.print_state(plan, *tuning.plan_now(plan, dry_run=True), dry_run=True)
     out = capsys.readouterr().out
     assert "search: 2 runs to train next" in out and "confirm: 2 runs, 0 finished, 2 to train" in out
