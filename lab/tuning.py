@@ -268,11 +268,16 @@ def plan_now(plan, dry_run):
     return results, planned
 
 
+def unfinished(runs):
+    """The runs ({key: (argv, cfg, record)}) that have not finished."""
+    return {key: run for key, run in runs.items() if finished_summary(*run[1:]) is None}
+
+
 def to_train(planned, stages):
     """The unfinished runs of the `stages` asked for, in the order their slots take them: the searches' first
     (each decides what follows it), then the confirm runs, then the ablations."""
     return {key: run for stage in STAGES if stage in stages for runs in planned.values()
-            for key, run in runs.get(stage, {}).items() if finished_summary(*run[1:]) is None}
+            for key, run in unfinished(runs.get(stage, {})).items()}
 
 
 def print_state(plan, results, planned, dry_run):
@@ -289,7 +294,7 @@ def print_state(plan, results, planned, dry_run):
     for stage in STAGES[1:]:
         runs = {k: run for stages in planned.values() for k, run in stages.get(stage, {}).items()}
         if runs:
-            left = to_train({"all": {stage: runs}}, [stage])
+            left = unfinished(runs)
             todo.update(left)
             print(f"{stage}: {len(runs)} runs, {len(runs) - len(left)} finished, {len(left)} to train")
         for family in [f for f in plan["families"] if stage not in planned[f]]:
@@ -320,7 +325,7 @@ def untuned_summary(plan, family, seed):
 def verdicts(plan, planned):
     """The planned verdicts whose runs have all finished, paired by seed: tuned against tuned and each tuned
     family against its untuned records (every family confirmed); each family's one-factor runs against it."""
-    done = lambda runs: runs and all(finished_summary(*run[1:]) for run in runs.values())  # noqa: E731
+    done = lambda runs: runs and not unfinished(runs)  # noqa: E731
     confirmed = {f: stages.get("confirm") for f, stages in planned.items()}
     summaries = {k: finished_summary(*run[1:]) for stages in planned.values() for runs in stages.values()
                  for k, run in runs.items() if done(runs)}
@@ -350,10 +355,9 @@ def tune(path, stage, jobs, dry_run, runner):
     if dry_run:
         return
     todo = to_train(planned, stages)
-    while todo:
+    if todo:  # refill plans again each time a run ends, so the queue runs until nothing is left to train
         runner.run_pending(todo, list(todo), jobs, refill=lambda: to_train(plan_now(plan, False)[1], stages))
         results, planned = plan_now(plan, False)
-        todo = to_train(planned, stages)
     print_state(plan, results, planned, dry_run)
     verdicts(plan, planned)
     if "ablate" in stages:  # every confirm and ablate run's predictions, beside its record
