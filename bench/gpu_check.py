@@ -23,11 +23,14 @@ own failure):
     mfu      the baseline encoder's training step in bf16 at batch 64 x 256 tokens, eager and compiled: MFU
     sst2     config/sst2_recurrent.py as it is, timed from its process's start to its best checkpoint
 
-Everything goes under --out: gpu_check.json (conditions, every section's record, the verdicts) and gpu_check.md
-(the verdicts' table, then each section's), rewritten after each section; figures.jsonl, one JSON line per figure,
-check and note, appended the moment it lands (what a check cut off mid-section still has); logs/<section>.log;
-work/ (the sections' runs and scratch). Data comes from --data, read as the data mirror (nothing is downloaded);
-a --data that lacks something is prepared from $DATA_MIRROR when it is set, else refused in one line.
+What comes back goes under --out, four files and no folder, within what a borrowed GPU machine returns (at most
+8 files): gpu_check.json (conditions, every section's record, the verdicts) and gpu_check.md (the verdicts' table,
+then each section's), rewritten after each section; figures.jsonl, one JSON line per figure, check and note,
+appended the moment it lands (what a check cut off mid-section still has); sections.log, what each section
+printed, appended as it prints. The sections' runs and scratch go to --work (default: a temporary folder, removed
+at the end); an --out that holds an earlier check's files is refused, never written over. Data comes from
+--data, read as the data mirror (nothing is downloaded); a --data that lacks something is prepared from
+$DATA_MIRROR when it is set, else refused in one line.
 
 Each section runs in a process of its own under a time budget: an exception, a crash, a CUDA error that
 poisons its process, or a hang costs that section alone, which records its error in one line (and, stopped at
@@ -49,6 +52,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass
@@ -104,6 +108,7 @@ SECTIONS = {
 }
 TOTAL_S = {"gpu": 475, "cpu": 80}  # no section's budget reaches past this many seconds from the check's start
 FORK = True  # on a CPU, a section's process is a fork of this one (launch); False: a fresh interpreter, as on a GPU
+RETURNED = ("gpu_check.json", "gpu_check.md", "figures.jsonl", "sections.log")  # all it writes under --out
 GRACE_S = 5  # a section ends itself at its budget (before a step it could not finish); past this, it is killed
 # Data the check reads from --data, and where --prepare takes it from ($DATA_MIRROR)
 NEEDED = ("sst2_glue_compact/meta.json", "shakespeare_char/meta.json", "tinyllamas/stories260K/stories260K.bin",
@@ -160,9 +165,10 @@ def launch(args, name, partial, log, deadline, env):
     and the lesson's files already (a new interpreter takes seconds to import them on a busy 2-core machine); on a
     GPU a fresh interpreter, since a fork cannot use CUDA once its parent has, and conditions() has."""
     cmd = ["--section", name, "--partial", partial, "--deadline", str(deadline), "--started", str(time.time()),
-           "--data", os.path.abspath(args.data), "--out", os.path.abspath(args.out)] + (["--cpu"] if args.cpu else [])
+           "--data", os.path.abspath(args.data), "--out", os.path.abspath(args.out), "--work", args.work] + \
+        (["--cpu"] if args.cpu else [])
     if not (args.cpu and FORK):
-        with open(log, "w") as f:
+        with open(log, "a") as f:
             return subprocess.Popen([sys.executable, "-m", "bench.gpu_check"] + cmd, cwd=ROOT, stdout=f,
                                     stderr=subprocess.STDOUT, start_new_session=True,
                                     env=dict(os.environ, **env, PYTHONUNBUFFERED="1")).pid  # the log as it happens
@@ -173,7 +179,7 @@ def launch(args, name, partial, log, deadline, env):
     code = 1
     try:  # the child: its own session, its output to its log, and out by os._exit, never back into the parent's code
         os.setsid()
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.environ.update(env)
@@ -207,9 +213,9 @@ def run_sections(args, names):
     """Each section in a process of its own, under its budget; the results written after each, and every figure,
     check and note the moment it lands (figures.jsonl, by the sections)."""
     mode = "cpu" if args.cpu else "gpu"
-    work, logs = os.path.join(args.out, "work"), os.path.join(args.out, "logs")
-    os.makedirs(work, exist_ok=True)
-    os.makedirs(logs, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.work, exist_ok=True)
+    log = os.path.join(args.out, "sections.log")  # every section's output, one after the other
     env = data_environment(args)
     results = {"conditions": conditions(args.cpu), "sizes": SIZES[mode], "sections": {}}
     start, spare = time.time(), 0.0
@@ -219,14 +225,15 @@ def run_sections(args, names):
     for name in names:
         section = SECTIONS[name]
         budget = round(min(section.budget_s[mode] + spare, TOTAL_S[mode] - (time.time() - start) - GRACE_S))
-        partial = os.path.join(os.path.abspath(work), f"{name}.json")
-        log = os.path.join(logs, f"{name}.log")
+        partial = os.path.join(args.work, f"{name}.json")
         record = {"figures": {}, "checks": [], "notes": [], "error": None, "reached": None}
         t0 = time.time()
         if budget < 1:
             code, stopped = None, f"not run: the check's {TOTAL_S[mode]} s were spent"
         else:
             print(f"{name}: {section.what} (budget {budget} s; log {log})", flush=True)
+            with open(log, "a") as f:
+                f.write(f"{'=' * 20} {name}: {section.what} (budget {budget} s)\n")
             if os.path.exists(partial):
                 os.remove(partial)  # an earlier run's record, which a section stopped before its first save would leave
             code = wait(launch(args, name, partial, log, t0 + budget, env), budget + GRACE_S)
@@ -252,7 +259,7 @@ def run_sections(args, names):
     for v in results["verdicts"]:
         print(f"  {v['verdict']:<12} {v['target']}: {v['figure']} (threshold {v['threshold']})")
     print(f"all sections: {'passed' if results['passed'] else 'FAILED'} in {time.time() - start:.0f} s; wrote "
-          f"{os.path.join(args.out, 'gpu_check.json')}, gpu_check.md, figures.jsonl, logs/ and work/")
+          f"{os.path.join(args.out, 'gpu_check.json')}, gpu_check.md, figures.jsonl and sections.log")
     return results
 
 
@@ -270,10 +277,10 @@ def last_line(path):
     return lines[-1][:300] if lines else "(no output)"
 
 
-def run_section(name, cpu, data_dir, out, partial, deadline, started):
+def run_section(name, cpu, data_dir, out, work, partial, deadline, started):
     """One section in this process; its record, also written to `partial` as it goes. An exception ends the
     section with its error in one line (its traceback printed, into the section's log)."""
-    run = Run(name, cpu, data_dir, os.path.join(out, "work", name), partial, deadline, SIZES["cpu" if cpu else "gpu"],
+    run = Run(name, cpu, data_dir, os.path.join(work, name), partial, deadline, SIZES["cpu" if cpu else "gpu"],
               stream=os.path.join(out, "figures.jsonl"), started=started)
     os.makedirs(run.work, exist_ok=True)
     run.save()
@@ -290,7 +297,8 @@ def child(args):
     """A section's own process: its exit status says whether it passed."""
     if args.cpu:
         torch.set_num_threads(1)  # tiny models: one thread beats two fighting over a shared machine's cores
-    record = run_section(args.section, args.cpu, args.data, args.out, args.partial, args.deadline, args.started)
+    record = run_section(args.section, args.cpu, args.data, args.out, args.work, args.partial, args.deadline,
+                         args.started)
     return 0 if passed(record) else 1
 
 
@@ -586,9 +594,12 @@ def parse_args(argv):
                                 "is measured, and give every target of docs/speed.md's GPU table a verdict (pass, FAIL "
                                 "or not measured). Everything it writes goes under --out. --cpu rehearses the same "
                                 "sections at tiny sizes (it needs Triton, for its interpreter).")
-    p.add_argument("--out", default=None, help="the folder for everything it writes: gpu_check.json and .md (the "
-                   "results and verdicts), figures.jsonl (each figure, check and note as it lands), logs/ (a section's "
-                   "output), work/ (its runs and scratch) (default: out/gpu_check, or out/gpu_check_cpu with --cpu)")
+    p.add_argument("--out", default=None, help="a new folder for what comes back, four files: gpu_check.json and "
+                   ".md (the results and verdicts), figures.jsonl (each figure, check and note as it lands) and "
+                   "sections.log (what each section printed); one holding an earlier check's files is refused "
+                   "(default: out/gpu_check, or out/gpu_check_cpu with --cpu)")
+    p.add_argument("--work", default=None, help="the folder for the sections' runs and scratch, kept (default: a "
+                   "temporary folder, removed when the check ends)")
     p.add_argument("--data", default="data", help="the folder holding sst2_glue_compact/, shakespeare_char/, "
                    "tinyllamas/stories260K/ and tiktoken_cache/, read as the data mirror: nothing is downloaded "
                    "(default: data, this checkout's git-ignored data folder)")
@@ -604,6 +615,7 @@ def parse_args(argv):
     p.add_argument("--started", type=float, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.out = os.path.abspath(args.out or ("out/gpu_check_cpu" if args.cpu else "out/gpu_check"))
+    args.work = args.work and os.path.abspath(args.work)
     return args
 
 
@@ -634,10 +646,21 @@ def main(argv=None):
         print("error: the rehearsal runs the Triton kernels in Triton's interpreter, and Triton is not installed here: "
               "pip install triton (Linux; requirements-test.txt installs it)")
         return 2
+    earlier = [f for f in RETURNED if os.path.exists(os.path.join(args.out, f))]
+    if earlier:
+        print(f"error: --out {args.out} holds an earlier check's {', '.join(earlier)}: name a new folder (or move "
+              f"them away first); a check never writes over another's results")
+        return 2
     if args.cpu:  # imported once here, for every section's forked process
         for module in ("torch._dynamo", "bench.kernel_speed", "bench.speed", "export", "train"):
             importlib.import_module(module)
-    results = run_sections(args, [n for n in SECTIONS if n in args.sections])
+    scratch = None if args.work else tempfile.mkdtemp(prefix="gpu_check_work_")
+    args.work = args.work or scratch
+    try:
+        results = run_sections(args, [n for n in SECTIONS if n in args.sections])
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
     return 0 if results["passed"] else 1
 
 

@@ -6,10 +6,12 @@ itself and keeps what it measured; a missing data folder is prepared or refused 
 of docs/speed.md's GPU table gets a verdict from the figures.
 """
 
+import glob
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -39,20 +41,27 @@ def check_data(tmp_path, tiny_dataset, char_mirror, char_digest):
 def test_the_rehearsal_as_shipped_passes_and_writes_everything_under_out(check_data, tmp_path):
     """The documented rehearsal, `python -m bench.gpu_check --cpu --data DIR --out DIR`, as a process of its own
     with its budgets: every section passes, within the 90 s the suite allows it (40 s on an idle 2-core VM);
-    everything it wrote is under --out (results, verdicts, each figure as a JSON line, logs, scratch), and each
-    target of the GPU table has a verdict."""
+    what comes back is under --out, four plain files and no folder (a borrowed GPU machine returns at most 8 files:
+    results, verdicts, each figure as a JSON line, every section's output), its scratch is gone, and each target of
+    the GPU table has a verdict."""
     out = tmp_path / "check"
     t0 = time.time()
+    scratch = set(glob.glob(os.path.join(tempfile.gettempdir(), "gpu_check_work_*")))
     done = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--cpu", "--data", check_data, "--out", str(out)],
                           cwd=gpu_sections.ROOT, capture_output=True, text=True, timeout=150)
     wall = time.time() - t0
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert wall < 90, wall
-    assert sorted(os.listdir(out)) == ["figures.jsonl", "gpu_check.json", "gpu_check.md", "logs", "work"]
+    assert sorted(os.listdir(out)) == sorted(gpu_check.RETURNED) == ["figures.jsonl", "gpu_check.json", "gpu_check.md",
+                                                                     "sections.log"]
+    assert all(os.path.isfile(out / f) for f in gpu_check.RETURNED)
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "gpu_check_work_*"))) == scratch  # removed at the end
     results = json.load(open(out / "gpu_check.json"))
     assert results["passed"] and list(results["sections"]) == list(gpu_check.SECTIONS)
     assert results["conditions"]["mode"] == "cpu rehearsal" and results["conditions"]["torch"] == torch.__version__
-    assert sorted(os.listdir(out / "logs")) == sorted(f"{name}.log" for name in gpu_check.SECTIONS)
+    log = open(out / "sections.log").read()  # each section's output under its heading, in the order they ran
+    headings = [line.split(":")[0].strip("= ") for line in log.splitlines() if line.startswith("=" * 20)]
+    assert headings == list(gpu_check.SECTIONS) and "[ddp] ok   gloo: a one-rank group on cpu" in log
     lines = [json.loads(line) for line in open(out / "figures.jsonl")]
     figures = {(r["section"], r["figure"]["key"]) for r in lines if "figure" in r}
     assert {("kernels", "errors"), ("scan", "results"), ("decode", "rerecord"), ("decode", "speed"),
@@ -112,10 +121,25 @@ def test_a_section_in_a_fresh_interpreter_as_on_a_gpu(tmp_path, monkeypatch):
     ddp = gpu_check.SECTIONS["ddp"]  # (a new interpreter imports torch: seconds more than a fork on a busy CPU)
     monkeypatch.setitem(gpu_check.SECTIONS, "ddp", gpu_check.Section(ddp.run, {"cpu": 60}, ddp.what))
     out = tmp_path / "check"
-    assert gpu_check.main(["--cpu", "--sections", "ddp", "--data", str(tmp_path), "--out", str(out)]) == 0
+    assert gpu_check.main(["--cpu", "--sections", "ddp", "--data", str(tmp_path), "--out", str(out), "--work",
+                           str(tmp_path / "work")]) == 0
     ddp = json.load(open(out / "gpu_check.json"))["sections"]["ddp"]
     assert ddp["passed"] and ddp["figures"]["collective"]["equal"]
-    assert "[ddp] ok   gloo: a one-rank group on cpu" in open(out / "logs" / "ddp.log").read()
+    assert "[ddp] ok   gloo: a one-rank group on cpu" in open(out / "sections.log").read()
+    assert os.path.isdir(tmp_path / "work" / "ddp")  # --work given: the section's scratch is kept there
+
+
+def test_an_out_holding_an_earlier_check_is_refused_and_left_as_it_was(tmp_path, capsys, monkeypatch):
+    """A second check into the same --out would write over the first one's results: refused in one line, the
+    files unchanged, before any section runs."""
+    monkeypatch.setattr(gpu_check, "NEEDED", ())
+    out = tmp_path / "check"
+    out.mkdir()
+    (out / "figures.jsonl").write_text("the first check's figures\n")
+    assert gpu_check.main(["--cpu", "--sections", "ddp", "--data", str(tmp_path), "--out", str(out)]) == 2
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"error: --out {out} holds an earlier check's figures.jsonl") and printed.count("\n") == 1
+    assert os.listdir(out) == ["figures.jsonl"] and (out / "figures.jsonl").read_text() == "the first check's figures\n"
 
 
 def test_missing_data_is_prepared_from_the_mirror_or_refused_in_one_line(tmp_path, capsys, monkeypatch):
