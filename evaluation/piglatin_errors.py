@@ -5,6 +5,8 @@ the grouping of words by a key that evaluate.py scores a checkpoint's words with
 
     python -m evaluation.piglatin_errors --records results/piglatin/runs --data data/piglatin
     python -m evaluation.piglatin_errors --records results/piglatin/runs --data data/piglatin --out errors.md
+    python -m evaluation.piglatin_errors --records results/piglatin/tuned results/piglatin/runs \
+        --model piglatin_mamba_tuned --against piglatin_transformer_tuned piglatin_mamba_large
 
 The command reads each run's summary.json (`test_predictions`, `unseen_predictions`: the translations as token
 ids, in split order) and the prepared words (`python data.py piglatin`). First it checks that every accuracy the
@@ -118,11 +120,16 @@ def read_words(folder):
 
 
 def read_runs(records, config):
-    """{seed: summary} of one config's run records (records/config/seed<N>/summary.json), or a DataError."""
-    paths = glob.glob(os.path.join(records, config, "seed*", "summary.json"))
+    """{seed: summary} of one config's run records (<folder>/config/seed<N>/summary.json, in the one folder of
+    `records` that holds them), or a DataError: none holds them, or two do (which would be read is not clear)."""
+    holders = [r for r in records if glob.glob(os.path.join(r, config, "seed*", "summary.json"))]
+    if len(holders) > 1:
+        raise data.DataError(f"{config}: run records in {' and '.join(holders)}: name one of these folders in "
+                             f"--records")
+    paths = glob.glob(os.path.join(holders[0] if holders else records[0], config, "seed*", "summary.json"))
     runs = {int(m.group(1)): p for p in paths if (m := re.search(r"seed(\d+)$", os.path.dirname(p)))}
     if not runs:
-        raise data.DataError(f"{os.path.join(records, config)}: no run records (seed<N>/summary.json)")
+        raise data.DataError(f"{config}: no run records (seed<N>/summary.json) in {' or '.join(records)}")
     out = {}
     for seed in sorted(runs):
         with open(runs[seed]) as f:
@@ -370,7 +377,7 @@ def report(counts, models, seeds, checked, args, samples):
     """The report's text (Markdown): the conditions, then per split the tables of count_split, then the examples."""
     a, b = models[0], models[1]
     lines = [f"# Where {a} fails, from its predictions", "",
-             f"Records: `{args.records}` ({', '.join(models)}; seeds {', '.join(map(str, seeds))}); words: "
+             f"Records: {', '.join(f'`{r}`' for r in args.records)} ({', '.join(models)}; seeds {', '.join(map(str, seeds))}); words: "
              f"`{args.data}`. Every count is over words x seeds ({len(seeds)} seeds); an accuracy is the mean over "
              f"seeds. All {checked:,} recorded accuracies (overall, by rule, compounds by known and new parts, test "
              f"and unseen) come back exactly from the recorded predictions and these words.", ""]
@@ -446,9 +453,9 @@ def parser():
         "accuracy comes back from the predictions and the words, then counts, over words x seeds and beside other "
         "models on the same words, accuracy by rule, cluster size and length, where wrong translations first go "
         "wrong, the compounds' error types, and examples. Reads JSON and the prepared words; trains nothing.")
-    p.add_argument("--records", default="results/piglatin/runs", help="the folder of run records: "
+    p.add_argument("--records", nargs="+", default=["results/piglatin/runs"], help="the folders of run records: "
                    "<config>/seed<N>/summary.json with test_predictions and unseen_predictions (study.py --records "
-                   "writes them)")
+                   "writes them); each config is read from the one folder that holds it")
     p.add_argument("--data", default="data/piglatin", help="the prepared Pig Latin folder the runs were scored on "
                    "(`python data.py piglatin` writes it)")
     p.add_argument("--model", default="piglatin_mamba_large", help="the config whose failures are read")
@@ -474,13 +481,14 @@ def main(argv=None):
         models = [args.model, *[m for m in args.against if m != args.model]]
         if len(models) < 2:
             raise configurator.ConfigError("--against: name at least one config other than --model")
-        if not os.path.isdir(args.records):
-            raise data.DataError(f"--records {args.records}: no such folder")
+        for folder in args.records:
+            if not os.path.isdir(folder):
+                raise data.DataError(f"--records {folder}: no such folder")
         if not os.path.isdir(args.data):
             raise data.DataError(f"--data {args.data}: no such folder (`python data.py piglatin` writes data/piglatin)")
         if args.out:
             check_new_file(args.out, "--out")
-        print(f"reading {', '.join(models)} from {args.records} and the words of {args.data} ...", file=sys.stderr)
+        print(f"reading {', '.join(models)} from {', '.join(args.records)} and the words of {args.data} ...", file=sys.stderr)
         words = read_words(args.data)
         runs, checked = read_study(args.records, models, words)
         seeds = sorted(runs[models[0]])

@@ -7,6 +7,7 @@ line. Well under a second.
 
 import json
 import os
+import shutil
 from collections import Counter
 
 import numpy as np
@@ -180,6 +181,27 @@ def test_missing_folders_are_one_line(study, tmp_path, which, message):
     with pytest.raises(SystemExit) as e:
         E.main(["--records", records, "--data", folder, "--model", "mamba", "--against", "nobody"])
     assert str(e.value).startswith("error: ") and "nobody: no run records" in str(e.value)
+
+
+def test_models_from_two_record_folders_are_read_together_and_a_config_in_both_is_refused(study, tmp_path):
+    """Tuned runs sit in another folder than the first verdict's: --records takes both, and each config is read
+    from the one that holds it; the same counts as from one folder. A config in two of them is refused."""
+    records, folder = study
+    other = tmp_path / "tuned"
+    other.mkdir()
+    shutil.move(os.path.join(records, "transformer"), other / "transformer")
+    argv = ["--data", folder, "--model", "mamba", "--against", "transformer"]
+    E.main(["--records", records, str(other), *argv, "--out", str(tmp_path / "apart.md")])
+    apart = (tmp_path / "apart.md").read_text()
+    assert "Records: `" + records + "`, `" + str(other) + "` (mamba, transformer; seeds " in apart
+    shutil.copytree(other / "transformer", os.path.join(records, "transformer"))
+    E.main(["--records", records, *argv, "--out", str(tmp_path / "together.md")])
+    together = (tmp_path / "together.md").read_text()
+    assert together == apart.replace(", `" + str(other) + "`", "") and together.count("\n|") > 40
+    with pytest.raises(SystemExit) as e:
+        E.main(["--records", records, str(other), *argv])
+    assert str(e.value) == f"error: transformer: run records in {records} and {other}: name one of these folders in " \
+                           f"--records"
 
 
 def test_a_report_already_there_is_refused_before_anything_is_read(study, tmp_path):
