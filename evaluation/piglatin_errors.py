@@ -377,7 +377,8 @@ def report(counts, models, seeds, checked, args, samples):
     """The report's text (Markdown): the conditions, then per split the tables of count_split, then the examples."""
     a, b = models[0], models[1]
     lines = [f"# Where {a} fails, from its predictions", "",
-             f"Records: {', '.join(f'`{r}`' for r in args.records)} ({', '.join(models)}; seeds {', '.join(map(str, seeds))}); words: "
+             f"Records: {', '.join(f'`{r}`' for r in args.records)} ({', '.join(models)}; seeds "
+             f"{', '.join(map(str, seeds))}); words: "
              f"`{args.data}`. Every count is over words x seeds ({len(seeds)} seeds); an accuracy is the mean over "
              f"seeds. All {checked:,} recorded accuracies (overall, by rule, compounds by known and new parts, test "
              f"and unseen) come back exactly from the recorded predictions and these words.", ""]
@@ -488,7 +489,8 @@ def main(argv=None):
             raise data.DataError(f"--data {args.data}: no such folder (`python data.py piglatin` writes data/piglatin)")
         if args.out:
             check_new_file(args.out, "--out")
-        print(f"reading {', '.join(models)} from {', '.join(args.records)} and the words of {args.data} ...", file=sys.stderr)
+        print(f"reading {', '.join(models)} from {', '.join(args.records)} and the words of {args.data} ...",
+              file=sys.stderr)
         words = read_words(args.data)
         runs, checked = read_study(args.records, models, words)
         seeds = sorted(runs[models[0]])
