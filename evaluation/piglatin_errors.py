@@ -122,11 +122,11 @@ def read_words(folder):
 def read_runs(records, config):
     """{seed: summary} of one config's run records (<folder>/config/seed<N>/summary.json, in the one folder of
     `records` that holds them), or a DataError: none holds them, or two do (which would be read is not clear)."""
-    holders = [r for r in records if glob.glob(os.path.join(r, config, "seed*", "summary.json"))]
-    if len(holders) > 1:
-        raise data.DataError(f"{config}: run records in {' and '.join(holders)}: name one of these folders in "
+    found = {r: paths for r in records if (paths := glob.glob(os.path.join(r, config, "seed*", "summary.json")))}
+    if len(found) > 1:
+        raise data.DataError(f"{config}: run records in {' and '.join(found)}: name one of these folders in "
                              f"--records")
-    paths = glob.glob(os.path.join(holders[0] if holders else records[0], config, "seed*", "summary.json"))
+    paths = next(iter(found.values()), [])
     runs = {int(m.group(1)): p for p in paths if (m := re.search(r"seed(\d+)$", os.path.dirname(p)))}
     if not runs:
         raise data.DataError(f"{config}: no run records (seed<N>/summary.json) in {' or '.join(records)}")
