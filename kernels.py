@@ -61,9 +61,7 @@ def _check(a, b, h0):
 def _fold_h0(a, b, h0):
     """Fold an initial state into the first input: h_0 = a_0 * h0 + b_0, so b_0 <- b_0 + a_0 * h0 and the
     scan can start from zero. Written out of place so autograd reaches h0."""
-    if h0 is None:
-        return b
-    return torch.cat([b[:, :1] + a[:, :1] * h0.unsqueeze(1), b[:, 1:]], dim=1)  # (B, T, ...)
+    return b if h0 is None else torch.cat([b[:, :1] + a[:, :1] * h0.unsqueeze(1), b[:, 1:]], dim=1)  # (B, T, ...)
 
 
 def scan_sequential(a, b, h0=None):
@@ -384,9 +382,8 @@ MAX_NORM_WIDTH = 16384
 def _interpreting():
     """True when Triton runs kernels in its interpreter (TRITON_INTERPRET=1). triton.knobs (Triton >=
     3.4) reads the environment, as Triton does; older Tritons are asked through the variable itself."""
-    knobs = getattr(triton, "knobs", None)
-    if knobs is not None:
-        return bool(knobs.runtime.interpret)
+    if getattr(triton, "knobs", None) is not None:
+        return bool(triton.knobs.runtime.interpret)
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 
 
@@ -457,9 +454,8 @@ def _n_row_programs(n_rows, device):
     """How many programs the norms' backward runs, each over a strided share of the rows, keeping its float32
     partial dweight (a row of the (programs, C) buffer torch then sums): a few per streaming multiprocessor
     fill the GPU without a buffer as tall as the input. In the interpreter 4, so the stride loop is exercised."""
-    if device.type == "cuda":
-        return max(1, min(n_rows, 4 * torch.cuda.get_device_properties(device).multi_processor_count))
-    return max(1, min(n_rows, 4))
+    per_gpu = 4 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    return max(1, min(n_rows, per_gpu))
 
 
 def _as_rows(x, name, *params):
@@ -909,9 +905,7 @@ class _FlashAttentionTriton(torch.autograd.Function):
         # D_i = rowsum(dO_i * O_i) (Algorithm 2; it equals rowsum(P_i * dP_i)), in float32; one
         # small pass over (B, nh, Tq, hs), O(T) memory like everything else here
         delta = (do.float() * o.float()).sum(-1).contiguous()  # (B, nh, Tq)
-        dq = torch.empty((B, nh, Tq, hs), dtype=q.dtype, device=q.device)
-        dk = torch.empty((B, nkv, Tk, hs), dtype=k.dtype, device=k.device)
-        dv = torch.empty((B, nkv, Tk, hs), dtype=v.dtype, device=v.device)
+        dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))  # contiguous
         sm_scale = 1.0 / math.sqrt(hs)
         common = dict(HAS_MASK=ctx.has_mask, CAUSAL=ctx.causal, PRECISION=ctx.precision,
                       BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=hs_pad, **launch)
@@ -1161,8 +1155,7 @@ class _SelectiveScanTriton(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         x, delta, A, Bm, Cm, starts = ctx.saved_tensors
-        B, T, D = x.shape
-        N = A.shape[1]
+        (B, T, D), N = x.shape, A.shape[1]
         chunk, settings = ctx.chunk, ctx.settings
         block_d, block_n = settings["BLOCK_D"], settings["BLOCK_N"]
         n_blocks = triton.cdiv(D, block_d)
@@ -1171,8 +1164,7 @@ class _SelectiveScanTriton(torch.autograd.Function):
         scratch = torch.empty((B, n_blocks, chunk + 1, block_d, block_n), dtype=acc, device=device)
         dx, ddelta = torch.empty_like(x), torch.empty_like(delta)
         da_part = torch.empty((B, D, N), dtype=acc, device=device)
-        db_part = torch.empty((n_blocks, B, T, N), dtype=acc, device=device)
-        dc_part = torch.empty((n_blocks, B, T, N), dtype=acc, device=device)
+        db_part, dc_part = (torch.empty((n_blocks, B, T, N), dtype=acc, device=device) for _ in "BC")
         _TRITON._sscan_bwd[(B, n_blocks)](x, delta, A, Bm, Cm, dy.contiguous(), starts, scratch, dx, ddelta, da_part,
                                           db_part, dc_part, T, D, N, chunk, **settings)
         return (dx, ddelta, da_part.sum(0).to(A.dtype), db_part.sum(0).to(Bm.dtype), dc_part.sum(0).to(Cm.dtype),
@@ -1193,8 +1185,7 @@ def selective_scan_triton(x, delta, A, Bm, Cm, discretization="zoh_approx", chun
 
 
 # Every kernel above, jitted together by _triton_kernels() at the first call, and the helpers they call
-_KERNELS = (_norm_fwd, _norm_bwd, _swiglu_fwd, _swiglu_bwd,
-            _attn_fwd, _attn_bwd_dkdv, _attn_bwd_dq,
+_KERNELS = (_norm_fwd, _norm_bwd, _swiglu_fwd, _swiglu_bwd, _attn_fwd, _attn_bwd_dkdv, _attn_bwd_dq,
             _sscan_fwd, _sscan_bwd)
 _KERNEL_HELPERS = (_ssm_discretize,)
 

@@ -489,6 +489,12 @@ class TokenModel(nn.Module):
         """The (cos, sin) tables for attention, or None when positions are not rotary."""
         return (self.rope_cos, self.rope_sin) if self.cfg.pos == "rope" else None
 
+    @staticmethod
+    def token_loss(logits, targets):
+        """Mean cross-entropy of logits (B, T, V) on targets (B, T), -100 where not scored; None without targets."""
+        if targets is not None:
+            return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+
     def step(self, idx, start, key_mask, cache):
         """The next-token logits (B, V) after idx (B, T), the tokens at positions start .. start+T-1 (the
         cache holds those before): `decode`'s step, the one compiled, for a causal language model whose
@@ -846,10 +852,7 @@ class GPT(TokenModel):
         for i, layer in enumerate(self.layers):
             x, _ = layer(x, key_mask, rope, cache=None if cache is None else cache[i], start=start)
         logits = self.head(self.norm_f(x))
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
-        return logits, loss
+        return logits, self.token_loss(logits, targets)
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None, use_cache=True,
@@ -1043,10 +1046,7 @@ class Llama(TokenModel):
             loss = F.cross_entropy(logits.float(), targets) if targets is not None else None
             return logits, loss
         logits = self.head(h)  # (B, T, V)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
-        return logits, loss
+        return logits, self.token_loss(logits, targets)
 
     def head_flops(self, seq_len):
         return 2 * self.cfg.n_embd * self.cfg.n_classes if self.cls_head is not None else super().head_flops(seq_len)
@@ -1193,9 +1193,7 @@ class EncoderDecoder(TokenModel):
         {'encoder': [(B, nh, S, S) per layer], 'decoder': [...(B, nh, T, T)], 'cross': [...(B, nh, T, S)]}."""
         enc_w, dec_w = ([], []) if need_weights else (None, None)
         logits = self.decode(idx, self.encode(src, src_mask, enc_w), src_mask, dec_w)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        loss = self.token_loss(logits, targets)
         if need_weights:
             return logits, loss, {"encoder": enc_w, "decoder": [w[0] for w in dec_w], "cross": [w[1] for w in dec_w]}
         return logits, loss
@@ -1484,10 +1482,7 @@ class Mamba(TokenModel):
             h, _ = layer(h, cache=None if cache is None else cache[i])
             h = h + back  # h + Drop(Mix(Norm1(h))) + Drop(Mix(Norm1(h) read backwards)), on the source
         logits = self.head(self.norm_f(h))
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
-        return logits, loss
+        return logits, self.token_loss(logits, targets)
 
     def reversed_sources(self, src_len):
         """(in_src (B, S), rev (B, S, C)) for src_len (B,), once a forward: S the longest source (the pass reads
