@@ -1164,7 +1164,7 @@ class _SelectiveScanTriton(torch.autograd.Function):
         scratch = torch.empty((B, n_blocks, chunk + 1, block_d, block_n), dtype=acc, device=device)
         dx, ddelta = torch.empty_like(x), torch.empty_like(delta)
         da_part = torch.empty((B, D, N), dtype=acc, device=device)
-        db_part, dc_part = (torch.empty((n_blocks, B, T, N), dtype=acc, device=device) for _ in "BC")
+        db_part, dc_part = (torch.empty((n_blocks, B, T, N), dtype=acc, device=device) for _ in range(2))
         _TRITON._sscan_bwd[(B, n_blocks)](x, delta, A, Bm, Cm, dy.contiguous(), starts, scratch, dx, ddelta, da_part,
                                           db_part, dc_part, T, D, N, chunk, **settings)
         return (dx, ddelta, da_part.sum(0).to(A.dtype), db_part.sum(0).to(Bm.dtype), dc_part.sum(0).to(Cm.dtype),

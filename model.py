@@ -492,8 +492,8 @@ class TokenModel(nn.Module):
     @staticmethod
     def token_loss(logits, targets):
         """Mean cross-entropy of logits (B, T, V) on targets (B, T), -100 where not scored; None without targets."""
-        if targets is not None:
-            return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        return None if targets is None else F.cross_entropy(logits.float().view(-1, logits.size(-1)),
+                                                            targets.reshape(-1))
 
     def step(self, idx, start, key_mask, cache):
         """The next-token logits (B, V) after idx (B, T), the tokens at positions start .. start+T-1 (the
