@@ -490,8 +490,9 @@ class TokenModel(nn.Module):
         return (self.rope_cos, self.rope_sin) if self.cfg.pos == "rope" else None
 
     @staticmethod
-    def token_loss(logits, targets):
-        """Mean cross-entropy of logits (B, T, V) on targets (B, T), -100 where not scored; None without targets."""
+    def cross_entropy(logits, targets):
+        """Mean cross-entropy, in float32, of logits (..., V) on targets (...): class ids (B,) or token ids
+        (B, T), -100 where not scored. None without targets."""
         return None if targets is None else F.cross_entropy(logits.float().view(-1, logits.size(-1)),
                                                             targets.reshape(-1))
 
@@ -660,7 +661,7 @@ class EncoderClassifier(TokenModel):
                 m = torch.ones_like(idx, dtype=h.dtype) if key_mask is None else key_mask.to(h.dtype)
                 pooled = (h * m[..., None]).sum(1) / m.sum(1, keepdim=True).clamp(min=1.0)
             logits = self.head(self.drop(pooled))
-            loss = F.cross_entropy(logits.float(), targets) if targets is not None else None
+            loss = self.cross_entropy(logits, targets)
         if need_weights:
             return logits, loss, all_weights
         return logits, loss
@@ -852,7 +853,7 @@ class GPT(TokenModel):
         for i, layer in enumerate(self.layers):
             x, _ = layer(x, key_mask, rope, cache=None if cache is None else cache[i], start=start)
         logits = self.head(self.norm_f(x))
-        return logits, self.token_loss(logits, targets)
+        return logits, self.cross_entropy(logits, targets)
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None, use_cache=True,
@@ -1043,10 +1044,9 @@ class Llama(TokenModel):
             # the last real token has read the whole sequence (causal attention)
             last = key_mask.sum(1) - 1 if key_mask is not None else torch.full_like(idx[:, 0], idx.size(1) - 1)
             logits = self.cls_head(self.drop(h[torch.arange(h.size(0), device=h.device), last]))  # (B, n_classes)
-            loss = F.cross_entropy(logits.float(), targets) if targets is not None else None
-            return logits, loss
+            return logits, self.cross_entropy(logits, targets)
         logits = self.head(h)  # (B, T, V)
-        return logits, self.token_loss(logits, targets)
+        return logits, self.cross_entropy(logits, targets)
 
     def head_flops(self, seq_len):
         return 2 * self.cfg.n_embd * self.cfg.n_classes if self.cls_head is not None else super().head_flops(seq_len)
@@ -1193,7 +1193,7 @@ class EncoderDecoder(TokenModel):
         {'encoder': [(B, nh, S, S) per layer], 'decoder': [...(B, nh, T, T)], 'cross': [...(B, nh, T, S)]}."""
         enc_w, dec_w = ([], []) if need_weights else (None, None)
         logits = self.decode(idx, self.encode(src, src_mask, enc_w), src_mask, dec_w)
-        loss = self.token_loss(logits, targets)
+        loss = self.cross_entropy(logits, targets)
         if need_weights:
             return logits, loss, {"encoder": enc_w, "decoder": [w[0] for w in dec_w], "cross": [w[1] for w in dec_w]}
         return logits, loss
@@ -1482,7 +1482,7 @@ class Mamba(TokenModel):
             h, _ = layer(h, cache=None if cache is None else cache[i])
             h = h + back  # h + Drop(Mix(Norm1(h))) + Drop(Mix(Norm1(h) read backwards)), on the source
         logits = self.head(self.norm_f(h))
-        return logits, self.token_loss(logits, targets)
+        return logits, self.cross_entropy(logits, targets)
 
     def reversed_sources(self, src_len):
         """(in_src (B, S), rev (B, S, C)) for src_len (B,), once a forward: S the longest source (the pass reads
@@ -1649,8 +1649,7 @@ class BagOfWords(nn.Module):
         padding); targets: (B,) class ids. Returns (logits (B, n_classes), cross-entropy or None)."""
         ids, w = self.features(idx, key_mask)
         logits = self.weight(ids, per_sample_weights=w) + self.bias  # (B, n_classes): x W + b
-        loss = F.cross_entropy(logits.float(), targets) if targets is not None else None
-        return logits, loss
+        return logits, TokenModel.cross_entropy(logits, targets)
 
     def param_counts(self):
         """The table W is looked up by feature id, as the transformers' token tables are by token id: it

@@ -590,7 +590,7 @@ def test_the_plots_layout_does_not_depend_on_the_last_bit_of_log10(monkeypatch):
 
     exact = layout()
     moved = []  # what the rounding is for: unrounded, a bit off in log10 moves the layout; which way moves it
-    for off in (low, high):  # depends on how this CPU's log10 rounds (one bit high here, one bit low elsewhere)
+    for off in (low, high):  # depends on the CPU's log10 (one bit high on an AVX-512 Xeon, one bit low on the EPYC)
         with monkeypatch.context() as m:
             m.setattr(np, "log10", off)
             moved.append(layout(lambda fig, **kw: fig.tight_layout(**kw)) != unrounded)
