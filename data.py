@@ -12,7 +12,7 @@ evaluate.py feed to a model.
     python data.py sst5 [--tokenizer llama2|tok512] [--max_len 256]     # also cfimdb: the mini-Llama's sets
     python data.py imdb_lm [--tokenizer tok512|llama2]                   # IMDB reviews, to pretrain a Llama
     python data.py piglatin [--seed 1337]                # words of a novel -> Pig Latin (+ IMDB words it lacks)
-    python data.py sst2_mlm --max_len 128 [--protocol glue]   # SST-2 train + IMDB train text, to pretrain the encoder
+    python data.py sst2_mlm --max_len 128 [--protocol glue_heldout]   # SST-2 train + IMDB train text, to pretrain the encoder
 
 The .bin format (one array per file, memory-mappable):
     header, 32 bytes little-endian: magic b"TLABBIN\\0" | version u32 | dtype code u32 | count u64 |
@@ -357,7 +357,7 @@ def sst2_splits(protocol, seed, mirror=None):
     return split_sst2(train, dev, protocol, seed)
 
 
-def prepare_sst2(protocol="glue", vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
+def prepare_sst2(protocol="glue_heldout", vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
                  verbose=True, **_ignored):
     """Build the SST-2 dataset folder and return its meta dict."""
     out_dir = out_dir or dataset_dir("sst2", protocol, vocab, subset=subset, max_len=max_len)
@@ -826,7 +826,7 @@ MASK = UNK
 MLM_RATE = 0.15  # the share of word tokens a masked-language model predicts (Devlin et al. 2019, sec. 3.1)
 
 
-def prepare_sst2_mlm(protocol="glue", vocab="compact", max_len=128, mirror=None, out_dir=None, seed=1337, n_val=1000,
+def prepare_sst2_mlm(protocol="glue_heldout", vocab="compact", max_len=128, mirror=None, out_dir=None, seed=1337, n_val=1000,
                      verbose=True, **_ignored):
     """Build data/sst2_mlm_<protocol>_<vocab>, unlabelled text to pretrain the encoder on by masked-language
     modelling (MLMStream) before it is fine-tuned on SST-2: the training sentences of SST-2's split of the
@@ -1269,8 +1269,10 @@ def main(argv=None):
                                 "ahead, or with other options.")
     p.add_argument("dataset", choices=sorted(DATASETS), metavar="DATASET",
                    help="the dataset to prepare: " + ", ".join(sorted(DATASETS)))
-    p.add_argument("--protocol", default="glue", choices=PROTOCOLS, help="SST-2's split protocol: glue_heldout, glue "
-                   "(validation held out of GLUE train, test = GLUE dev) or standard (train + dev pooled, 80/10/10)")
+    p.add_argument("--protocol", default="glue_heldout", choices=PROTOCOLS, help="SST-2's split protocol: "
+                   "glue_heldout (validation = 872 whole GLUE train sentences held out of training, test = GLUE dev), "
+                   "glue (validation = 5 %% of GLUE train's phrases, pieces of training sentences: phrase recall; "
+                   "test = GLUE dev) or standard (train + dev pooled, 80/10/10)")
     p.add_argument("--vocab", default="compact", choices=["compact", "full"], help="GPT-2 BPE ids: compact (the ids "
                    "seen in training) or full (all 50,257)")
     p.add_argument("--tokenizer", default="", help="sst5, cfimdb, imdb_lm: the Llama tokenizer, 'llama2' or 'tok512' "

@@ -60,7 +60,8 @@ from bookkeeping import records
 from evaluation.ranges import check_new_file
 from lab import tuning
 from lab.cells import cell_data, finished_seeds
-from lab.plan import RunFailed, StudyError, check_metric, check_seeds, config_name, load_plan, plan_unchanged
+from lab.plan import (RunFailed, StudyError, cell_tunes, check_metric, check_seeds, config_name, load_plan,
+                      plan_unchanged)
 from lab.report import (check_report_keeps_runs, check_report_path, finished_runs, shared_metrics, study_table,
                         write_report)
 from lab.runs import (can_resume, finished_summary, has_record, note_plan, plan_runs, record_finished, save_record,
@@ -167,16 +168,15 @@ def run_study(runs, jobs=1, collect_only=False):
 
 
 def plan_cell(plan, cell, earlier):
-    """(cell, its runs as plan_runs gives them). A tuned cell's configs that its sweep (in `earlier`: {name:
+    """(cell, its runs as plan_runs gives them). A tuned cell's configs that a sweep of its (in `earlier`: {name:
     (cell, runs)} of the cells before it) varies take the value it chose (tuned_value); until the sweep has
     finished for one of them, or (with tune's inside=True) while it chose a value at an edge of its grid, where the
     best may lie beyond, the cell waits (cell["waiting"] says why; its runs are planned without that value, counted
     and never trained)."""
     root, records = (os.path.join(plan[k], cell["name"]) for k in ("out_root", "records"))
-    tuned, unfinished, edges = {}, [], []
-    if "tune" in cell:
-        tune = cell["tune"]
-        sweep_runs = earlier[tune["sweep"]][1]
+    tuned, edges = {}, []
+    for tune in cell_tunes(cell):  # each sweep chooses one setting for the configs it holds
+        sweep_runs, unfinished = earlier[tune["sweep"]][1], []
         swept = {name.partition("@")[0] for name, _ in sweep_runs}
         for config in (config_name(p) for p in cell["configs"]):
             if config in swept:
@@ -184,15 +184,16 @@ def plan_cell(plan, cell, earlier):
                 if value is None:
                     unfinished.append(config)
                 elif tune.get("inside") and float(value) in (min(map(float, means)), max(map(float, means))):
-                    edges.append(f"{config} chose {tune['key']}={value}, an edge of the grid")
+                    edges.append(f"in its sweep, {tune['sweep']}, {config} chose {tune['key']}={value}, an edge of "
+                                 f"the grid")
                 else:
-                    tuned[config] = [f"{tune['key']}={value}"]
-        if unfinished:
+                    tuned.setdefault(config, []).append(f"{tune['key']}={value}")
+        if unfinished and "waiting" not in cell:
             cell = {**cell, "waiting": f"waits for its sweep, {tune['sweep']}, to finish the runs of "
                                        f"{', '.join(unfinished)}"}
-        elif edges:  # the best may lie beyond the grid: the plan's sweep must reach past it first
-            cell = {**cell, "waiting": f"waits: in its sweep, {tune['sweep']}, {'; '.join(edges)}; extend that "
-                                       "grid past it so the choice is strictly inside"}
+    if edges and "waiting" not in cell:  # the best may lie beyond the grid: the plan's sweep must reach past it first
+        cell = {**cell, "waiting": f"waits: {'; '.join(edges)}; extend that grid past it so the choice is strictly "
+                                   "inside"}
     return cell, plan_runs(cell["configs"], cell.get("seeds", plan["seeds"]), root, cell.get("set", []),
                            cell.get("grid", []), records=records, tuned=tuned)
 

@@ -46,7 +46,7 @@ from model import FAMILIES, build_model, family_settings, from_pretrained
 # and a comment after a blank line heads the settings below it.
 
 # I/O
-out_dir = "out/sst2"  # ckpt.pt (best validation loss), last.pt (latest state, for resume), log.jsonl, summary.json
+out_dir = "out/sst2"  # ckpt.pt (the best validation figure: select_on), last.pt (latest state, for resume), log.jsonl, summary.json
 init_from = "scratch"  # 'scratch', 'resume' (from out_dir/last.pt), or a checkpoint to fine-tune: a file, ours
 # (ckpt.pt) or llama2.c's (.bin, .pt), or a name in data.PRETRAINED ('stories260K'); its architecture and weights
 overwrite = False  # a new run into an out_dir that holds a run (ckpt.pt, last.pt or summary.json) is refused
@@ -58,9 +58,9 @@ eval_interval = 0  # iterations between evaluations; 0 = once per epoch (the las
 dataset = "sst2"  # a name in data.DATASETS: 'sst2', 'imdb', 'yelp_polarity', 'multidomain', 'multidomain_uci',
 # 'sst5', 'cfimdb' (classification), 'shakespeare_char',
 # 'imdb_lm' (language modelling), 'piglatin' (seq2seq), 'sst2_mlm' (masked-language-model pretraining of the encoder)
-protocol = "glue"  # 'glue_heldout' (validation = 872 whole sentences held out of GLUE train; test = GLUE dev),
-# 'glue' (validation = 5 % of GLUE train's phrases, pieces of training sentences; test = GLUE dev) or 'standard'
-# (the source paper's 80/10/10 split of GLUE train + dev pooled)
+protocol = "glue_heldout"  # 'glue_heldout' (validation = 872 whole sentences held out of GLUE train; test = GLUE
+# dev), 'glue' (validation = 5 % of GLUE train's phrases, pieces of training sentences: it measures phrase recall,
+# not new sentences; test = GLUE dev) or 'standard' (the source paper's 80/10/10 split of GLUE train + dev pooled)
 vocab = "compact"  # 'compact' (ids seen in training) or 'full' (all 50,257 GPT-2 ids)
 tokenizer = ""  # sst5, cfimdb, imdb_lm: the Llama tokenizer, 'llama2' (32,000 pieces; the default for sst5 and
 # cfimdb) or 'tok512' (stories260K's; the default for imdb_lm)
@@ -98,7 +98,10 @@ min_lr = 0.0  # floor of the cosine schedule
 plateau_factor = 0.5  # the plateau schedule multiplies the lr by this
 plateau_patience = 2  # evaluations without improvement before the lr is multiplied by plateau_factor
 early_stop_patience = 3  # evaluations without an improvement of early_stop_min_delta; 0 = off
-early_stop_min_delta = 1e-3  # a smaller fall of the validation loss is no improvement
+early_stop_min_delta = 1e-3  # a smaller gain in the select_on figure is no improvement
+select_on = "loss"  # the validation figure that picks the kept checkpoint (ckpt.pt) and that early stopping and the
+# plateau schedule watch: 'loss', or a figure of the task's with a better side ('accuracy' for a classifier: the
+# figure its verdicts read; the SST-2 configs set it)
 
 # system
 device = "auto"  # 'auto' picks cuda, then mps, then cpu
@@ -202,7 +205,12 @@ def task_of(dataset, cfg):
         if stray:
             raise configurator.ConfigError(f"{', '.join(stray)} applies to {name} datasets; {cfg['dataset']} is a "
                                            f"{dataset.task} dataset")
-    return TASKS[dataset.task]
+    task = TASKS[dataset.task]
+    choices = [k for k, m in task.metrics.items() if m.better in ("higher", "lower")]
+    if cfg["select_on"] not in choices:
+        raise configurator.ConfigError(f"select_on={cfg['select_on']!r}: a {dataset.task} run is scored by "
+                                       f"{', '.join(choices)}")
+    return task
 
 
 # -----------------------------------------------------------------------------
@@ -544,7 +552,8 @@ class RunState:
     iter_num: int = 0  # optimizer steps taken
     epoch: int = 0  # epochs completed
     step_in_epoch: int = 0  # optimizer steps taken in the current epoch
-    best_val_loss: float = math.inf
+    best_val_loss: float = math.inf  # the lowest validation loss so far
+    best_val: float | None = None  # the best select_on figure so far: the kept checkpoint's (ckpt.pt)
     bad_evals: int = 0  # evaluations in a row without an improvement of early_stop_min_delta
     grad_norm: float | None = None  # of the last step, before clipping
     last_eval: dict | None = None  # the last validation figures, with the iteration they were taken at
@@ -554,7 +563,10 @@ class RunState:
 
     @classmethod
     def from_checkpoint(cls, ckpt):
-        return cls(**{f.name: ckpt.get(f.name, f.default) for f in fields(cls)})
+        state = cls(**{f.name: ckpt.get(f.name, f.default) for f in fields(cls)})
+        if "best_val" not in ckpt and math.isfinite(state.best_val_loss):  # saved before select_on: by the loss
+            state.best_val = state.best_val_loss
+        return state
 
 
 def start(cfg, dataset, dev, files):
@@ -601,24 +613,29 @@ def start(cfg, dataset, dev, files):
 
 
 def validate(model, task, dataset, cfg, state, plateau, device, ctx, procs=Processes()):
-    """Score the model on the validation split and record it in the state: the last figures, the best
-    loss, the count of evaluations without improvement (early stopping after early_stop_patience of them);
-    step the plateau schedule on the loss.
-    Returns (figures, whether this is the best validation loss so far).
+    """Score the model on the validation split and record it in the state: the last figures, the lowest loss,
+    the best select_on figure (the kept checkpoint's), and the count of evaluations without a gain of
+    early_stop_min_delta in it (early stopping after early_stop_patience of them); step the plateau schedule
+    on it. Returns (figures, whether this is the best select_on figure so far).
     Under DDP every process scores the whole split, the same way (it is small next to training, and the
-    schedule and early stopping need the loss everywhere); all then take rank 0's loss, so that a
-    difference in the last bit between two GPUs cannot make them decide differently."""
+    schedule and early stopping need the figure everywhere); all then take rank 0's, so that a difference
+    in the last bit between two GPUs cannot make them decide differently."""
     figures = task.evaluate(model, dataset.splits["val"], cfg, device, ctx)
-    figures["loss"] = procs.from_main(figures["loss"])
+    key = cfg["select_on"]
+    for k in dict.fromkeys(("loss", key)):
+        figures[k] = procs.from_main(figures[k])
     state.last_eval = {"iter": state.iter_num, "n": figures["n"],
                        **{k: figures[k] for k in task.metrics if k in figures}}
-    loss = figures["loss"]
-    state.bad_evals = 0 if loss < state.best_val_loss - cfg["early_stop_min_delta"] else state.bad_evals + 1
+    state.best_val_loss = min(state.best_val_loss, figures["loss"])
+    sign = 1 if task.metrics[key].better == "higher" else -1  # a gain is sign * (new - old) > 0
+    value, best = figures[key], state.best_val
+    gained = best is None or sign * (value - best) > cfg["early_stop_min_delta"]
+    state.bad_evals = 0 if gained else state.bad_evals + 1
     if state.iter_num >= cfg["warmup_iters"] and cfg["scheduler"] == "plateau":
-        plateau.step(loss)
-    is_best = loss < state.best_val_loss
+        plateau.step(value)
+    is_best = best is None or sign * (value - best) > 0
     if is_best:
-        state.best_val_loss = loss
+        state.best_val = value
     if cfg["early_stop_patience"] and state.bad_evals >= cfg["early_stop_patience"]:
         state.stopped = f"early stopping ({state.bad_evals} evaluations without improvement)"
     return figures, is_best
@@ -658,7 +675,8 @@ def train(cfg):
                    **records.run_conditions(procs.device, dtype_name, procs.world)})
 
         optimizer = make_optimizer(model, cfg, device_type)
-        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=cfg["plateau_factor"],
+        mode = "max" if task.metrics[cfg["select_on"]].better == "higher" else "min"  # of the figure it watches
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode=mode, factor=cfg["plateau_factor"],
                                                              patience=cfg["plateau_patience"])
         scaler = torch.amp.GradScaler(device_type, enabled=(dtype_name == "float16"))
         if resume is not None:
@@ -773,7 +791,8 @@ def score_test(summary, best_path, task, dataset, cfg, state, device, ctx):
             summary[f"{name}_predictions"] = figures["predictions"]
         summary["metrics"].update({f"{name}_{k}": {"label": f"{name} {m.label} (best checkpoint)", "better": m.better}
                                    for k, m in task.metrics.items() if k in figures})
-        print(f"best checkpoint: val loss {state.best_val_loss:.4f}; {name} {records.describe(figures, task.metrics)}")
+        print(f"best checkpoint: val {cfg['select_on']} {state.best_val:.4f}; {name} "
+              f"{records.describe(figures, task.metrics)}")
 
 
 def main(argv):

@@ -2,7 +2,8 @@
 # applied twice (effective depth 6, half the baseline's weights), against 512x6 (config/sst2_wide.py).
 # The recipe is config/sst2_baseline.py's.
 out_dir = "out/sst2_deep_recurrent"
-protocol = "glue"
+protocol = "glue_heldout"  # validation held out by whole sentence (config/sst2_recurrent.py)
+select_on = "accuracy"  # the checkpoint of best validation accuracy
 n_layer = 3
 n_loops = 2
 loop_alpha = 0.5

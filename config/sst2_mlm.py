@@ -4,7 +4,7 @@
 # python train.py config/sst2_mlm.py  [--max_iters=20 for a quick check]
 out_dir = "out/sst2_mlm"
 dataset = "sst2_mlm"
-protocol = "glue"  # the SST-2 split whose train sentences (and vocabulary) it uses: the fine-tuning run's
+protocol = "glue_heldout"  # the SST-2 split whose train sentences (and vocabulary) it uses: the fine-tuning run's
 # The architecture of config/sst2_recurrent.py, so the fine-tuning run loads every weight.
 n_layer = 3
 n_loops = 2

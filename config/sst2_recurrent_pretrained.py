@@ -3,7 +3,9 @@
 # python train.py config/sst2_mlm.py && python train.py config/sst2_recurrent_pretrained.py
 out_dir = "out/sst2_recurrent_pretrained"
 init_from = "out/sst2_mlm/ckpt.pt"  # its best checkpoint (lowest masked-token loss on val)
-protocol = "glue"  # test = GLUE dev (872); the MLM corpus was built from this protocol's train split
+protocol = "glue_heldout"  # validation held out by whole sentence; test = GLUE dev (872); the MLM corpus was built
+# from this protocol's train split
+select_on = "accuracy"  # the checkpoint of best validation accuracy
 n_layer = 3
 n_loops = 2  # effective depth 6, same as the baseline
 loop_alpha = 0.5  # the source paper's cross-iteration residual

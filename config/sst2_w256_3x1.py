@@ -3,7 +3,8 @@
 # Beside sst2_recurrent (3 shared layers x 2 loops) it separates weight sharing from width: the baseline
 # differs in both. python train.py config/sst2_w256_3x1.py
 out_dir = "out/sst2_w256_3x1"
-protocol = "glue"
+protocol = "glue_heldout"  # validation held out by whole sentence (config/sst2_recurrent.py)
+select_on = "accuracy"  # the checkpoint of best validation accuracy
 n_layer = 3
 n_loops = 1
 n_embd = 256

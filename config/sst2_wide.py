@@ -2,7 +2,8 @@
 # planned 512x6 against 384x3x2 (config/sst2_deep_recurrent.py). The recipe is config/sst2_baseline.py's.
 # python study.py config/sst2_wide.py config/sst2_deep_recurrent.py --seeds 1 2 3
 out_dir = "out/sst2_wide"
-protocol = "glue"
+protocol = "glue_heldout"  # validation held out by whole sentence (config/sst2_recurrent.py)
+select_on = "accuracy"  # the checkpoint of best validation accuracy
 n_layer = 6
 n_loops = 1
 n_embd = 512

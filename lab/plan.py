@@ -13,7 +13,8 @@ A plan sets (names starting with _ are its own helpers):
              a plot); run in order, so a cell may start from a checkpoint an earlier cell trained, or take a
              setting an earlier cell chose: tune=dict(sweep=CELL, key=KEY) gives each config the value of KEY
              that CELL's grid over KEY found best on validation (lab.runs.tuned_value); with inside=True the cell
-             waits while that value is an edge of the grid (the best may lie beyond: extend the grid)
+             waits while that value is an edge of the grid (the best may lie beyond: extend the grid); a list of
+             such dicts takes one setting from each sweep, each for the configs that sweep holds
   labels     {config name: how tables call it}
   verdicts   [dict(claim, a, b, metric, cost, rule, margin, subset)]: a and b are "cell/config", or
              "cell/config - cell/config" (a difference per seed); the claim is judged under its rule (RULES:
@@ -129,7 +130,7 @@ PLAN_KEYS = {"out_root": str, "records": str, "seeds": list, "cells": list, "lab
              "depth": list, "depth_loops": list, "targets": list, "budget_note": str, "notes": list,
              "conclusions": list, "effect": (int, float), "subsets": dict}
 CELL_KEYS = {"name": str, "configs": list, "set": list, "grid": list, "seeds": list, "test_set": str, "what": str,
-             "tune": dict}
+             "tune": (dict, list)}
 TUNE_KEYS = {"sweep": str, "key": str, "inside": bool}
 VERDICT_KEYS = {"claim": str, "a": str, "b": str, "metric": str, "cost": str, "rule": str, "margin": (int, float),
                 "subset": str}
@@ -207,7 +208,8 @@ def check_entry(entry, keys, required, where):
         if key not in keys:
             raise ConfigError(f"{where}: unknown key {key!r}{closest(key, list(keys))} (known: {', '.join(keys)})")
         if not isinstance(value, keys[key]):
-            kind = getattr(keys[key], "__name__", "number")
+            kinds = keys[key] if isinstance(keys[key], tuple) else (keys[key],)
+            kind = "number" if kinds == (int, float) else " or ".join(k.__name__ for k in kinds)
             raise ConfigError(f"{where}: {key} must be a {kind}, not {value!r}")
     missing = [k for k in required if k not in entry]
     if missing:
@@ -263,11 +265,28 @@ def check_cell(cell, where):
     return names
 
 
+def cell_tunes(cell):
+    """A cell's tune entries as a list: `tune` is one dict(sweep, key, inside) or a list of them (one sweep per
+    setting: each chooses its key for the configs it swept)."""
+    tune = cell.get("tune", [])
+    return [tune] if isinstance(tune, dict) else list(tune)
+
+
 def check_tune(cell, earlier, where):
-    """A tuned cell names an earlier cell (its sweep) whose one grid axis is the key to tune, and shares a
-    config with it; the key is not also set by the tuned cell (the chosen value would be overridden or
-    override it)."""
-    tune = cell["tune"]
+    """Each of a tuned cell's tune entries names an earlier cell (its sweep) whose one grid axis is the key to
+    tune, and shares a config with it; the key is not also set by the tuned cell (the chosen value would be
+    overridden or override it), nor chosen by two sweeps for one config."""
+    chosen = set()
+    for tune in cell_tunes(cell):
+        check_one_tune(tune, cell, earlier, where)
+        sweep = earlier[tune["sweep"]]
+        for config in {config_name(p) for p in cell["configs"]} & {config_name(p) for p in sweep["configs"]}:
+            if (config, tune["key"]) in chosen:
+                raise ConfigError(f"{where}: tune: two sweeps choose {tune['key']} for {config}")
+            chosen.add((config, tune["key"]))
+
+
+def check_one_tune(tune, cell, earlier, where):
     check_entry(tune, TUNE_KEYS, ("sweep", "key"), f"{where}: tune")
     sweep = earlier.get(tune["sweep"])
     if sweep is None:
@@ -305,7 +324,7 @@ def check_plan(plan, path):
         if cell["name"] in configs:
             raise ConfigError(f"{path}: two cells are named {cell['name']!r} (a cell's name is its runs' folder)")
         configs[cell["name"]] = check_cell(cell, where)
-        if "tune" in cell:
+        if cell_tunes(cell):
             check_tune(cell, {c["name"]: c for c in plan["cells"][:i]}, where)
     every = sorted({name for names in configs.values() for name in names})
     for name in plan["labels"]:

@@ -18,7 +18,7 @@ import numpy as np
 
 from configurator import ConfigError
 from lab.cells import cell_rows, finished_seeds
-from lab.plan import StudyError, TEST_METRICS, parse_term
+from lab.plan import StudyError, TEST_METRICS, cell_tunes, parse_term
 from lab.plots import draw_plots
 from lab.runs import HISTORY, log_records, read_history, rule_history, rule_words, run_file, tuned_value
 from lab.stats import (RULE_WORDS, claim_verdict, detectable_effect, mcnemar, mean_ci, paired_bootstrap, paired_t,
@@ -590,21 +590,22 @@ def stop_lines(summaries):
 
 
 def tuned_lines(cell, results, label):
-    """For a tuned cell: what its sweep measured on validation at each value, and the value each config took."""
-    if "tune" not in cell:
-        return []
-    tune = cell["tune"]
-    sweep_runs = results[tune["sweep"]][1]
-    parts = []
-    for config in dict.fromkeys(name.partition("@")[0] for name, _ in sweep_runs):
-        value, means = tuned_value(sweep_runs, config, tune["key"])
-        if value is None:
-            parts.append(f"{label(config)}: its sweep is not finished")
-            continue
-        scores = ", ".join(f"{v}: {acc:.4f} ({loss:.4f})" for v, (acc, loss) in means.items())
-        parts.append(f"{label(config)} {scores}; chosen {tune['key']}={value}")
-    return [f"{tune['key']} chosen by `{tune['sweep']}` on the validation split (validation accuracy of the best "
-            f"checkpoint, and its loss, mean over the sweep's seeds): " + "; ".join(parts) + ".", ""]
+    """For a tuned cell: what each of its sweeps measured on validation at each value, and the value each
+    config took."""
+    lines = []
+    for tune in cell_tunes(cell):
+        sweep_runs = results[tune["sweep"]][1]
+        parts = []
+        for config in dict.fromkeys(name.partition("@")[0] for name, _ in sweep_runs):
+            value, means = tuned_value(sweep_runs, config, tune["key"])
+            if value is None:
+                parts.append(f"{label(config)}: its sweep is not finished")
+                continue
+            scores = ", ".join(f"{v}: {acc:.4f} ({loss:.4f})" for v, (acc, loss) in means.items())
+            parts.append(f"{label(config)} {scores}; chosen {tune['key']}={value}")
+        lines += [f"{tune['key']} chosen by `{tune['sweep']}` on the validation split (validation accuracy of the "
+                  f"best checkpoint, and its loss, mean over the sweep's seeds): " + "; ".join(parts) + ".", ""]
+    return lines
 
 
 def subset_lines(name, results, label):

@@ -262,11 +262,28 @@ def tuned_value(sweep_runs, config, key, metric="val_accuracy"):
 HISTORY = "plan_history.jsonl"
 
 
+# the settings of a run that decide what a verdict reads: the data split, the budget, the schedule, and which
+# checkpoint is kept (select_on, and when early stopping ends the run)
+DECIDING_KEYS = ("protocol", "select_on", "early_stop_patience", "early_stop_min_delta", "eval_interval", "max_epochs",
+                 "max_iters", "scheduler", "plateau_patience", "warmup_iters", "learning_rate", "weight_decay", "dtype")
+
+
 def plan_snapshot(plan):
-    """What a verdict's fairness rests on: each cell's seeds, and each verdict's terms, rule and margin."""
+    """What a verdict's fairness rests on: each cell's seeds; each cell's configs, overrides, grid and sweeps
+    (tune), with the deciding settings (DECIDING_KEYS) each config's runs take, the selection rule among them;
+    each verdict's terms, rule and margin; and which verdict answers each conclusion."""
+    def deciding(cell, path):
+        cfg = train.make_config([path, *[f"--{s}" for s in cell.get("set", [])]])
+        return {k: cfg[k] for k in DECIDING_KEYS}
+
     return {"seeds": {c["name"]: c.get("seeds", plan["seeds"]) for c in plan["cells"]},
+            "cells": {c["name"]: {**{k: c[k] for k in ("set", "grid", "tune") if k in c},
+                                  "configs": {config_name(p): deciding(c, p) for p in c["configs"]}}
+                      for c in plan["cells"]},
             "verdicts": {v["claim"]: {k: v[k] for k in ("a", "b", "rule", "margin", "subset") if k in v}
-                         for v in plan["verdicts"]}}
+                         for v in plan["verdicts"]},
+            "conclusions": {c["claim"]: {k: c[k] for k in ("verdict", "instead", "reverse") if k in c}
+                            for c in plan["conclusions"]}}
 
 
 def read_history(path):
@@ -292,7 +309,10 @@ def note_plan(plan, cells):
             lines.append({"event": "first run", "cell": name})
     if not lines:
         return
-    stamp = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": records.code_commit()}
+    # the data seen when the line is written: each cell's recorded runs (a rule changed after them is marked so)
+    seen = {name: sum(has_record(record) for _, _, record in runs.values()) for name, (_, runs) in cells.items()}
+    stamp = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "commit": records.code_commit(),
+             "recorded": {name: n for name, n in seen.items() if n}}
     os.makedirs(plan["records"], exist_ok=True)
     with open(path, "a") as f:
         for line in lines:
