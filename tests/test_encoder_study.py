@@ -607,6 +607,12 @@ def test_a_tuned_cell_takes_what_its_sweep_chose_on_validation_and_the_history_n
     history = lab.runs.read_history(path)
     assert [(h["event"], h.get("cell")) for h in history] == [("first run", "s"), ("first run", "t")]
     assert history[0]["plan"] == lab.runs.plan_snapshot(plan) and history[0]["commit"]
+    # every rule that decides a verdict: each cell's grid and sweeps, and the settings its runs take (which
+    # checkpoint is kept among them); and the runs recorded when the line was written
+    assert history[0]["plan"]["cells"]["s"]["grid"] == ["learning_rate=1e-4,3e-2"]
+    assert history[0]["plan"]["cells"]["t"]["tune"] == {"sweep": "s", "key": "learning_rate"}
+    assert history[0]["plan"]["cells"]["t"]["configs"]["tiny_plain"]["select_on"] == "loss"
+    assert history[0]["recorded"] == {"s": 1} and history[1]["recorded"] == {"s": 2, "t": 1}  # noted as each lands
     assert history[0]["plan"]["verdicts"]["tuned keeps the slow rate"] == {
         "a": "t/tiny_plain", "b": "s/tiny_plain@learning_rate=1e-4", "rule": "non-inferiority", "margin": 0.5}
     study.run_plan(plan, collect_only=True)  # nothing new: nothing noted
@@ -639,6 +645,32 @@ def test_a_tuned_cell_waits_while_its_sweep_chose_an_edge_of_the_grid(inside, ti
         else:
             assert "waiting" not in cell
             assert all(cfg["learning_rate"] == float(chosen) for _, cfg, _ in runs.values())
+
+
+def test_a_cell_takes_one_setting_from_each_of_its_sweeps(tiny_dataset, tmp_path, monkeypatch):
+    """tune=[...]: each sweep chooses its key for the configs it swept; the cell waits for the sweeps not finished,
+    and a config whose key two sweeps would choose is refused."""
+    plain, looped = write_tiny_configs(tmp_path, tiny_dataset)
+    plan_path = tmp_path / "plan.py"
+    plan_path.write_text(f"cells = [dict(name='r', configs={[plain, looped]!r}, grid=['learning_rate=1e-4,3e-2']),\n"
+                         f"         dict(name='w', configs={[plain]!r}, grid=['weight_decay=0,0.1']),\n"
+                         f"         dict(name='t', configs={[plain, looped]!r}, tune=[dict(sweep='r', key='learning_rate'),"
+                         f" dict(sweep='w', key='weight_decay')])]\n")
+    plan = lab.plan.load_plan(str(plan_path))
+    earlier = {c["name"]: study.plan_cell(plan, c, {}) for c in plan["cells"][:2]}
+    chosen = {"learning_rate": "3e-2", "weight_decay": None}
+    monkeypatch.setattr(study, "tuned_value", lambda runs, config, key: (chosen[key], {}))
+    cell, _ = study.plan_cell(plan, plan["cells"][2], earlier)
+    assert cell["waiting"] == "waits for its sweep, w, to finish the runs of tiny_plain"
+    chosen["weight_decay"] = "0.1"
+    cell, runs = study.plan_cell(plan, plan["cells"][2], earlier)
+    assert "waiting" not in cell
+    got = {name: (cfg["learning_rate"], cfg["weight_decay"]) for (name, _), (_, cfg, _) in runs.items()}
+    assert got == {"tiny_plain": (3e-2, 0.1), "tiny_looped": (3e-2, train.DEFAULTS["weight_decay"])}
+    plan_path.write_text(plan_path.read_text().replace("dict(sweep='w', key='weight_decay')",
+                                                       "dict(sweep='r', key='learning_rate')"))
+    with pytest.raises(ValueError, match="two sweeps choose learning_rate for tiny_"):
+        lab.plan.load_plan(str(plan_path))
 
 
 @pytest.mark.parametrize("tune, message", [

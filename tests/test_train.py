@@ -413,6 +413,56 @@ def test_no_early_stop_when_off(tiny_cfg):
     assert summary["iters"] == 5 and summary["stopped"] == "max_iters"
 
 
+def test_the_kept_checkpoint_is_the_best_of_the_select_on_figure(tiny_cfg, tmp_path):
+    """One training (a constant rate, no early stopping: select_on changes nothing else) kept by each rule:
+    ckpt.pt is the evaluation of lowest loss, or of highest accuracy (the first of equals), and the log marks
+    each evaluation that improved on all before it as `best`. On this data the two rules keep different
+    checkpoints, so the test tells them apart."""
+    kept = {}
+    for select_on, sign in (("loss", -1), ("accuracy", 1)):
+        cfg = tiny_cfg(eval_interval=1, max_iters=12, early_stop_patience=0, learning_rate=1e-2, select_on=select_on,
+                       out_dir=str(tmp_path / select_on))
+        summary, _ = run(cfg)
+        evals = [r for r in read_log(cfg) if r["type"] == "eval"]
+        values = [sign * r[f"val_{select_on}"] for r in evals]
+        assert [r["best"] for r in evals] == [i == 0 or v > max(values[:i]) for i, v in enumerate(values)]
+        best = values.index(max(values))
+        ckpt = torch.load(os.path.join(cfg["out_dir"], "ckpt.pt"), weights_only=True)
+        assert ckpt["iter_num"] == evals[best]["iter"] and ckpt["best_val"] == sign * values[best]
+        assert summary["best_val_loss"] == min(r["val_loss"] for r in evals)  # the lowest loss, whatever selects
+        kept[select_on] = ckpt["iter_num"]
+    assert kept["loss"] != kept["accuracy"], kept
+
+
+def test_early_stopping_and_the_plateau_schedule_watch_the_select_on_figure(tiny_cfg, tmp_path):
+    """Validation holds the training sequences with the opposite label: the loss rises with every step, and the
+    accuracy, 0 from the first evaluation, never gains. Both rules stop the run after the same evaluations; the
+    plateau schedule watches the figure in its direction ('max' for accuracy) and halves the rate at each."""
+    folder = make_micro_dataset(tmp_path / "micro", 8, opposite_val=True)
+    cfg = tiny_cfg(data_dir=folder, eval_interval=1, max_iters=20, early_stop_patience=3, select_on="accuracy",
+                   scheduler="plateau", plateau_patience=0, batch_size=8, max_epochs=30)
+    summary, last = run(cfg)
+    evals = [r for r in read_log(cfg) if r["type"] == "eval"]
+    assert [r["val_accuracy"] for r in evals] == [0.0] * 4 and evals[-1]["val_loss"] > evals[0]["val_loss"]
+    assert summary["stopped"].startswith("early") and summary["iters"] == 4
+    assert last["plateau"]["mode"] == "max" and last["best_val"] == 0.0
+    assert [r["lr"] for r in evals] == [cfg["learning_rate"] * 0.5 ** k for k in range(4)]
+
+
+def test_select_on_must_be_a_figure_with_a_better_side(tiny_cfg):
+    for bad in ("ppl", "emb_norm", "acc"):
+        with pytest.raises(configurator.ConfigError, match=r"select_on=.*scored by loss, accuracy, f1"):
+            train.train(tiny_cfg(select_on=bad, max_iters=2))
+
+
+def test_a_checkpoint_from_before_select_on_resumes_with_its_loss_as_the_best(tiny_cfg):
+    cfg = tiny_cfg(eval_interval=1, max_iters=3)
+    run(cfg)
+    ckpt = torch.load(os.path.join(cfg["out_dir"], "last.pt"), weights_only=True)
+    del ckpt["best_val"]
+    assert train.RunState.from_checkpoint(ckpt).best_val == ckpt["best_val_loss"]
+
+
 # -----------------------------------------------------------------------------
 # batching
 
