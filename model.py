@@ -189,67 +189,74 @@ class Attention(nn.Module):
         keys, False for padding, over all S keys attended to; rope: (cos, sin) or None; cache: a KVCache
         holding the keys and values of positions 0 .. start-1, which this call extends (incremental
         decoding), so S = start + T; kv: (B, S, C), the sequence the keys and values come from, if not
-        x (cross-attention). Returns (y, weights) with weights None unless asked for.
-        start may also be a (1,) tensor (a compiled decode step's position, see `decode`): then S is the
-        whole cache, and key_mask must hide the positions not written yet."""
+        x (cross-attention). Returns (y, weights), weights None unless asked for. start may be a (1,) tensor (a
+        compiled decode step's position, `decode`): then S is the whole cache, key_mask hiding what is unwritten."""
         B, T, C = x.shape
-        src = x if kv is None else kv
-        q = self.wq(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
-        k = self.wk(src).view(B, src.size(1), self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, S, hs)
-        v = self.wv(src).view(B, src.size(1), self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, S, hs)
-        if rope is not None:
-            # queries sit at positions start .. start+T-1; the keys computed here at start .. start+S'-1, which
-            # is the same when they come from x, and all S positions when a Block computes only its first
-            # queries (kv = the whole normalized sequence, start 0). Cross-attention has no rope.
-            q = apply_rope(q, *(table_rows(t, start, T) for t in rope))
-            k = apply_rope(k, *(table_rows(t, start, k.size(2)) for t in rope))
+        q, k, v = self.project(x, x if kv is None else kv, rope, start)
         if cache is not None:
             k, v = cache.update(start, k, v)  # (B, nkv, S, hs): every key so far
-        S = k.size(2)
-        dropout_p = self.dropout if self.training else 0.0
-        if self.attn_impl == "triton" and not need_weights:
-            if dropout_p > 0:
-                raise ConfigError("attn_impl='triton' has no attention dropout: train it with dropout=0, or use 'sdpa'")
-            # the kernel places query i at position S - T + i, as the explicit causal mask below does, and
-            # reads the key-padding mask per key; grouped-query heads share their key/value head in place
-            y = kernels.flash_attention_triton(q, k, v, key_mask, causal=self.causal and T > 1)  # (B, nh, T, hs)
-            return self.wo(y.transpose(1, 2).reshape(B, T, C)), None
-        manual = need_weights or self.attn_impl == "manual"
-        gqa = self.n_kv_head != self.n_head
-        if gqa and manual:
-            # grouped-query attention: each key/value head serves n_head / n_kv_head query heads (SDPA
-            # does the same without copying the keys and values: enable_gqa below)
-            rep = self.n_head // self.n_kv_head
-            k = k.repeat_interleave(rep, dim=1)  # (B, nh, S, hs)
-            v = v.repeat_interleave(rep, dim=1)
-
-        mask = None  # bool, True = may attend; broadcast to (B, nh, T, S)
-        if key_mask is not None:
-            mask = key_mask[:, None, None, :]  # (B, 1, 1, S)
-        # SDPA's is_causal serves the plain case (no padding, no cache); otherwise the causal mask is
-        # explicit: query i sits at position S - T + i and may see keys up to there. A single new
-        # query (T = 1, decoding) may see every key, so it needs none.
-        fused_causal = self.causal and mask is None and S == T and not manual
-        if self.causal and T > 1 and not fused_causal:
-            causal = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
-            mask = causal if mask is None else (mask & causal)
-            if key_mask is not None:
-                # a padding query before its sequence starts (left padding) sees no key at all, and a
-                # softmax over nothing is NaN, which would leak through the values into later layers:
-                # let such a row see every key instead (its output is padding, never read)
-                mask = mask | ~mask.any(-1, keepdim=True)
-
-        weights = None
-        if manual:
-            y, weights = manual_attention(q, k, v, mask, dropout_p, self.training)
-        elif T == 1 and dropout_p == 0 and torch.compiler.is_compiling():  # a compiled decode step
-            y = kernels.one_query_attention(q, k, v, mask)
-        elif fused_causal:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, enable_gqa=gqa)
+        weights, decoding = None, T == 1 and torch.compiler.is_compiling() and not (self.training and self.dropout)
+        if need_weights or self.attn_impl == "manual":
+            y, weights = self.reference(q, k, v, key_mask)
+        elif self.attn_impl == "triton" or decoding:  # kernels.py's: the Triton kernel, a compiled decode step's
+            y = self.kernel(q, k, v, key_mask)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=gqa)
+            y = self.sdpa(q, k, v, key_mask)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, nh*hs): heads side by side
         return self.wo(y), (weights if need_weights else None)
+
+    def project(self, x, src, rope, start):
+        """The queries of x (B, T, C) and the keys and values of src (B, S', C), split into heads and, with
+        rope, rotated: (B, nh, T, hs), (B, nkv, S', hs), (B, nkv, S', hs)."""
+        B, T, _ = x.shape
+        q = self.wq(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        k = self.wk(src).view(B, src.size(1), self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, S', hs)
+        v = self.wv(src).view(B, src.size(1), self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, S', hs)
+        if rope is not None:
+            # queries sit at positions start .. start+T-1, keys at start .. start+S'-1: the same when they come from
+            # x, all S when a Block computes only its first queries (src: the whole sequence). Cross-attention: none
+            q = apply_rope(q, *(table_rows(t, start, T) for t in rope))
+            k = apply_rope(k, *(table_rows(t, start, k.size(2)) for t in rope))
+        return q, k, v
+
+    def mask(self, key_mask, T, S, device):
+        """Bool, broadcast to (B, nh, T, S), True = may attend (None: all): padding keys hidden; a causal layer's
+        query i (at position S - T + i) sees keys up to there (one new query, T = 1, sees every key)."""
+        mask = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, S)
+        if self.causal and T > 1:
+            causal = torch.ones(T, S, dtype=torch.bool, device=device).tril(S - T)
+            mask = causal if mask is None else (mask & causal)
+            if key_mask is not None:
+                # a padding query before its sequence starts (left padding) sees no key, and a softmax over nothing
+                # is NaN, which would leak into later layers: such a row sees every key (its output is never read)
+                mask = mask | ~mask.any(-1, keepdim=True)
+        return mask
+
+    def sdpa(self, q, k, v, key_mask):
+        """The fast path (grouped-query heads without copies: enable_gqa); is_causal serves the plain causal case."""
+        T, S = q.size(2), k.size(2)
+        dropout_p, gqa = self.dropout if self.training else 0.0, self.n_kv_head != self.n_head
+        if self.causal and key_mask is None and S == T:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask(key_mask, T, S, q.device),
+                                              dropout_p=dropout_p, enable_gqa=gqa)
+
+    def reference(self, q, k, v, key_mask):
+        """`manual_attention` -> (y, weights), each key/value head first repeated for its n_head / n_kv_head queries."""
+        if self.n_kv_head != self.n_head:
+            rep = self.n_head // self.n_kv_head
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # (B, nh, S, hs)
+        mask = self.mask(key_mask, q.size(2), k.size(2), q.device)
+        return manual_attention(q, k, v, mask, self.dropout if self.training else 0.0, self.training)
+
+    def kernel(self, q, k, v, key_mask):
+        """kernels.py's paths: the Triton flash attention (attn_impl='triton'; it places query i at S - T + i, reads
+        the key mask, and has no dropout: refused), or a compiled decode step's one_query_attention."""
+        if self.attn_impl == "triton":
+            if self.training and self.dropout > 0:
+                raise ConfigError("attn_impl='triton' has no attention dropout: train it with dropout=0, or use 'sdpa'")
+            return kernels.flash_attention_triton(q, k, v, key_mask, causal=self.causal and q.size(2) > 1)
+        return kernels.one_query_attention(q, k, v, self.mask(key_mask, 1, k.size(2), q.device))
 
 
 def table_rows(table, start, n):
@@ -463,15 +470,15 @@ def block_flops(cfg, T, cross_len=0, queries=None):
 
 class TokenModel(nn.Module):
     """The pieces every family needs, written once. A subclass builds `tok_emb` (and, if its config asks
-    for them, `pos_emb`, `seg_emb`, `emb_norm`) and a `head`, sets `depth` (the Blocks one forward applies)
+    for them, `pos_emb`, `emb_norm`) and a `head`, sets `depth` (the Blocks one forward applies)
     and declares `tasks` (data.py's task names whose batches its forward takes)."""
 
     tasks = ()
     emb_scale = 1.0  # the token embedding's multiplier in `embed` (the encoder-decoder's is sqrt(d))
 
-    def embed(self, idx, segments=None, start=0):
-        """The input to the first block, before dropout: E_tok(t) (+ E_pos(p)) (+ E_seg(s)),
-        normalized by emb_norm if the config asks for it. idx holds positions start .. start+T-1.
+    def embed(self, idx, start=0):
+        """The input to the first block, before dropout: E_tok(t) (+ E_pos(p)), normalized by emb_norm if
+        the config asks for it. idx holds positions start .. start+T-1.
         (A family with emb_scale != 1 multiplies E_tok(t) by it first.)"""
         T = idx.size(1)
         if not torch.is_tensor(start) and start + T > self.cfg.block_size:  # (a tensor start: `decode` checked)
@@ -481,8 +488,6 @@ class TokenModel(nn.Module):
             h = h * self.emb_scale
         if self.pos_emb is not None:
             h = h + self.pos_emb(torch.arange(T, device=idx.device) + start)  # (T, C) broadcast over B
-        if getattr(self, "seg_emb", None) is not None:
-            h = h + self.seg_emb(segments if segments is not None else torch.zeros_like(idx))
         return self.emb_norm(h) if self.emb_norm is not None else h
 
     def rope(self):
@@ -567,7 +572,6 @@ class EncoderConfig:
     norm_eps: float = 1e-5
     pos: str = "rope"  # 'rope' (inside attention) | 'learned' (added to embeddings) | 'none'
     rope_theta: float = 10000.0
-    n_segments: int = 0  # >0 adds a segment/type embedding (BERT's T(type)); 0 = none
     emb_norm: str = "none"  # normalization of the summed embedding: 'none' | 'layer' | 'rms'
     dropout: float = 0.1
     bias: bool = False  # biases in Linear and LayerNorm; off as in Llama
@@ -592,7 +596,7 @@ class EncoderConfig:
 
 
 class EncoderClassifier(TokenModel):
-    """Token embedding (+ learned positions) (+ segment embedding) -> optional embedding norm ->
+    """Token embedding (+ learned positions) -> optional embedding norm ->
     the layer stack applied n_loops times -> final norm -> pooled state -> linear head; or, to pretrain
     it by masked-language modelling, final norm -> the masked positions' logits over the vocabulary.
 
@@ -608,7 +612,6 @@ class EncoderClassifier(TokenModel):
         self.depth = cfg.n_layer * cfg.n_loops  # Blocks applied per forward
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos == "learned" else None
-        self.seg_emb = nn.Embedding(cfg.n_segments, cfg.n_embd) if cfg.n_segments > 0 else None
         self.emb_norm = None if cfg.emb_norm == "none" else make_norm(cfg.emb_norm, cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
@@ -618,63 +621,60 @@ class EncoderClassifier(TokenModel):
             register_rope(self, cfg)
         init_weights(self, self.depth)
 
-    def forward(self, idx, key_mask=None, targets=None, segments=None, need_weights=False, mlm_targets=None):
+    def forward(self, idx, key_mask=None, targets=None, mlm_targets=None):
         """idx: (B, T) token ids with [CLS] at position 0; key_mask: bool (B, T), True for real tokens
-        (None = no padding); targets: (B,) class ids. Returns (logits (B, n_classes), loss or None);
-        with need_weights=True returns (logits, loss, [attention weights per applied layer]).
-        Masked-language modelling (Devlin et al. 2019, sec. 3.1): mlm_targets (B, T) holds the original
-        id at each masked position and -100 elsewhere (data.mlm_mask); the logits are then the masked
-        positions' over the vocabulary, (n_masked, vocab_size) in row-major order (those of
-        mlm_targets[mlm_targets != -100]), and the loss their mean cross-entropy."""
-        if targets is not None and mlm_targets is not None:
-            raise ValueError("give targets (classification) or mlm_targets (masked-language modelling), not both")
+        (None = no padding); targets: (B,) class ids. Returns (logits (B, n_classes), loss or None), or with
+        mlm_targets instead of targets, the masked-language-model head's (masked_lm)."""
+        if mlm_targets is not None:
+            if targets is not None:
+                raise ValueError("give targets (classification) or mlm_targets (masked-language modelling), not both")
+            return self.masked_lm(self.encode(idx, key_mask), mlm_targets)
+        # [CLS] pooling reads one position of the last Block, whose every step after attention is position by
+        # position: it computes [CLS] alone, attending to every key (the same logits; 14 % fewer FLOPs here)
+        h = self.encode(idx, key_mask, queries=self.last_queries())
+        if self.cfg.pooling == "cls":
+            pooled = h[:, 0]  # (B, C): the [CLS] position
+        else:
+            m = torch.ones_like(idx, dtype=h.dtype) if key_mask is None else key_mask.to(h.dtype)
+            pooled = (h * m[..., None]).sum(1) / m.sum(1, keepdim=True).clamp(min=1.0)
+        logits = self.head(self.drop(pooled))
+        return logits, self.cross_entropy(logits, targets)
+
+    def encode(self, idx, key_mask=None, queries=None, weights=None):
+        """The final-normed states (B, T, C): the n_layer Blocks applied n_loops times, with the cross-iteration
+        residual. queries: the last Block computes only the first `queries` positions; weights: a list that
+        gets each applied Block's attention weights (attention maps)."""
         cfg = self.cfg
-        h = self.drop(self.embed(idx, segments))
+        h = self.drop(self.embed(idx))
         rope = self.rope()
-        all_weights = []
-        # The [CLS] classifier reads one position of the last Block's output, and a Block's every step after
-        # attention is position by position: so the last Block computes [CLS] alone, its query attending to
-        # every key (the same logits and gradients; 14 % fewer FLOPs for the study's six applied Blocks
-        # at SST-2's lengths). Attention maps (need_weights) and the MLM head want every position.
-        last = self.last_queries(masked=mlm_targets is not None) if not need_weights else None
         for loop in range(cfg.n_loops):
             h_in = h
             for i, layer in enumerate(self.layers):
                 final = loop == cfg.n_loops - 1 and i == cfg.n_layer - 1
-                h, w = layer(h, key_mask, rope, need_weights, queries=last if final else None)
-                all_weights.append(w)
+                h, w = layer(h, key_mask, rope, weights is not None, queries=queries if final else None)
+                if weights is not None:
+                    weights.append(w)
             if cfg.n_loops > 1:
                 h = h + cfg.loop_alpha * h_in[:, :h.size(1)]  # cross-iteration residual
-        h = self.norm_f(h)
-        if mlm_targets is not None:
-            # The MLM head is the token table itself, tied as the GPT's output head is (Press & Wolf 2017):
-            # no new weights, so everything pretraining learns is in the classifier's own parameters. Only
-            # the masked positions are scored (about 15 % of the words): the vocabulary-wide product and its
-            # softmax at every position cost a third of a pretraining step, for nothing the loss reads.
-            scored = mlm_targets != -100
-            logits = h[scored] @ self.tok_emb.weight.T  # (n_masked, vocab_size)
-            loss = F.cross_entropy(logits.float(), mlm_targets[scored])
-        else:
-            if cfg.pooling == "cls":
-                pooled = h[:, 0]  # (B, C): the [CLS] position
-            else:
-                m = torch.ones_like(idx, dtype=h.dtype) if key_mask is None else key_mask.to(h.dtype)
-                pooled = (h * m[..., None]).sum(1) / m.sum(1, keepdim=True).clamp(min=1.0)
-            logits = self.head(self.drop(pooled))
-            loss = self.cross_entropy(logits, targets)
-        if need_weights:
-            return logits, loss, all_weights
-        return logits, loss
+        return self.norm_f(h)
+
+    def masked_lm(self, h, mlm_targets):
+        """Masked-language modelling (Devlin et al. 2019, sec. 3.1) on the states h (B, T, C); mlm_targets (B, T):
+        the original id at each masked position, -100 elsewhere (data.mlm_mask). Returns the masked positions'
+        logits (n_masked, vocab_size), row-major, and their mean cross-entropy. The head is the token table,
+        tied (Press & Wolf 2017): what pretraining learns is all in the classifier's own weights. Only masked
+        positions are scored: the vocabulary-wide product at every position cost a third of a step."""
+        scored = mlm_targets != -100
+        logits = h[scored] @ self.tok_emb.weight.T  # (n_masked, vocab_size)
+        return logits, self.cross_entropy(logits, mlm_targets[scored])
 
     def last_queries(self, masked=0):
-        """[CLS] pooling reads one position: the last Block computes it alone (forward). Mean pooling and
-        the MLM head (masked > 0) read them all."""
+        """[CLS] pooling reads one position, which the last Block computes alone; mean pooling and MLM read all."""
         return 1 if self.cfg.pooling == "cls" and not masked else None
 
     def head_flops(self, seq_len, masked=0):
-        """The classifier reads one pooled vector per sequence; the MLM head scores the sequence's `masked`
-        positions (a mean over a batch may be fractional) against the whole vocabulary: 2 * 256 * 12,332 =
-        6.3 MFLOPs a masked token for the recurrent model on SST-2's compact vocabulary."""
+        """The classifier reads one pooled vector per sequence; the MLM head scores `masked` positions (a batch mean
+        may be fractional) against the vocabulary: 6.3 MFLOPs a masked token for the recurrent model on SST-2."""
         if masked:
             return 2 * masked * self.cfg.n_embd * self.cfg.vocab_size
         return 2 * self.cfg.n_embd * self.cfg.n_classes

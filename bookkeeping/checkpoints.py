@@ -6,6 +6,7 @@ format and its versions are not. In order:
 
     CKPT_FORMAT, CKPT_VERSION, OLD_KINDS    what a checkpoint of ours says it is, and the versions this code reads
     CheckpointError                         a file that is missing, unreadable, or not one of ours
+    RETIRED_FIELDS, without_retired         model config fields since removed, read from old files
     save_checkpoint, load_checkpoint        write one atomically; read one back as a model, with a clear error
 
 It imports model.py (the family registry) and configurator.py, nothing above them.
@@ -26,6 +27,21 @@ OLD_KINDS = {1: {"encoder_classifier": "encoder", "gpt": "gpt"}}  # version -> i
 
 class CheckpointError(UserError, RuntimeError):
     """A file that is missing, unreadable, or not a checkpoint written by this project."""
+
+
+# Model config fields since removed from model.py, with the one value every run of ours gave them: a checkpoint
+# (or a run record, bookkeeping/records.py) holding one at that value reads as if it had none. n_segments: the
+# encoder's segment embedding, which no dataset or config used (removed 2026-11-29).
+RETIRED_FIELDS = {"n_segments": 0}
+
+
+def without_retired(args, where):
+    """A stored model config without its RETIRED_FIELDS; one at another value names a model this code cannot build."""
+    other = {k: v for k, v in args.items() if k in RETIRED_FIELDS and v != RETIRED_FIELDS[k]}
+    if other:
+        raise CheckpointError(f"{where} uses {', '.join(f'{k}={v!r}' for k, v in other.items())}, which this code no "
+                              f"longer has")
+    return {k: v for k, v in args.items() if k not in RETIRED_FIELDS}
 
 
 def save_checkpoint(path, model, **extra):
@@ -63,7 +79,7 @@ def load_checkpoint(path, device="cpu"):
                               f"(checkpoint version {version}; known families: {sorted(FAMILIES)})")
     ckpt["kind"] = kind
     cfg_cls, model_cls = FAMILIES[kind]
-    model = model_cls(cfg_cls(**ckpt["model_args"]))
+    model = model_cls(cfg_cls(**without_retired(ckpt["model_args"], path)))
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as e:

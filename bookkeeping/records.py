@@ -29,7 +29,7 @@ import torch
 
 import configurator
 from bookkeeping import timing
-from bookkeeping.checkpoints import save_checkpoint
+from bookkeeping.checkpoints import RETIRED_FIELDS, save_checkpoint
 from model import FAMILIES, family_settings
 
 # -----------------------------------------------------------------------------
@@ -247,8 +247,10 @@ def run_differences(a, b, defaults):
     with init_from 'resume' was started by continuing a run, which is the run it continues: it matches any
     init_from. A setting one config lacks (added to train.py after that run was made) counts as its
     default, which that run had: `defaults` are train.py's (train.DEFAULTS), with the model family's
-    (model.family_settings) over them. BOOKKEEPING_KEYS are not compared."""
+    (model.family_settings) over them. BOOKKEEPING_KEYS are not compared, nor a model field since removed at the
+    value every run had (checkpoints.RETIRED_FIELDS)."""
     a, b = json.loads(json.dumps(a)), json.loads(json.dumps(b))  # as stored: tuples -> lists
+    a, b = ({k: v for k, v in c.items() if k not in RETIRED_FIELDS or v != RETIRED_FIELDS[k]} for c in (a, b))
     if "resume" in (a.get("init_from"), b.get("init_from")):
         a.pop("init_from", None), b.pop("init_from", None)
     family = a.get("model", defaults["model"])

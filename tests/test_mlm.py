@@ -314,4 +314,4 @@ def test_corpus_is_sst2_train_and_imdb_train_in_the_classifiers_vocabulary(corpu
     assert all((split.labels == 0).all() for split in corpus.splits.values())
 
     with pytest.raises(data.DataError, match="seed 1337; this corpus asks for 'glue', 7"):
-        data.prepare_sst2_mlm(mirror=mirror, out_dir="other", seed=7, n_val=5, verbose=False)
+        data.prepare_sst2_mlm(protocol="glue", mirror=mirror, out_dir="other", seed=7, n_val=5, verbose=False)

@@ -106,7 +106,7 @@ def test_attention_weights_respect_masks():
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 @pytest.mark.parametrize("kw", [dict(), dict(n_loops=2, n_kv_head=2, ffn="gelu", norm="layer", bias=True),
-                                dict(pos="learned", emb_norm="rms", n_segments=2)],
+                                dict(pos="learned", emb_norm="rms")],
                          ids=["rope-swiglu", "loops-gqa-gelu-layer", "learned-pos"])
 def test_classifier_same_under_both_attention_paths(pooling, kw):
     cfg = tiny_config(pooling=pooling, **kw)
@@ -122,13 +122,17 @@ def test_classifier_same_under_both_attention_paths(pooling, kw):
         torch.testing.assert_close(ps.grad, pm.grad, atol=ATOL, rtol=1e-4, msg=name)
 
 
-def test_need_weights_returns_one_map_per_applied_layer():
+def test_encode_gives_one_attention_map_per_applied_layer():
+    """encode(weights=[...]) collects the reference path's maps, one per applied Block, and computes the same
+    states as without them (where forward's last Block computes [CLS] alone)."""
     m = EncoderClassifier(tiny_config(n_layer=2, n_loops=3)).eval()
     idx, mask = padded_batch([5, 3], 5)
-    logits, loss, weights = m(idx, mask, need_weights=True)
-    assert loss is None and logits.shape == (2, 2)
+    weights = []
+    h = m.encode(idx, mask, weights=weights)
+    assert h.shape == (2, 5, m.cfg.n_embd)
     assert len(weights) == 2 * 3 and all(w.shape == (2, 6, 5, 5) for w in weights)
-    torch.testing.assert_close(logits, m(idx, mask)[0])
+    torch.testing.assert_close(m.head(h[:, 0]), m(idx, mask)[0], atol=ATOL, rtol=1e-5)
+    torch.testing.assert_close(h, m.encode(idx, mask))
 
 
 @pytest.mark.parametrize("kw", [dict(n_loops=2, pos="rope"), dict(n_loops=1, pos="learned", ffn="gelu", norm="layer",
@@ -277,7 +281,7 @@ def expected_param_counts(cfg):
     else:
         ffn = 2 * C * Fh + ((Fh + C) if bias else 0)
     layer = attn + ffn + 2 * norm_params(cfg.norm)
-    emb = cfg.vocab_size * C + (cfg.block_size * C if cfg.pos == "learned" else 0) + cfg.n_segments * C
+    emb = cfg.vocab_size * C + (cfg.block_size * C if cfg.pos == "learned" else 0)
     emb_norm = 0 if cfg.emb_norm == "none" else norm_params(cfg.emb_norm)
     head = C * cfg.n_classes + cfg.n_classes  # the head always has a bias
     non_emb = emb_norm + cfg.n_layer * layer + norm_params(cfg.norm) + head
@@ -286,7 +290,7 @@ def expected_param_counts(cfg):
 
 @pytest.mark.parametrize("kw", [
     dict(),
-    dict(ffn="gelu", norm="layer", bias=True, n_kv_head=2, pos="learned", emb_norm="layer", n_segments=2),
+    dict(ffn="gelu", norm="layer", bias=True, n_kv_head=2, pos="learned", emb_norm="layer"),
     dict(ffn="swiglu", norm="layer", bias=False, n_kv_head=3, emb_norm="rms", n_classes=3),
 ], ids=["swiglu-rms", "gelu-layer-bias-gqa-learned", "layer-nobias-gqa3"])
 def test_param_counts_match_hand_formula(kw):
@@ -592,12 +596,12 @@ def test_build_model_takes_settings_and_data_facts():
 
 
 def test_no_weight_decay_names_vectors_and_embedding_tables():
-    cfg = tiny_config(n_layer=2, norm="layer", bias=True, pos="learned", emb_norm="layer", n_segments=2)
+    cfg = tiny_config(n_layer=2, norm="layer", bias=True, pos="learned", emb_norm="layer")
     m = EncoderClassifier(cfg)
     skip = m.no_weight_decay()
     linear_weights = {f"{n}.weight" for n, mod in m.named_modules() if isinstance(mod, torch.nn.Linear)}
     assert skip == {n for n, _ in m.named_parameters()} - linear_weights
-    assert {"tok_emb.weight", "pos_emb.weight", "seg_emb.weight", "emb_norm.bias", "head.bias"} <= skip
+    assert {"tok_emb.weight", "pos_emb.weight", "emb_norm.bias", "head.bias"} <= skip
     g = model.GPT(model.GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_embd=16, n_head=2))
     assert "tok_emb.weight" in g.no_weight_decay()  # the tied head is the table: not decayed either
     assert "layers.0.attn.wq.weight" not in g.no_weight_decay()

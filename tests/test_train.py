@@ -281,6 +281,26 @@ def test_same_run_is_one_definition():
     assert not records.same_run(base, {**base, "mystery": 1}, defaults)  # a key nobody knows differs
 
 
+def test_a_model_field_since_removed_reads_at_the_value_every_run_had(tiny_cfg):
+    """checkpoints.RETIRED_FIELDS (the encoder's n_segments): a checkpoint or a run config that holds one at the
+    value every run had reads as if it had none; at another value, the checkpoint is refused and the run differs."""
+    cfg = tiny_cfg(max_iters=2)
+    run(cfg)
+    path = os.path.join(cfg["out_dir"], "ckpt.pt")
+    ckpt = torch.load(path, weights_only=True)
+    for value in (0, 2):
+        ckpt["model_args"]["n_segments"] = value
+        torch.save(ckpt, path)
+        if value == 0:
+            assert checkpoints.load_checkpoint(path)[0].cfg == model.EncoderConfig(**{
+                k: v for k, v in ckpt["model_args"].items() if k != "n_segments"})
+        else:
+            with pytest.raises(checkpoints.CheckpointError, match="uses n_segments=2, which this code no longer has"):
+                checkpoints.load_checkpoint(path)
+    assert records.same_run({**cfg, "n_segments": 0}, cfg, train.DEFAULTS)
+    assert not records.same_run({**cfg, "n_segments": 2}, cfg, train.DEFAULTS)
+
+
 @pytest.mark.parametrize("left", ["ckpt.pt", "last.pt", "summary.json"])
 def test_a_run_never_replaces_another_unless_asked(tiny_cfg, tmp_path, left):
     """A second run into an out_dir that holds a run (a checkpoint or a summary) is refused before any data
@@ -547,7 +567,7 @@ def test_collate_pads_with_pad_and_masks_real_tokens():
 def test_optimizer_groups():
     cfg = {**train.DEFAULTS, "weight_decay": 0.1, "learning_rate": 2e-3, "beta1": 0.8, "beta2": 0.9}
     mcfg = model.EncoderConfig(vocab_size=30, block_size=16, n_layer=2, n_embd=16, n_head=2, norm="layer",
-                               bias=True, pos="learned", emb_norm="layer", n_segments=2, ffn="swiglu")
+                               bias=True, pos="learned", emb_norm="layer", ffn="swiglu")
     m = model.EncoderClassifier(mcfg)
     opt = train.make_optimizer(m, cfg, "cpu")
     decay_group, no_decay_group = opt.param_groups
@@ -560,7 +580,7 @@ def test_optimizer_groups():
     assert decay == linear_weights  # wq, wk, wv, wo, w1, w2, w3 of each layer, and the head
     assert len(decay) == 2 * 7 + 1
     assert no_decay == set(names.values()) - linear_weights
-    assert {"tok_emb.weight", "pos_emb.weight", "seg_emb.weight", "emb_norm.weight", "emb_norm.bias",
+    assert {"tok_emb.weight", "pos_emb.weight", "emb_norm.weight", "emb_norm.bias",
             "norm_f.weight", "head.bias", "layers.0.attn.wq.bias", "layers.1.norm2.bias"} <= no_decay
 
 
