@@ -209,6 +209,10 @@ def run_plan(plan, jobs=1, collect_only=False, only=None):
     if unknown:
         raise ConfigError(f"--cells {unknown}: the plan has {names}")
     cells = {}
+    for cell in plan["cells"]:  # a change of the plan is noted before anything trains, beside the runs recorded then
+        cells[cell["name"]] = plan_cell(plan, cell, cells)
+    note_plan(plan, cells)
+    cells = {}
     for cell in plan["cells"]:
         name = cell["name"]
         cell, runs = plan_cell(plan, cell, cells)

@@ -621,6 +621,7 @@ def test_a_tuned_cell_takes_what_its_sweep_chose_on_validation_and_the_history_n
     study.run_plan(lab.plan.load_plan(str(plan_path)), collect_only=True)
     history = lab.runs.read_history(path)
     assert [h["event"] for h in history] == ["first run", "first run", "plan changed"]
+    assert history[-1]["recorded"] == {"s": 2, "t": 1}  # the data seen before the change
     assert history[-1]["plan"]["verdicts"]["tuned keeps the slow rate"]["margin"] == 0.25
 
 
