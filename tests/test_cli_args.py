@@ -320,6 +320,7 @@ HELPED = [  # (module, sub-command or none, the usage line's start)
       for c in ("scan", "precision", "triton", "compile")],
     ("bench.same_training", [], "usage: python -m bench.same_training"),
     *[("bench.same_training", [c], f"usage: python -m bench.same_training {c}") for c in ("record", "compare")],
+    ("bench.step_before_after", [], "usage: python -m bench.step_before_after"),
 ]
 
 
