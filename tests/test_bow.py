@@ -192,7 +192,8 @@ def test_settings_are_checked_and_come_from_the_run():
 
 def test_the_shipped_config_file():
     cfg = train.make_config([os.path.join(os.path.dirname(train.__file__), "config", "sst2_bow.py")])
-    assert cfg["model"] == "bow" and cfg["out_dir"] == "out/sst2_bow" and cfg["protocol"] == "glue"
+    assert cfg["model"] == "bow" and cfg["out_dir"] == "out/sst2_bow" and cfg["protocol"] == "glue_heldout"
+    assert cfg["select_on"] == "accuracy"  # the figure its verdicts read
     assert set(cfg) == set(train.DEFAULTS) | set(model.family_settings("bow"))
 
 
