@@ -867,14 +867,16 @@ def test_the_claims_convention_catches_each_mutation_of_a_real_sentence():
 def test_the_claims_of_unjudged_comparisons_are_flagged_or_backed():
     """The comparisons issue 54 found standing with no verdict: the bag of words ahead of both transformers on
     the negation sentences and 5 points ahead on IMDB (docs/encoders.md), and above both on the pooled split
-    (README). Each now quotes the verdicts that exist and carries the flag for what no verdict judges."""
+    (README). Each now quotes the verdicts that exist and carries the flag for what no verdict judges (the
+    pooled split's baseline against the bag of words has a verdict since 2026-11-29, added after its data)."""
     rows, parts, sources = committed_verdicts()
     for page, words, backed in [("docs/encoders.md", "sentences with a negation word both score", True),
                                 ("docs/encoders.md", "5 points behind the bag of words", False),
                                 ("README.md", "the bag of words scores above both (0.9213", True)]:
         found = [s for s in sentences(page_text(page)) if words in s]
         assert len(found) == 1, (page, words)
-        assert FLAG.search(found[0]) and comparison_problems(found[0], sources, rows) == [], found[0]
+        assert comparison_problems(found[0], sources, rows) == [], found[0]
+        assert FLAG.search(found[0]) or page == "README.md", found[0]  # the pooled split's has a verdict since
         judged = [q for q in quoted_intervals(found[0]) if source_of(*q, sources)]
         assert bool(judged) and (backed or all(lo <= 0 <= hi for lo, hi, _ in judged)), (page, words, judged)
 
