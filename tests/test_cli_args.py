@@ -444,10 +444,10 @@ def test_a_mirror_with_tiktoken_cache_serves_tiktoken(no_network, monkeypatch):
     TIKTOKEN_CACHE_DIR is not set."""
     import tokenizer
 
-    from conftest import SHARED_DATA
-    real = os.path.join(SHARED_DATA, "tiktoken_cache")
+    from conftest import TIKTOKEN_CACHE
+    real = TIKTOKEN_CACHE  # the suite's, set before no_network unset it
     if not os.path.isdir(real):
-        pytest.skip("no tiktoken cache in shared/data")
+        pytest.skip(f"no tiktoken cache at {real}")
     os.makedirs("mirror")
     os.symlink(os.path.abspath(real), "mirror/tiktoken_cache")
     monkeypatch.setenv("DATA_MIRROR", "mirror")
@@ -472,10 +472,10 @@ def test_offline_missing_llama_tokenizer(no_network, monkeypatch):
     """A llama2.c checkpoint at hand, its tokenizer (tok512.bin) neither in the mirror nor downloadable."""
     import shutil
 
-    from conftest import SHARED_DATA
-    real = os.path.join(SHARED_DATA, "tinyllamas", "stories260K", "stories260K.bin")
+    from conftest import MIRROR
+    real = os.path.join(MIRROR, "tinyllamas", "stories260K", "stories260K.bin")  # the suite's mirror, before no_network
     if not os.path.isfile(real):
-        pytest.skip("no stories260K in shared/data")
+        pytest.skip(f"no stories260K in {MIRROR}")
     shutil.copy(real, "stories260K.bin")
     text = one_error_line(evaluate.main, ["--ckpt", "stories260K.bin", "--prompt", "Once", "--max_new_tokens", "2"])
     assert "could not download" in text and "tok512.bin" in text
