@@ -108,6 +108,18 @@ def apply_overrides(defaults, argv, depends=None):
     return config
 
 
+def not_a_folder(folder):
+    """Why `folder` cannot be made and written into, or '': it is a file, or the nearest path above it that exists
+    is one (os.makedirs would end in FileExistsError or NotADirectoryError). Commands check the folders they will
+    write into with it before any work (train.py's out_dir, data.py's)."""
+    path = os.path.normpath(folder)
+    while not os.path.exists(path) and os.path.dirname(path) not in ("", path):
+        path = os.path.dirname(path)
+    if not os.path.exists(path) or os.path.isdir(path):
+        return ""
+    return "a file, not a folder" if path == os.path.normpath(folder) else f"{path} is a file, not a folder"
+
+
 # -----------------------------------------------------------------------------
 # devices and precision: train.py and evaluate.py resolve theirs here, before any work
 

@@ -36,7 +36,7 @@ import evaluate
 from bookkeeping import records, timing
 from bookkeeping.checkpoints import CKPT_VERSION, CheckpointError, load_checkpoint
 from commands.checks import check_settings, check_world, run_warnings
-from commands.help import train_bare_line, train_help
+from commands.help import reader_may_stop, train_bare_line, train_help
 from export import load_pretrained
 from model import FAMILIES, build_model, family_settings, from_pretrained
 
@@ -789,4 +789,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    with reader_may_stop():  # `python train.py --help | head` ends quietly
+        main(sys.argv[1:])
