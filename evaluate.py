@@ -840,6 +840,7 @@ def main(argv=None):
     try:
         args = parse_args(argv)
         device = configurator.resolve_device(args.device)
+        configurator.set_cpu_threads(device)  # one on a CPU, unless OMP_NUM_THREADS says
         if args.text is not None:
             ctx = configurator.autocast_context(device.split(":")[0], args.dtype)
             return classify_text(args.ckpt, args, device, ctx)

@@ -86,8 +86,8 @@ def run_warnings(cfg, total_iters, epoch_steps, eval_every, defaults):
         out.append(f"eval_interval={cfg['eval_interval']} is longer than the run's {total_iters} iterations: it is "
                    f"evaluated once, at its last iteration")
     if cfg["log_interval"] > total_iters:
-        out.append(f"log_interval={cfg['log_interval']} is longer than the run's {total_iters} iterations: no "
-                   f"progress line is printed")
+        out.append(f"log_interval={cfg['log_interval']} is longer than the run's {total_iters} iterations: only the "
+                   f"first step's progress line is printed")
     if cfg["early_stop_patience"] and n_evals <= cfg["early_stop_patience"]:
         out.append(f"early_stop_patience={cfg['early_stop_patience']} can never stop this run: stopping takes "
                    f"{cfg['early_stop_patience']} evaluations without improvement after the first, and {evals}")

@@ -607,3 +607,32 @@ def test_a_reader_that_stops_early_ends_the_command_quietly():
     p.stdout.close()
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141 and err == "", err
+
+
+# -----------------------------------------------------------------------------
+# threads: one on a CPU unless OMP_NUM_THREADS says
+
+
+def test_a_command_on_the_cpu_takes_one_thread_unless_omp_num_threads_says(tmp_path, monkeypatch):
+    """torch's default (a thread per core) made evaluate.py --ckpt 2-4x slower, a sample 3-6x, on a busy 2-core
+    machine: train.py and evaluate.py take one thread on a CPU before any work, unless OMP_NUM_THREADS is set."""
+    import train
+
+    had = torch.get_num_threads()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(train, "train", lambda cfg: None)
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        torch.set_num_threads(2)
+        refusal(["--ckpt", "missing.pt", "--device", "cpu"])  # the threads are set, then the checkpoint is missing
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        train.main(["--device=cpu"])
+        assert torch.get_num_threads() == 1 and configurator.threads_note() == "1 thread, OMP_NUM_THREADS=N sets more"
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's number stays
+        torch.set_num_threads(2)
+        train.main(["--device=cpu"])
+        refusal(["--ckpt", "missing.pt", "--device", "cpu"])
+        assert torch.get_num_threads() == 2 and configurator.threads_note() == "2 threads, from OMP_NUM_THREADS"
+    finally:
+        torch.set_num_threads(had)
