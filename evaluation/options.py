@@ -155,8 +155,8 @@ def check_args(p, args):
     if args.json is not None:
         check_new_file(args.json, "--json")
     if args.plots is not None:
-        if os.path.exists(args.plots) and not os.path.isdir(args.plots):
-            raise configurator.ConfigError(f"--plots {args.plots}: a file, not a folder")
+        if configurator.not_a_folder(args.plots):  # it, or a path above it, is a file
+            raise configurator.ConfigError(f"--plots {args.plots}: {configurator.not_a_folder(args.plots)}")
         if os.path.isdir(args.plots) and os.listdir(args.plots):  # its pictures would replace what is there
             raise configurator.ConfigError(f"--plots {args.plots} is not empty: give a new or empty folder")
         if importlib.util.find_spec("matplotlib") is None:

@@ -511,8 +511,8 @@ def test_missing_checkpoints(no_network, tiny_dataset):
 
 
 def test_an_out_dir_that_is_a_file_or_under_one(tmp_path, monkeypatch):
-    """train.py's out_dir and data.py's --out_dir (and a data_dir to prepare): a file there, or above it, is one line
-    (it was os.makedirs's FileExistsError or NotADirectoryError), and the file is left as it was."""
+    """train.py's out_dir, data.py's --out_dir, a data_dir to prepare, evaluate.py's --plots: a file there, or above
+    it, is one line (it was os.makedirs's FileExistsError or NotADirectoryError), and the file is left as it was."""
     import train
 
     monkeypatch.chdir(tmp_path)
@@ -522,7 +522,8 @@ def test_an_out_dir_that_is_a_file_or_under_one(tmp_path, monkeypatch):
             (train.main, ["--out_dir=afile/run"], "out_dir='afile/run': afile is a file, not a folder"),
             (train.main, ["--data_dir=afile/d", "--out_dir=o"], "data_dir afile/d: afile is a file, not a folder"),
             (data.main, ["sst2", "--out_dir", "afile"], "--out_dir afile: a file, not a folder"),
-            (data.main, ["sst2", "--out_dir", "afile/d/e"], "--out_dir afile/d/e: afile is a file, not a folder")]:
+            (data.main, ["sst2", "--out_dir", "afile/d/e"], "--out_dir afile/d/e: afile is a file, not a folder"),
+            (evaluate.main, ["--ckpt", "missing.pt", "--plots", "afile/p"], "--plots afile/p: afile is a file, not")]:
         assert message in one_error_line(main, argv)
     assert sorted(os.listdir(tmp_path)) == ["afile"] and (tmp_path / "afile").read_text() == "mine"
 
