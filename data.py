@@ -55,8 +55,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from commands.help import HelpFormatter
-from configurator import UserError
+from bookkeeping import timing
+from commands.help import HelpFormatter, reader_may_stop
+from configurator import UserError, not_a_folder
 from corpora.piglatin import (PIG_LATIN_VOCAB, UNSEEN_WORDS, hyphen_parts, novel_words, pieces_of, pig_latin,
                               pig_latin_rule, source_words, split_novel, unseen_words, word_pieces)
 from corpora.sources import SOURCES, archive_file, fetch, source_file
@@ -129,10 +130,11 @@ def read_seqs(folder, name, verify):
 
 
 def write_json(path, obj, indent=None):
-    """Write a JSON file atomically (temporary file, then rename): readers never see half a file."""
+    """Write a JSON file atomically (temporary file, then rename): readers never see half a file. Strict JSON: a
+    float that is not finite is written null (bookkeeping/timing.py's finite)."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
-        json.dump(obj, f, indent=indent)
+        json.dump(timing.finite(obj), f, indent=indent, allow_nan=False)
     os.replace(tmp, path)
 
 
@@ -1014,6 +1016,14 @@ class Dataset:
                             f"folder (it is rebuilt) or set a matching data_dir")
 
 
+def check_out_folder(folder, option):
+    """A DataError if a dataset cannot be prepared into `folder`: a file is in the way (it, or a path above it)."""
+    problem = not_a_folder(folder)
+    if problem:
+        raise DataError(f"{option} {folder}: {problem}; a dataset is prepared into a folder: give a new or "
+                        f"existing one")
+
+
 def load_dataset(cfg):
     """The Dataset a run config names (keys dataset, data_dir, protocol, vocab, tokenizer, subset, max_len),
     prepared first if its folder is missing (from $DATA_MIRROR when set, else downloaded). A data_dir
@@ -1025,6 +1035,7 @@ def load_dataset(cfg):
     folder = cfg.get("data_dir") or dataset_dir(name, cfg.get("protocol"), cfg.get("vocab"), tokenizer, subset,
                                                 cfg.get("max_len"))
     if not os.path.isfile(os.path.join(folder, "meta.json")):
+        check_out_folder(folder, "data_dir")
         if name not in DATASETS:
             raise DataError(f"no prepared data in {folder} and no preparer for dataset {name!r} "
                             f"(known: {', '.join(sorted(DATASETS))})")
@@ -1289,6 +1300,8 @@ def main(argv=None):
     try:
         tokenizer = resolve_tokenizer(a.dataset, a.tokenizer)
         check_subset(a.dataset, a.subset)
+        if a.out_dir is not None:
+            check_out_folder(a.out_dir, "--out_dir")
         DATASETS[a.dataset].prepare(protocol=a.protocol, vocab=a.vocab, tokenizer=tokenizer, max_len=a.max_len,
                                     subset=a.subset, mirror=a.mirror, out_dir=a.out_dir, seed=a.seed)
     except UserError as e:  # bad input: one line; a bug keeps its traceback
@@ -1296,4 +1309,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    with reader_may_stop():  # `python data.py --help | head` ends quietly
+        main()

@@ -54,6 +54,7 @@ import configurator
 import data
 from bookkeeping.checkpoints import CheckpointError, load_checkpoint
 from bookkeeping.timing import timed
+from commands.help import reader_may_stop
 from corpora import piglatin
 from evaluation.options import (ZERO_SHOT_TEMPLATE, ListSplit, check_args, check_fits, config_defaults, decode_mode,
                                 label_list, llama_tokenizer_for, parser, read_tsv, read_word_list, seq2seq_words,
@@ -839,6 +840,7 @@ def main(argv=None):
     try:
         args = parse_args(argv)
         device = configurator.resolve_device(args.device)
+        configurator.set_cpu_threads(device)  # one on a CPU, unless OMP_NUM_THREADS says
         if args.text is not None:
             ctx = configurator.autocast_context(device.split(":")[0], args.dtype)
             return classify_text(args.ckpt, args, device, ctx)
@@ -848,4 +850,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    with reader_may_stop():  # `python evaluate.py --help | head` ends quietly
+        main()

@@ -24,7 +24,7 @@ import torch
 
 import data
 from bookkeeping.checkpoints import CKPT_FORMAT, CheckpointError, load_checkpoint
-from commands.help import HelpFormatter
+from commands.help import HelpFormatter, reader_may_stop
 from configurator import ConfigError, UserError
 from model import Llama, LlamaConfig, merge_lora, raw_model, rope_cache
 
@@ -276,4 +276,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    with reader_may_stop():  # `python export.py --help | head` ends quietly
+        main()

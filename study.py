@@ -54,7 +54,7 @@ import tempfile
 import time
 
 import data
-from commands.help import HelpFormatter
+from commands.help import HelpFormatter, reader_may_stop
 from configurator import ConfigError, UserError
 from bookkeeping import records
 from evaluation.ranges import check_new_file
@@ -474,4 +474,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    with reader_may_stop():  # `python study.py --help | head` ends quietly
+        main()

@@ -36,7 +36,7 @@ import evaluate
 from bookkeeping import records, timing
 from bookkeeping.checkpoints import CKPT_VERSION, CheckpointError, load_checkpoint
 from commands.checks import check_settings, check_world, run_warnings
-from commands.help import train_bare_line, train_help
+from commands.help import reader_may_stop, train_bare_line, train_help
 from export import load_pretrained
 from model import FAMILIES, build_model, family_settings, from_pretrained
 
@@ -724,7 +724,9 @@ def train(cfg):
                 meter.add(step.tokens, step.flops)
                 epoch_label = state.epoch + 1  # 1-based: the epoch this step belongs to
 
-                if state.iter_num % cfg["log_interval"] == 0:  # every process: the loss is summed over them
+                # every log_interval steps, and this process's first (a run says it is under way within seconds);
+                # in every process: the loss is summed over them
+                if state.iter_num % cfg["log_interval"] == 0 or state.iter_num == meter.iters_at_start + 1:
                     loss, state.grad_norm = mean_loss(losses, step.examples, procs), grad_norm.item()
                     files.log(report_progress(state, total_iters, epoch_label, bool(stream.steps_per_epoch), loss, lr,
                                               meter.read(state.iter_num)))
@@ -760,7 +762,8 @@ def setup_line(model, procs, dtype_name, peak):
     counts = model.param_counts()
     frozen = f", {counts['trainable']:,} trainable" if counts["trainable"] < counts["total"] else ""
     return (f"model: {counts['total']:,} parameters ({counts['non_embedding']:,} non-embedding{frozen}); "
-            f"device {procs.device}, dtype {dtype_name}" + (", TF32 matmuls" if procs.device.startswith("cuda") else "")
+            f"device {procs.device}" + (f" ({configurator.threads_note()})" if procs.device == "cpu" else "")
+            + f", dtype {dtype_name}" + (", TF32 matmuls" if procs.device.startswith("cuda") else "")
             + (f"; {procs.world} processes (DDP, {torch.distributed.get_backend()})" if procs.world > 1 else "")
             + (f"; MFU of a peak {peak[0] / 1e12:,.1f} TFLOP/s per device ({peak[1]})" if peak else
                "; no MFU (no peak FLOP/s known for this device; peak_tflops sets one)"))
@@ -802,10 +805,13 @@ def main(argv):
     if not argv:  # say what is about to happen before the data is prepared and the model built
         print(train_bare_line(DEFAULTS, MODEL_SETTINGS["model"]), flush=True)
     try:
-        train(make_config(argv))
+        cfg = make_config(argv)
+        configurator.set_cpu_threads(configurator.resolve_device(cfg["device"]))  # one, unless OMP_NUM_THREADS says
+        train(cfg)
     except configurator.UserError as e:  # bad input: one line; a bug keeps its traceback
         sys.exit(f"error: {e}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    with reader_may_stop():  # `python train.py --help | head` ends quietly
+        main(sys.argv[1:])

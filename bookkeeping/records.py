@@ -17,7 +17,6 @@ train.py or evaluate.py (the run identity takes train.py's DEFAULTS as an argume
 """
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -50,7 +49,12 @@ def existing_run(out_dir):
 
 def check_out_dir(cfg):
     """A new run never replaces a run already in out_dir unless overwrite=True: checked before any data
-    is prepared or model built, so a mistyped out_dir or a forgotten --init_from=resume costs nothing."""
+    is prepared or model built, so a mistyped out_dir or a forgotten --init_from=resume costs nothing. An
+    out_dir that is a file, or lies under one, is refused too (configurator.not_a_folder)."""
+    problem = configurator.not_a_folder(cfg["out_dir"])
+    if problem:
+        raise configurator.ConfigError(f"out_dir={cfg['out_dir']!r}: {problem}; a run writes its checkpoints and "
+                                       f"log into a folder: give a new or existing one")
     found = existing_run(cfg["out_dir"])
     if found and cfg["init_from"] != "resume" and not cfg["overwrite"]:
         raise configurator.ConfigError(
@@ -60,14 +64,9 @@ def check_out_dir(cfg):
 
 def log_jsonl(path, record):
     """One JSON line. A figure that is not finite (the best validation loss of a run stopped before its first
-    evaluation: inf) is written null, so that any JSON reader reads the log, not Python's alone."""
-    def finite(x):
-        if isinstance(x, float) and not math.isfinite(x):
-            return None
-        return {k: finite(v) for k, v in x.items()} if isinstance(x, dict) else \
-            [finite(v) for v in x] if isinstance(x, (list, tuple)) else x
+    evaluation: inf) is written null (timing.finite), so that any JSON reader reads the log, not Python's alone."""
     with open(path, "a") as f:
-        f.write(json.dumps(finite(record), allow_nan=False) + "\n")
+        f.write(json.dumps(timing.finite(record), allow_nan=False) + "\n")
 
 
 class RunFiles:

@@ -8,6 +8,7 @@ The one timing helper of the project, and the conditions every number is printed
     conditions(device, dtype)             what a number depends on: the device and its name, the precision, the
                                           versions, the threads (train.py's run logs, study.py's timing pass,
                                           the benchmarks)
+    finite(x)                             numbers as strict JSON stores them: a float that is not finite is None
     peak_flops(device, dtype_name)        a GPU's datasheet peak, the denominator of MFU
     Meter                                 train.py's progress lines: tokens/s, MFU and the time left
 
@@ -17,6 +18,7 @@ checkpoint with these, bench/speed.py our models against their peers, and train.
 Meter. This module imports nothing of ours: every other file may use it.
 """
 
+import math
 import os
 import platform
 import re
@@ -74,6 +76,17 @@ def conditions(device, dtype):
     return {"device": device, "device_name": name, "dtype": str(dtype).replace("torch.", ""),
             "torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
             "cpu_count": os.cpu_count()}
+
+
+def finite(x):
+    """x with every float that is not finite made None, in dicts, lists and tuples: strict JSON has no Infinity or
+    NaN (the best validation loss of a run that never evaluated is inf), which Python's json writes unless told not
+    to, into a file that only Python then reads. data.write_json and a run's log.jsonl store numbers through it."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    return [finite(v) for v in x] if isinstance(x, (list, tuple)) else x
 
 
 def peak_flops(device, dtype_name):

@@ -12,20 +12,41 @@ from bookkeeping import records
 from configurator import ConfigError
 
 
+# The settings that may be 0 and no less, with what their 0 means: a negative one would not fail, it would run
+# something else (max_iters=-5 took 0 steps and wrote no figures; a negative grad_clip turned clipping off).
+NON_NEGATIVE = {"max_iters": "0 = no limit beyond max_epochs", "eval_interval": "0 = once per epoch",
+                "warmup_iters": "0 = no warm-up", "eval_windows": "0 = the whole validation split",
+                "early_stop_patience": "0 = off", "early_stop_min_delta": "the smallest fall that counts",
+                "plateau_patience": "0 = lower the rate at the first evaluation without improvement",
+                "learning_rate": "the peak rate", "min_lr": "the cosine schedule's floor", "weight_decay": "0 = none",
+                "grad_clip": "0 = off"}
+
+
 def check_settings(cfg, pretrained):
     """The settings train() refuses before any work (a ConfigError each): a scheduler or AdamW of another name,
     an init_from that names nothing (`pretrained`: the checkpoints it may name, data.PRETRAINED), sizes below 1,
-    a share or a peak out of range, and an out_dir that holds another run (bookkeeping/records.py's check_out_dir)."""
+    counts and rates below 0 (NON_NEGATIVE), AdamW's betas and the plateau's factor, a share or a peak out of range,
+    and an out_dir that is no folder or holds another run (bookkeeping/records.py's check_out_dir)."""
     for key, allowed in (("scheduler", ("plateau", "cosine", "constant")),
                          ("adamw_impl", ("fused", "manual"))):
         if cfg[key] not in allowed:
             raise ConfigError(f"{key}={cfg[key]!r}: expected one of {allowed}")
     if cfg["init_from"] not in ("scratch", "resume", *pretrained) and not os.path.isfile(cfg["init_from"]):
+        what = "a folder, not a file" if os.path.isdir(cfg["init_from"]) else "no such file"
         raise ConfigError(f"init_from={cfg['init_from']!r}: expected 'scratch', 'resume', a checkpoint "
-                          f"file to start from (no such file), or one of {sorted(pretrained)}")
+                          f"file to start from ({what}), or one of {sorted(pretrained)}")
     for key in ("batch_size", "grad_accum", "log_interval", "max_epochs"):
         if cfg[key] < 1:
             raise ConfigError(f"{key}={cfg[key]} must be at least 1")
+    for key, zero in NON_NEGATIVE.items():
+        if cfg[key] < 0:
+            raise ConfigError(f"{key}={cfg[key]} must be at least 0 ({zero})")
+    for key in ("beta1", "beta2"):
+        if not 0 <= cfg[key] < 1:
+            raise ConfigError(f"{key}={cfg[key]} must be in [0, 1) (a decay rate of AdamW's running means)")
+    if not 0 < cfg["plateau_factor"] < 1:
+        raise ConfigError(f"plateau_factor={cfg['plateau_factor']} must be in (0, 1) (what the plateau schedule "
+                          f"multiplies the learning rate by)")
     if not 0 <= cfg["hyphen_compounds"] <= 10:
         raise ConfigError(f"hyphen_compounds={cfg['hyphen_compounds']}: a share of the training set in "
                           f"[0, 10] (0 = off)")
@@ -65,8 +86,8 @@ def run_warnings(cfg, total_iters, epoch_steps, eval_every, defaults):
         out.append(f"eval_interval={cfg['eval_interval']} is longer than the run's {total_iters} iterations: it is "
                    f"evaluated once, at its last iteration")
     if cfg["log_interval"] > total_iters:
-        out.append(f"log_interval={cfg['log_interval']} is longer than the run's {total_iters} iterations: no "
-                   f"progress line is printed")
+        out.append(f"log_interval={cfg['log_interval']} is longer than the run's {total_iters} iterations: only the "
+                   f"first step's progress line is printed")
     if cfg["early_stop_patience"] and n_evals <= cfg["early_stop_patience"]:
         out.append(f"early_stop_patience={cfg['early_stop_patience']} can never stop this run: stopping takes "
                    f"{cfg['early_stop_patience']} evaluations without improvement after the first, and {evals}")

@@ -3,8 +3,9 @@ What the commands print for --help, built from the code so that it cannot drift 
 commented_settings and describe_settings read a block of settings from its source (train.py's defaults, a model
 family's config dataclass) with each setting's comment; HelpFormatter is argparse's help with each option's default
 after its help, for the other commands; config_files lists the config files with their first comment line;
-train_help puts train.py's --help together from these; and train_bare_line is what a bare `python train.py` says
-it is about to do.
+train_help puts train.py's --help together from these; train_bare_line is what a bare `python train.py` says
+it is about to do; and reader_may_stop lets a command's output go to a reader that stops early
+(`python train.py --help | head`).
 """
 
 import argparse
@@ -13,8 +14,10 @@ import inspect
 import io
 import os
 import re
+import sys
 import textwrap
 import tokenize
+from contextlib import contextmanager
 
 import configurator
 
@@ -133,3 +136,18 @@ def train_bare_line(defaults, family_settings):
             f"{m['n_embd']}), at most {d['max_epochs']} epochs (early stopping after {d['early_stop_patience']} "
             f"evaluations without improvement), into {d['out_dir']}; about {DEFAULT_RUN_TIME}. "
             f"`python train.py --help` lists the config files and settings.")
+
+
+@contextmanager
+def reader_may_stop():
+    """Around a command's main(): when whatever reads its output stops early (`python train.py --help | head`
+    closes the pipe after ten lines), the command ends quietly, as a command killed by SIGPIPE does (status
+    128 + SIGPIPE), not with a BrokenPipeError traceback. Python ignores SIGPIPE, so the next write raises
+    instead; stdout is pointed at os.devnull first, or the flush at exit would raise again (Python's own
+    advice, in the signal module's documentation). What the command had running stops as at any exception
+    (a training run's lock is let go; its last.pt is the last evaluation's)."""
+    try:
+        yield
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)  # 128 + SIGPIPE (13): what a shell reports of a command that SIGPIPE ended

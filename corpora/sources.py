@@ -132,8 +132,9 @@ def download_once(url, local):
     try:
         download(url, local)
     except Exception as e:
-        raise DataError(f"could not download {url} ({e}); without a network, use a local "
-                        f"mirror: --mirror DIR or DATA_MIRROR=DIR") from None
+        raise DataError(f"could not download {url} ({e}); without a network, set the environment variable "
+                        f"DATA_MIRROR=DIR to a local copy of the source files, such as this project's shared/data "
+                        f"(data.py also takes --mirror DIR)") from None
 
 
 def cached(name, rel, cache_dir):
@@ -203,7 +204,7 @@ def archive_file(name, mirror=None, cache_dir="data/_downloads"):
         path, digest = os.path.join(mirror, src["mirror_file"]), src["mirror_sha256"]
         if not os.path.isfile(path):
             raise DataError(f"mirror {mirror} has no {src['mirror_file']}: put a copy of {src['url']} there under "
-                            f"that name, or run without --mirror/DATA_MIRROR to download it")
+                            f"that name, or unset DATA_MIRROR (data.py: leave out --mirror) to download it")
     else:
         path, digest = os.path.join(cache_dir, os.path.basename(src["url"])), src["sha256"]
         download_once(src["url"], path)

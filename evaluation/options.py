@@ -2,11 +2,12 @@
 evaluate.py's options, apart from what it computes with them: the options themselves, each with its help and
 default, and each option that needs more than argparse's type and choices, checked, resolved or read. Read in
 order: the options (parser, what --help prints); the config files that set them (config_defaults); every option
-checked as soon as it is read, before any data is prepared or model loaded (check_args), then against each
-checkpoint as it loads (check_fits); the decode step --decode auto picks (decode_mode); then what the options
-name: a seq2seq model's words (seq2seq_words, --text and --words), a labelled file (read_tsv, into a ListSplit) or
-a word list (read_word_list) for --file, an --untrained run's architecture (untrained), a Llama's tokenizer
-(llama_tokenizer_for, --tokenizer) and the --zero_shot prompts (zero_shot_inputs).
+checked as soon as it is read, before any data is prepared or model loaded (check_args; a run's folder given as
+--ckpt read as its ckpt.pt: run_checkpoint), then against each checkpoint as it loads (check_fits); the decode
+step --decode auto picks (decode_mode); then what the options name: a seq2seq model's words (seq2seq_words,
+--text and --words), a labelled file (read_tsv, into a ListSplit) or a word list (read_word_list) for --file, an
+--untrained run's architecture (untrained), a Llama's tokenizer (llama_tokenizer_for, --tokenizer) and the
+--zero_shot prompts (zero_shot_inputs).
 """
 
 import argparse
@@ -141,6 +142,7 @@ def check_args(p, args):
             raise configurator.ConfigError(f"--untrained {path}: no such file")
     if not args.ckpt and not args.untrained:
         raise configurator.ConfigError("give --ckpt (or a config file that sets ckpt)")
+    args.ckpt = [run_checkpoint(path) for path in args.ckpt or []]
     if args.zero_shot is not None:
         if args.split == "unseen":
             raise configurator.ConfigError("--split unseen is Pig Latin's; --zero_shot scores train, val or test")
@@ -153,12 +155,26 @@ def check_args(p, args):
     if args.json is not None:
         check_new_file(args.json, "--json")
     if args.plots is not None:
-        if os.path.exists(args.plots) and not os.path.isdir(args.plots):
-            raise configurator.ConfigError(f"--plots {args.plots}: a file, not a folder")
+        if configurator.not_a_folder(args.plots):  # it, or a path above it, is a file
+            raise configurator.ConfigError(f"--plots {args.plots}: {configurator.not_a_folder(args.plots)}")
         if os.path.isdir(args.plots) and os.listdir(args.plots):  # its pictures would replace what is there
             raise configurator.ConfigError(f"--plots {args.plots} is not empty: give a new or empty folder")
         if importlib.util.find_spec("matplotlib") is None:
             raise configurator.ConfigError("--plots needs matplotlib (pip install matplotlib)")
+
+
+def run_checkpoint(path):
+    """A --ckpt that is a run's folder stands for the run's best checkpoint, its ckpt.pt (said so); a folder without
+    one is an error that says what it holds instead (an interrupted run's last.pt), not 'no checkpoint'."""
+    if not os.path.isdir(path):
+        return path
+    best, last = os.path.join(path, "ckpt.pt"), os.path.join(path, "last.pt")
+    if os.path.isfile(best):
+        print(f"--ckpt {path} is a folder: reading its best checkpoint, {best}")
+        return best
+    held = f"; it holds {last}, the latest state of a run, which --ckpt {last} reads" if os.path.isfile(last) else ""
+    raise configurator.ConfigError(f"--ckpt {path} is a folder with no ckpt.pt (a run's best checkpoint){held}: give "
+                                   f"a checkpoint file")
 
 
 TASK_NAMES = {"classification": "classifier", "lm": "language model", "generate": "language model (llama2.c's)",

@@ -52,7 +52,8 @@ def print_table(results, conditions, max_errors=50):
              "mlm": "the validation split, masked",
              "zero-shot": f"{first.get('dataset')} {first.get('split')}"}.get(first["task"], c["split"])
     timed = any(k in r for r in results for k in ("latency_ms", "tokens_per_s"))  # a sample or a --file: if asked
-    print(f"evaluated on {where}: device {c['device']} ({c['threads']} threads), {c['dtype']}, "
+    threads = f"{c['threads']} thread{'s' * (c['threads'] != 1)}"
+    print(f"evaluated on {where}: device {c['device']} ({threads}), {c['dtype']}, "
           f"torch {c['torch']}; " + (f"timing: median of {c['repeats']} repeats" if timed else "not timed"))
     names = run_names([r["ckpt"] for r in results])
     width = max(12, *(len(n) for n in names)) + 2

@@ -2,9 +2,11 @@
 Shared test setup.
 
 The repository root is put on sys.path so tests import model, data, configurator and train exactly as
-train.py does. The shared data folder sits beside the repository (X/main and X/shared): its SST-2
-mirror and its offline tiktoken cache are the defaults for DATA_MIRROR and TIKTOKEN_CACHE_DIR, set here
-at import time, before anything loads tiktoken. Tests that need them skip cleanly when they are absent.
+train.py does. The data come from DATA_MIRROR, and tiktoken's files from TIKTOKEN_CACHE_DIR, else from the
+mirror's tiktoken_cache/ (data_locations): a clone anywhere needs DATA_MIRROR alone. Where DATA_MIRROR is not
+set, the shared data folder beside the repository (X/main and X/shared/data, this project's layout) stands in
+for it. Both are set here at import time, before anything loads tiktoken. Tests that need them skip cleanly
+when they are absent.
 
 Fixtures:
     real_mirror      the real SST-2 mirror folder (skips if absent)
@@ -35,8 +37,18 @@ SHARED_DATA = os.path.join(os.path.dirname(REPO_ROOT), "shared", "data")
 # imported: the models and arrays are tiny, and with the suite in two processes on two cores, a second thread
 # each only waits (a small float matmul took 12 ms with two BLAS threads, 0.5 ms with one)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("TIKTOKEN_CACHE_DIR", os.path.join(SHARED_DATA, "tiktoken_cache"))
-os.environ.setdefault("DATA_MIRROR", SHARED_DATA)
+
+
+def data_locations(environ, shared_data=SHARED_DATA):
+    """(DATA_MIRROR, TIKTOKEN_CACHE_DIR) for the suite, as tokenizer.get_tokenizer finds them: each as set in
+    `environ`; else the mirror is the shared folder beside the repository, and tiktoken's cache the mirror's
+    tiktoken_cache/ (a mirror set explicitly is never passed over for ../shared's cache)."""
+    mirror = environ.get("DATA_MIRROR") or shared_data
+    return mirror, environ.get("TIKTOKEN_CACHE_DIR") or os.path.join(mirror, "tiktoken_cache")
+
+
+MIRROR, TIKTOKEN_CACHE = data_locations(os.environ)  # for tests that unset them (no network) and need the real files
+os.environ["DATA_MIRROR"], os.environ["TIKTOKEN_CACHE_DIR"] = MIRROR, TIKTOKEN_CACHE
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
@@ -60,7 +72,7 @@ def need_tokenizer():
     """Skip unless the offline GPT-2 BPE files are present (the suite never touches the network)."""
     cache = os.environ["TIKTOKEN_CACHE_DIR"]
     if not os.path.isdir(cache) or len(os.listdir(cache)) < 2:
-        pytest.skip(f"no tiktoken cache at {cache} (set TIKTOKEN_CACHE_DIR to shared/data/tiktoken_cache)")
+        pytest.skip(f"no tiktoken cache at {cache} (set DATA_MIRROR to a copy of shared/data, or TIKTOKEN_CACHE_DIR)")
 
 
 def fake_downloads(monkeypatch, payload):

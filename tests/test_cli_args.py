@@ -428,7 +428,8 @@ def test_offline_no_mirror_and_no_network(no_network):
     import train
 
     text = one_error_line(train.main, ["--max_iters=1"])  # the default dataset, prepared on first use
-    assert "could not download" in text and "DATA_MIRROR" in text
+    assert "could not download" in text and "set the environment variable DATA_MIRROR=DIR" in text
+    assert "(data.py also takes --mirror DIR)" in text  # an option of data.py's alone: train.py has none
 
 
 def test_offline_no_tiktoken_files(no_network, fixture_mirror, fixture_digests):
@@ -445,10 +446,10 @@ def test_a_mirror_with_tiktoken_cache_serves_tiktoken(no_network, monkeypatch):
     TIKTOKEN_CACHE_DIR is not set."""
     import tokenizer
 
-    from conftest import SHARED_DATA
-    real = os.path.join(SHARED_DATA, "tiktoken_cache")
+    from conftest import TIKTOKEN_CACHE
+    real = TIKTOKEN_CACHE  # the suite's, set before no_network unset it
     if not os.path.isdir(real):
-        pytest.skip("no tiktoken cache in shared/data")
+        pytest.skip(f"no tiktoken cache at {real}")
     os.makedirs("mirror")
     os.symlink(os.path.abspath(real), "mirror/tiktoken_cache")
     monkeypatch.setenv("DATA_MIRROR", "mirror")
@@ -473,10 +474,10 @@ def test_offline_missing_llama_tokenizer(no_network, monkeypatch):
     """A llama2.c checkpoint at hand, its tokenizer (tok512.bin) neither in the mirror nor downloadable."""
     import shutil
 
-    from conftest import SHARED_DATA
-    real = os.path.join(SHARED_DATA, "tinyllamas", "stories260K", "stories260K.bin")
+    from conftest import MIRROR
+    real = os.path.join(MIRROR, "tinyllamas", "stories260K", "stories260K.bin")  # the suite's mirror, before no_network
     if not os.path.isfile(real):
-        pytest.skip("no stories260K in shared/data")
+        pytest.skip(f"no stories260K in {MIRROR}")
     shutil.copy(real, "stories260K.bin")
     text = one_error_line(evaluate.main, ["--ckpt", "stories260K.bin", "--prompt", "Once", "--max_new_tokens", "2"])
     assert "could not download" in text and "tok512.bin" in text
@@ -504,3 +505,136 @@ def test_missing_checkpoints(no_network, tiny_dataset):
     text = one_error_line(train.main, [f"--data_dir={tiny_dataset}", "--init_from=resume", "--out_dir=out/run",
                                        "--device=cpu"])
     assert text == "error: no checkpoint at out/run/last.pt: train one first (python train.py config/...)"
+
+
+# -----------------------------------------------------------------------------
+# input that once ended in a traceback, or ran something else: one line each, nothing written or replaced
+
+
+def test_an_out_dir_that_is_a_file_or_under_one(tmp_path, monkeypatch):
+    """train.py's out_dir, data.py's --out_dir, a data_dir to prepare, evaluate.py's --plots: a file there, or above
+    it, is one line (it was os.makedirs's FileExistsError or NotADirectoryError), and the file is left as it was."""
+    import train
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("mine")
+    for main, argv, message in [
+            (train.main, ["--out_dir=afile"], "out_dir='afile': a file, not a folder"),
+            (train.main, ["--out_dir=afile/run"], "out_dir='afile/run': afile is a file, not a folder"),
+            (train.main, ["--data_dir=afile/d", "--out_dir=o"], "data_dir afile/d: afile is a file, not a folder"),
+            (data.main, ["sst2", "--out_dir", "afile"], "--out_dir afile: a file, not a folder"),
+            (data.main, ["sst2", "--out_dir", "afile/d/e"], "--out_dir afile/d/e: afile is a file, not a folder"),
+            (evaluate.main, ["--ckpt", "missing.pt", "--plots", "afile/p"], "--plots afile/p: afile is a file, not")]:
+        assert message in one_error_line(main, argv)
+    assert sorted(os.listdir(tmp_path)) == ["afile"] and (tmp_path / "afile").read_text() == "mine"
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("--max_iters=-5", "max_iters=-5 must be at least 0 (0 = no limit beyond max_epochs)"),
+    ("--max_epochs=0", "max_epochs=0 must be at least 1"),
+    ("--max_epochs=-1", "max_epochs=-1 must be at least 1"),
+    ("--eval_interval=-10", "eval_interval=-10 must be at least 0 (0 = once per epoch)"),
+    ("--warmup_iters=-1", "warmup_iters=-1 must be at least 0"),
+    ("--early_stop_patience=-2", "early_stop_patience=-2 must be at least 0 (0 = off)"),
+    ("--eval_windows=-1", "eval_windows=-1 must be at least 0"),
+    ("--grad_clip=-1", "grad_clip=-1.0 must be at least 0 (0 = off)"),
+    ("--learning_rate=-1e-3", "learning_rate=-0.001 must be at least 0"),
+    ("--beta2=1", "beta2=1.0 must be in [0, 1)"),
+    ("--plateau_factor=1.5", "plateau_factor=1.5 must be in (0, 1)"),
+])
+def test_budgets_and_rates_out_of_range_are_refused_before_any_work(setting, message, tmp_path, monkeypatch):
+    """max_iters=-5 once ran 0 steps, warned twice against itself and wrote Infinity into summary.json: now each
+    is refused before any data is read or folder made."""
+    import train
+
+    monkeypatch.chdir(tmp_path)
+    assert one_error_line(train.main, [setting, "--out_dir=o"]).startswith(f"error: {message}")
+    assert os.listdir(tmp_path) == []
+
+
+def test_max_iters_0_still_means_no_limit():
+    import train
+    from commands.checks import check_settings
+
+    cfg = train.make_config(["--max_iters=0", "--out_dir=never_made"])
+    check_settings(cfg, data.PRETRAINED)  # refuses nothing
+    assert not os.path.exists("never_made")
+
+
+def test_json_files_are_strict(tmp_path):
+    """summary.json, meta.json, evaluate.py's --json: a float that is not finite is written null, never Python's
+    Infinity or NaN, which other JSON readers refuse."""
+    import json
+
+    path = str(tmp_path / "s.json")
+    data.write_json(path, {"best_val_loss": float("inf"), "x": [1.5, float("nan"), (float("-inf"),)], "n": 3})
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    assert json.loads(open(path).read(), parse_constant=refuse) == {"best_val_loss": None, "x": [1.5, None, [None]],
+                                                                    "n": 3}
+
+
+def test_a_run_folder_as_ckpt_reads_its_ckpt_pt(kinds, tmp_path, capsys):
+    import shutil
+
+    paths, _ = kinds
+    run = tmp_path / "run"
+    run.mkdir()
+    text = refusal(["--ckpt", str(run), "--no_timing"])
+    assert text == f"error: --ckpt {run} is a folder with no ckpt.pt (a run's best checkpoint): give a checkpoint file"
+    shutil.copy(paths["gpt"], run / "last.pt")  # an interrupted run's
+    assert f"it holds {run / 'last.pt'}, the latest state of a run" in refusal(["--ckpt", str(run), "--no_timing"])
+    shutil.copy(paths["gpt"], run / "ckpt.pt")
+    capsys.readouterr()
+    text = refusal(["--ckpt", str(run), "--text", "hello"])  # loaded, then refused for what it is
+    assert text.startswith(f"error: {run / 'ckpt.pt'} is a language model"), text
+    assert f"--ckpt {run} is a folder: reading its best checkpoint, {run / 'ckpt.pt'}" in capsys.readouterr().out
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly():
+    """`python train.py --help | head`: the reader closes the pipe; the command ends as one that SIGPIPE ended
+    (status 141) and says nothing, where it printed a BrokenPipeError traceback. The pipe is closed before the
+    command writes (it is still importing torch), so that the test does not depend on a race. (The commands
+    whose --help is argparse's were quiet already: argparse lets an OSError of its help's write pass; each
+    main runs under the same commands.help.reader_may_stop for the rest of its output.)"""
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    p = subprocess.Popen([sys.executable, os.path.join(REPO_ROOT, "train.py"), "--help"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141 and err == "", err
+
+
+# -----------------------------------------------------------------------------
+# threads: one on a CPU unless OMP_NUM_THREADS says
+
+
+def test_a_command_on_the_cpu_takes_one_thread_unless_omp_num_threads_says(tmp_path, monkeypatch):
+    """torch's default (a thread per core) made evaluate.py --ckpt 2-4x slower, a sample 3-6x, on a busy 2-core
+    machine: train.py and evaluate.py take one thread on a CPU before any work, unless OMP_NUM_THREADS is set."""
+    import train
+
+    had = torch.get_num_threads()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(train, "train", lambda cfg: None)
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        torch.set_num_threads(2)
+        refusal(["--ckpt", "missing.pt", "--device", "cpu"])  # the threads are set, then the checkpoint is missing
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        train.main(["--device=cpu"])
+        assert torch.get_num_threads() == 1 and configurator.threads_note() == "1 thread, OMP_NUM_THREADS=N sets more"
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's number stays
+        torch.set_num_threads(2)
+        train.main(["--device=cpu"])
+        refusal(["--ckpt", "missing.pt", "--device", "cpu"])
+        assert torch.get_num_threads() == 2 and configurator.threads_note() == "2 threads, from OMP_NUM_THREADS"
+    finally:
+        torch.set_num_threads(had)

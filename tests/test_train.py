@@ -918,7 +918,8 @@ def warnings_of(total_iters=16, epoch_steps=8, **overrides):
                             "reaches learning_rate=0.001"),
     (dict(warmup_iters=20, scheduler="cosine"), "and the cosine never starts"),
     (dict(eval_interval=50), "eval_interval=50 is longer than the run's 16 iterations: it is evaluated once"),
-    (dict(log_interval=20), "log_interval=20 is longer than the run's 16 iterations: no progress line"),
+    (dict(log_interval=20), "log_interval=20 is longer than the run's 16 iterations: only the first step's "
+                            "progress line"),
     (dict(early_stop_patience=2), "early_stop_patience=2 can never stop this run: stopping takes 2 evaluations "
                                   "without improvement after the first, and the run is evaluated 2 times"),
     (dict(plateau_patience=1), "the plateau schedule can never lower the learning rate: it takes 2 evaluations"),
@@ -954,3 +955,12 @@ def test_train_prints_the_warnings_before_its_first_step(tiny_cfg, capsys):
     assert warned and max(warned) < first_step
     said = " ".join(lines[i] for i in warned)
     assert "warmup_iters=10" in said and "eval_interval=50" in said
+
+
+def test_a_run_says_it_is_under_way_at_its_first_step(tiny_cfg, capsys):
+    """A progress line at this process's first step, not only every log_interval steps: a bare run (log_interval
+    50, seconds a step) said nothing for two minutes. The opening line names the threads."""
+    train.train(tiny_cfg(max_iters=5, log_interval=4, early_stop_patience=0))
+    out = capsys.readouterr().out
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("iter ")] == ["1/5", "4/5"]
+    assert "device cpu (1 thread, from OMP_NUM_THREADS), dtype float32" in out  # conftest.py sets it
