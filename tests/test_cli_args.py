@@ -13,7 +13,7 @@ import torch
 import configurator
 import data
 import evaluate
-from commands import help as commands_help
+import configurator as commands_help
 from evaluation.options import seq2seq_words
 from bookkeeping.checkpoints import save_checkpoint
 from model import GPT, EncoderClassifier, EncoderConfig, GPTConfig, Llama, LlamaConfig
@@ -554,7 +554,7 @@ def test_budgets_and_rates_out_of_range_are_refused_before_any_work(setting, mes
 
 def test_max_iters_0_still_means_no_limit():
     import train
-    from commands.checks import check_settings
+    from bookkeeping.checks import check_settings
 
     cfg = train.make_config(["--max_iters=0", "--out_dir=never_made"])
     check_settings(cfg, data.PRETRAINED)  # refuses nothing
@@ -598,7 +598,7 @@ def test_a_reader_that_stops_early_ends_the_command_quietly():
     (status 141) and says nothing, where it printed a BrokenPipeError traceback. The pipe is closed before the
     command writes (it is still importing torch), so that the test does not depend on a race. (The commands
     whose --help is argparse's were quiet already: argparse lets an OSError of its help's write pass; each
-    main runs under the same commands.help.reader_may_stop for the rest of its output.)"""
+    main runs under the same configurator.reader_may_stop for the rest of its output.)"""
     import subprocess
     import sys
 

@@ -28,7 +28,7 @@ import configurator
 import data
 import model
 import train
-from commands import checks
+from bookkeeping import checks
 from conftest import REPO_ROOT
 
 # Two processes add up a step's gradient in another order than one process does (each sums its own

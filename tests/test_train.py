@@ -22,7 +22,7 @@ import evaluate
 import model
 import train
 from bookkeeping import checkpoints, records, timing
-from commands import checks
+from bookkeeping import checks
 from conftest import REPO_ROOT
 
 

@@ -1,7 +1,7 @@
 """
-train.py's checks of a run's settings, beside the training they guard: what train() refuses before any work
-(check_settings; check_world, once the processes that share a step are known under torchrun), and what it warns
-of once the run's length is known from the data (run_warnings). A refusal is a ConfigError, one line; a warning
+train.py's checks of a run's settings, kept beside its story as the rest of its bookkeeping is: what train()
+refuses before any work (check_settings; check_world, once the processes that share a step are known under
+torchrun), and what it warns of once the run's length is known from the data (run_warnings). A refusal is a ConfigError, one line; a warning
 is one line too, and the run goes on as its settings make it.
 """
 
@@ -16,7 +16,7 @@ from configurator import ConfigError
 # something else (max_iters=-5 took 0 steps and wrote no figures; a negative grad_clip turned clipping off).
 NON_NEGATIVE = {"max_iters": "0 = no limit beyond max_epochs", "eval_interval": "0 = once per epoch",
                 "warmup_iters": "0 = no warm-up", "eval_windows": "0 = the whole validation split",
-                "early_stop_patience": "0 = off", "early_stop_min_delta": "the smallest fall that counts",
+                "early_stop_patience": "0 = off", "early_stop_min_delta": "the smallest gain that counts",
                 "plateau_patience": "0 = lower the rate at the first evaluation without improvement",
                 "learning_rate": "the peak rate", "min_lr": "the cosine schedule's floor", "weight_decay": "0 = none",
                 "grad_clip": "0 = off"}
