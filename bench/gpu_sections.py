@@ -498,10 +498,10 @@ def section_decode(run):
         if dtype_name in run.sizes["gen_extra_dtypes"]:  # another autocast dtype: another graph to compile
             if not run.extra(what, run.compile_s("decode step") + 5):
                 continue
-        elif not run.fits(what, 5 if run.cpu else 6):
+        elif not run.fits(what, 5 if run.cpu else 4):  # (2 rounds of 128 tokens: about a second on a GPU)
             continue
         # Hugging Face's row: importing transformers and building its model, seconds more; an extra
-        peers = run.sizes["hf_row"] and run.extra(f"{what}: Hugging Face's row", (5 if run.cpu else 6) + 8)
+        peers = run.sizes["hf_row"] and run.extra(f"{what}: Hugging Face's row", (5 if run.cpu else 4) + 8)
         run.reach(what)
         with item(run, what):
             with configurator.autocast_context(run.device, dtype_name):
