@@ -2,17 +2,21 @@
 The GPU check's sections (bench/gpu_check.py runs them, each in a process of its own under a time budget): what
 each runs on the device and checks, and the record it leaves. Read Run and item first (a section's record, and a
 step of it that may fail on its own), then the sections in this file's order: kernels, scan, decode, train, sst2,
-mfu, ddp. What they exercise lives in the lesson's files (kernels.py, model.py, export.py, train.py) and in
-bench/kernel_speed.py and bench/speed.py (the timing and the generation benchmark).
+mfu, ddp (the check runs sst2 first, its headline target). What they exercise lives in the lesson's files
+(kernels.py, model.py, export.py, train.py) and in bench/kernel_speed.py and bench/speed.py (the timing and the
+generation benchmark).
 """
 
+import copy
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from contextlib import contextmanager, nullcontext
@@ -37,9 +41,12 @@ SIZES = {
                               "bfloat16": ("rms_norm", "layer_norm", "swiglu", "attention", "selective scan, zoh_approx")},
                 kernel_timing=True,
                 scan_lengths=(1024, 4096), scan_dims=(8, 128, 16), repeats=5,  # the scan's timing: B, D, N
-                golden_tokens=200, gen_tokens=128, gen_batches=(1,), gen_dtypes=("float32", "bfloat16"), gen_rounds=2,
-                rerecord_calls=10, bf16_tokens=True,
-                train_steps=100, train_compiled=True, ddp_steps=40, mfu_shape=(64, 256), mfu_steps=10,
+                # decode: float32 is the target's; the bf16 recompile, its speed and tokens, and Hugging Face's
+                # row are extras (Run.extra), run on time the sections before left unused
+                golden_tokens=200, gen_tokens=128, gen_batches=(1,), gen_dtypes=("float32",), gen_rounds=2,
+                gen_extra_dtypes=("bfloat16",), hf_row=True, rerecord_calls=10, bf16_tokens=True,
+                train_steps=100, train_compiled=True, ddp_steps=40, ddp_shape=(8, 64), mfu_shape=(64, 256),
+                mfu_steps=10,
                 sst2_overrides={},
                 tiny_model={}, tiny_lm={}),
     "cpu": dict(kernel_shape=(1, 13, 32, 2, 48), kv_heads=1, scan_shape=(1, 13, 5, 4), scan_chunk=4,
@@ -48,8 +55,10 @@ SIZES = {
                 kernel_timing=False,  # the interpreter's times measure Python: GPU only
                 scan_lengths=(4, 8), scan_dims=(1, 2, 2), repeats=1,
                 golden_tokens=24, gen_tokens=8, gen_batches=(1,), gen_dtypes=("float32",), gen_rounds=1,
+                gen_extra_dtypes=(), hf_row=False,  # (importing transformers: seconds of the rehearsal)
                 rerecord_calls=3, bf16_tokens=False,  # (a bf16 compiled step: another graph, 10 s of tracing)
-                train_steps=4, ddp_steps=2, mfu_shape=(2, 16), mfu_steps=2, sst2_overrides=dict(max_iters=4, eval_interval=2),
+                train_steps=4, ddp_steps=2, ddp_shape=(2, 16), mfu_shape=(2, 16), mfu_steps=2,
+                sst2_overrides=dict(max_iters=4, eval_interval=2),
                 # compile=True in training: tests/test_train.py traces it on the CPU; here 40 s of tracing
                 train_compiled=False,
                 tiny_model=dict(n_layer=1, n_embd=32, n_head=2, ffn_hidden=64, batch_size=4),
@@ -70,6 +79,22 @@ TRAIN_LOSS_TOLERANCE = 0.02
 # The losses torchrun logs against one plain process's, relative: the same model and batches, the gradient
 # summed in another order across N > 1 processes (float32 with TF32 matmuls, as train.py runs on CUDA).
 DDP_LOSS_TOLERANCE = 2e-3
+# What each cold compile costs (seconds; nothing in inductor's or Triton's on-disk caches yet): a step that
+# compiles is not begun with less than its estimate left, and a section's budget gives each of its compiles
+# COMPILE_MARGIN times its estimate (bench/gpu_check.py, beside SECTIONS). Each compile's cost is measured where it
+# runs (its section's figure compile_s, the estimate beside it; a note when it took more than its budget), so the
+# first GPU run checks these numbers.
+# GPU: estimates, no GPU has compiled them. The baseline's training step (6 x 384, forward and backward, bf16)
+# measured on the 2-core VM: dynamo's capture 4 s, with AOT autograd's backward 12 s, through inductor with C++
+# kernels 129 s (its kernels compiled by g++ on one loaded core). On a GPU host inductor's Python runs on a faster,
+# idle core and its Triton kernels compile in parallel workers: 35 s. The compiled training run (3 x 256 looped
+# twice, the Triton kernels, symbolic shapes: a training and an evaluation graph) 50 s; the CUDA-graph decode step
+# (one token, 5 layers, no backward) 25 s.
+# CPU: the rehearsal's captures (dynamo's 'eager' backend, no code generated), the most measured in 4 rehearsals on
+# the loaded 2-core VM: the decode step 3.5-5.6 s, the mfu step 1.8-2.2 s (the training run is not compiled there).
+COMPILE_S = {"gpu": {"decode step": 25, "train, compiled": 50, "mfu, compiled": 35},
+             "cpu": {"decode step": 6, "train, compiled": 30, "mfu, compiled": 3}}
+COMPILE_MARGIN = 1.3
 
 
 # -----------------------------------------------------------------------------
@@ -114,6 +139,30 @@ class Run:
         self.check(what, False, f"not run: {max(0.0, self.time_left()):.0f} s of the section's budget left, it needs "
                                 f"about {seconds} s")
         return False
+
+    def extra(self, what, seconds):
+        """Whether `seconds` are left for an extra step, one that no target needs; if not, a note (not a failed
+        check) says it was skipped. Extras run on what the sections before this one left unused."""
+        if self.time_left() >= seconds:
+            self.reach(what)
+            return True
+        self.note(f"{what}: skipped, an extra ({max(0.0, self.time_left()):.0f} s left, it needs about {seconds} s)")
+        return False
+
+    def compile_s(self, what):
+        """The estimated seconds of the compile `what` on this device (COMPILE_S)."""
+        return COMPILE_S["cpu" if self.cpu else "gpu"][what]
+
+    def compiled(self, what, seconds):
+        """A compile's measured cost, beside its estimate and what the section's budget gives it: the section's
+        figure compile_s."""
+        budgeted = math.ceil(COMPILE_MARGIN * self.compile_s(what))
+        costs = self.record["figures"].get("compile_s", {})
+        costs[what] = {"seconds": round(seconds, 1), "estimate": self.compile_s(what), "budgeted": budgeted}
+        self.figure("compile_s", costs)
+        if seconds > budgeted:
+            self.note(f"compiling the {what} took {seconds:.0f} s, more than the {budgeted} s its section's budget "
+                      f"gives it: raise its estimate (COMPILE_S, bench/gpu_sections.py) and the budget")
 
     def check(self, what, passed, detail=""):
         """A check: something that must hold on this device. Printed, and kept in the record."""
@@ -284,7 +333,7 @@ def section_kernels(run):
         run.note("the timing against the PyTorch ops runs on a GPU only (the interpreter's times measure Python)")
         return
     batch, T, C, nh, ffn = run.sizes["kernel_shape"]
-    if run.fits("timing against the PyTorch ops", 10):
+    if run.extra("timing against the PyTorch ops", 10):
         with item(run, "timing against the PyTorch ops"):
             times = time_triton([T], batch, C, nh, ffn, run.device, torch.bfloat16, repeats=run.sizes["repeats"],
                                 budget_s=1.0)
@@ -402,6 +451,8 @@ def section_decode(run):
     golden = STORIES260K_GREEDY
     compiled_runs = False  # whether the compiled step ran at all: the speed tables leave it out if not
     for mode in ("eager", "compiled"):
+        if mode == "compiled" and not run.fits("golden text, compiled step", run.compile_s("decode step") + 3):
+            continue
         with item(run, f"golden text, {mode} step"):
             t0 = time.perf_counter()
             with counting_graph_captures() if not run.cpu else nullcontext([]) as captures:
@@ -409,6 +460,8 @@ def section_decode(run):
             compiled_runs = compiled_runs or mode == "compiled"
             text = tok.decode([tok.bos_id] + out)
             run.figure(f"golden_{mode}_s", time.perf_counter() - t0)
+            if mode == "compiled":  # (the first call compiles; its 200 tokens take about a second)
+                run.compiled("decode step", time.perf_counter() - t0)
             if mode == "compiled" and not run.cpu:  # else the re-recording count below would hold by default
                 run.figure("golden_graph_captures", len(captures))
                 run.check("the compiled step runs as a CUDA graph", len(captures) >= 1, f"{len(captures)} captures")
@@ -440,13 +493,20 @@ def section_decode(run):
     run.figure("graph_breaks", {"decode step": graph_breaks()})  # (fullgraph=True: a break would have raised)
     args = SimpleNamespace(rounds=run.sizes["gen_rounds"], runc=None)
     speed = {}
-    for dtype_name in run.sizes["gen_dtypes"]:
-        if not run.fits(f"speed, {dtype_name}", 5 if run.cpu else 20):
+    for dtype_name in run.sizes["gen_dtypes"] + run.sizes["gen_extra_dtypes"]:
+        what = f"speed, {dtype_name}"
+        if dtype_name in run.sizes["gen_extra_dtypes"]:  # another autocast dtype: another graph to compile
+            if not run.extra(what, run.compile_s("decode step") + 5):
+                continue
+        elif not run.fits(what, 5 if run.cpu else 4):  # (2 rounds of 128 tokens: about a second on a GPU)
             continue
-        with item(run, f"speed, {dtype_name}"):
+        # Hugging Face's row: importing transformers and building its model, seconds more; an extra
+        peers = run.sizes["hf_row"] and run.extra(f"{what}: Hugging Face's row", (5 if run.cpu else 4) + 8)
+        run.reach(what)
+        with item(run, what):
             with configurator.autocast_context(run.device, dtype_name):
                 tables = generation_bench(args, run.device, run.sizes["gen_tokens"], run.sizes["gen_batches"],
-                                          compiled=compiled_runs, peers=not run.cpu)
+                                          compiled=compiled_runs, peers=peers)
             speed[dtype_name] = {batch: {name: {k: f[k] for k in ("tokens_per_s", "same_tokens", "compile_s") if k in f}
                                          for name, f in table.items()} for batch, table in tables["tables"].items()}
             run.figure("speed", {"tokens": run.sizes["gen_tokens"], "rounds": run.sizes["gen_rounds"],
@@ -456,12 +516,13 @@ def section_decode(run):
             if dtype_name == "float32":  # every contestant against our eager step, in float32
                 same = all(f["same_tokens"] for t in tables["tables"].values() for f in t.values())
                 run.check("float32: every contestant's tokens are ours", same)
-            if not hf and not run.cpu:
+            if peers and not hf:
                 run.check("a Hugging Face row", False, "transformers is not installed")
-            elif run.cpu:
+            elif not run.sizes["hf_row"]:
                 run.note("no Hugging Face row on the CPU (importing transformers costs the rehearsal seconds)")
-    if compiled_runs and run.sizes["bf16_tokens"] and run.fits("bf16: the compiled step's tokens against the eager "
-                                                               "step's", 5):
+    if compiled_runs and run.sizes["bf16_tokens"] and run.extra("bf16: the compiled step's tokens against the eager "
+                                                                "step's", 5 if "bfloat16" in speed else
+                                                                run.compile_s("decode step") + 5):
         # Under bf16 autocast the compiled step rounds in another order than the eager one (fused kernels, bf16
         # intermediates kept or not): a near-tie between two logits can go the other way, and from there the
         # greedy paths part. So the bf16 compiled tokens are compared with the bf16 eager ones (not with float32's
@@ -526,6 +587,11 @@ def data_folder(run, folder):
     return cut
 
 
+def train_dir(run, case, variant):
+    """The out_dir of the training run `case`, `variant` in the section's scratch."""
+    return os.path.join(run.work, f"{case}-{variant.replace(', ', '-').replace(' ', '_')}")
+
+
 def train_run(run, case, variant, settings, overrides=None):
     """Train `case` under `settings` for the section's steps (or the config as it is, with `overrides`);
     return its figures: summary figures, tokens/s and MFU (the median over the logged intervals after the first,
@@ -537,7 +603,7 @@ def train_run(run, case, variant, settings, overrides=None):
         settings.update(fast)
         if run.cpu:  # Triton's interpreter takes seconds a step, and dynamo cannot trace it: the kernels section
             settings.update(attn_impl="sdpa", norm_impl="torch", ffn_impl="torch")  # rehearses them
-    out_dir = os.path.join(run.work, f"{case}-{variant.replace(', ', '-').replace(' ', '_')}")
+    out_dir = train_dir(run, case, variant)
     if overrides is None:
         steps = run.sizes["train_steps"]
         overrides = dict(max_iters=steps, eval_interval=steps, log_interval=max(1, steps // 20),
@@ -587,8 +653,8 @@ def section_train(run):
     for case, variant in order:
         name = f"{case}, {variant}"
         # the seconds a run needs at least on a GPU: 100 steps of a small model and an evaluation, 5 s; a
-        # compiled one waits for inductor to build its forward and backward, 20-60 s
-        needs = 3 if run.cpu else 40 if variant.endswith("compiled") else 8
+        # compiled one waits for inductor to build its graphs (COMPILE_S) first
+        needs = (3 if run.cpu else 5) + (run.compile_s("train, compiled") if variant.endswith("compiled") else 0)
         if not run.fits(name, needs):
             continue
         with item(run, name):
@@ -613,6 +679,9 @@ def section_train(run):
                           f"val loss {figures['final_val_loss']}")
             runs[name] = figures
             run.figure("runs", runs)
+            plain = runs.get(name.replace(", compiled", ""))
+            if variant.endswith("compiled") and plain:  # what the compiled run took more than the same one eager
+                run.compiled("train, compiled", figures["seconds"] - plain["seconds"])
     run.figure("tolerance", TRAIN_LOSS_TOLERANCE)
 
 
@@ -620,13 +689,59 @@ def section_train(run):
 # sst2: config/sst2_recurrent.py as it stands, timed from its process's start to its best checkpoint
 
 
+@contextmanager
+def evaluations_as_they_land(run, out_dir, every=0.2):
+    """Follow a training run's log.jsonl from a thread while the run trains: each evaluation record, the moment it
+    is appended, becomes an entry of the section's figure `evaluations` (its step, its validation loss, whether it
+    was a new best, that is a write of ckpt.pt, and when: seconds since the section's process started, ckpt.pt's
+    write time for a new best), streamed to figures.jsonl at once. A section stopped at its budget, or a check cut
+    off, keeps every evaluation the run reached. Yields the list of entries."""
+    log, best = os.path.join(out_dir, "log.jsonl"), os.path.join(out_dir, "ckpt.pt")
+    if os.path.exists(log):
+        os.remove(log)  # (an earlier run's, in a --work given again)
+    entries, offset, stop = [], [0], threading.Event()
+
+    def look():
+        if not os.path.isfile(log):
+            return
+        with open(log, "rb") as f:
+            f.seek(offset[0])
+            text = f.read()
+        complete = text[:text.rfind(b"\n") + 1]  # a line still being written waits for the next look
+        offset[0] += len(complete)
+        evals = [r for r in map(json.loads, complete.decode().splitlines()) if r.get("type") == "eval"]
+        now = time.time()
+        newest = max((i for i, r in enumerate(evals) if r.get("best")), default=None)
+        for i, r in enumerate(evals):  # (an earlier best of the same look: its record's arrival, within `every`)
+            at = os.path.getmtime(best) if i == newest and os.path.isfile(best) else now
+            entries.append({"iter": r["iter"], "val_loss": r.get("val_loss"), "best": bool(r.get("best")),
+                            "s": round(at - (run.started or 0), 2)})
+        if evals:
+            run.figure("evaluations", entries)
+
+    def follow():
+        while not stop.wait(every):
+            look()
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    try:
+        yield entries
+    finally:
+        stop.set()
+        thread.join()
+        look()  # what the run appended since the last look
+
+
 def section_sst2(run):
     """The README's goal: SST-2's recurrent encoder to its best checkpoint in under a minute, counted from the
     start of the process that trains it (this section's: Python's start, the imports, CUDA's and the data's
     loading, the evaluations included) to the last write of ckpt.pt (the best validation loss's), after the
-    run has ended (before, a later checkpoint could still be better)."""
+    run has ended (before, a later checkpoint could still be better). Each evaluation is recorded as it lands
+    (evaluations_as_they_land): stopped at its budget, the section still says when each best checkpoint was
+    written, and a best written at 60 s or later already fails the goal."""
     run.reach("config/sst2_recurrent.py as configured")
-    figures = train_run(run, "sst2_recurrent", "as configured", None, overrides=dict(run.sizes["sst2_overrides"]))
+    with evaluations_as_they_land(run, train_dir(run, "sst2_recurrent", "as configured")):
+        figures = train_run(run, "sst2_recurrent", "as configured", None, overrides=dict(run.sizes["sst2_overrides"]))
     run.figure("run", figures)
     run.check("config/sst2_recurrent.py trains to its best checkpoint", figures["best_checkpoint_s"] is not None,
               f"{figures['best_checkpoint_s'] or 0:.1f} s after its process started (goal < 60 s on a GPU), test "
@@ -637,6 +752,16 @@ def section_sst2(run):
 # mfu: the baseline encoder's training step in bf16 at a shape where MFU means something
 
 
+def baseline_case(run):
+    """bench.speed's case of the study's baseline encoder (6 x 384); in the rehearsal, a width-32 layer."""
+    from bench.speed import BENCH_CASES
+    case = next(c for c in BENCH_CASES if c.name == "study baseline 6x384")
+    if run.cpu:
+        case = dataclasses.replace(case, settings={**case.settings, "n_layer": 1, "n_embd": 32, "n_head": 2,
+                                                   "ffn_hidden": 64})
+    return case
+
+
 def section_mfu(run):
     """Model FLOPs utilization (PaLM, appendix B) of the study's baseline encoder (6 x 384) in bf16: batch 64 of 256
     tokens, no padding (so SDPA may take its flash kernel), dropout 0; a training step (forward, backward, fused
@@ -645,13 +770,10 @@ def section_mfu(run):
     launches and MFU measures the launches, not the model."""
     import configurator
     import data
-    from bench.speed import BENCH_CASES, our_model
+    from bench.speed import our_model
     from bookkeeping.timing import peak_flops, timed
-    case = next(c for c in BENCH_CASES if c.name == "study baseline 6x384")
+    case = baseline_case(run)
     B, T = run.sizes["mfu_shape"]
-    if run.cpu:  # the rehearsal: a width-32 layer
-        case = dataclasses.replace(case, settings={**case.settings, "n_layer": 1, "n_embd": 32, "n_head": 2,
-                                                   "ffn_hidden": 64})
     g = torch.Generator().manual_seed(0)
     idx = torch.randint(data.N_SPECIAL, 1000, (B, T), generator=g)
     idx[:, 0] = data.CLS
@@ -662,7 +784,8 @@ def section_mfu(run):
                          "peak_flops": peak})
     results = {}
     for mode in ("eager", "compiled"):
-        if not run.fits(f"MFU, {mode}", 2 if run.cpu else 10 if mode == "eager" else 45):
+        if not run.fits(f"MFU, {mode}", (2 if run.cpu else 5) + (run.compile_s("mfu, compiled") if mode == "compiled"
+                                                                 else 0)):
             continue
         with item(run, f"MFU, {mode}"):
             torch.manual_seed(0)
@@ -692,6 +815,7 @@ def section_mfu(run):
                  "mfu": flops / (ms / 1e3) / peak[0] if peak else None}
             if mode == "compiled":
                 r["graph_breaks"] = graph_breaks() - breaks
+                run.compiled("mfu, compiled", warm)  # (3 warm-up steps, the first compiling)
             results[mode] = r
             run.figure("results", results)
             run.check(f"MFU, {mode}: a training step runs", ms > 0,
@@ -699,7 +823,8 @@ def section_mfu(run):
 
 
 # -----------------------------------------------------------------------------
-# ddp: NCCL's communicator and a collective on any GPU; with 2 or more, torchrun against one plain process
+# ddp: a one-rank process group (NCCL on a GPU) with DistributedDataParallel on it; train.py under torchrun against
+# one plain process
 
 
 def train_losses(out_dir):
@@ -709,50 +834,82 @@ def train_losses(out_dir):
     return losses, next(r["best_val_loss"] for r in records if r["type"] == "summary")
 
 
-def one_rank_collective(backend, device, folder):
-    """A process group of one rank on `device` ('nccl' on 'cuda': device_id given, so NCCL builds its
-    communicator at once), an all_reduce through it, and a barrier: {'seconds', 'equal'} (the sum over one rank
-    is the input). With one GPU, this is what NCCL can be made to do."""
+def one_rank_group(run, backend):
+    """A process group of one rank on the section's device ('nccl' on 'cuda': device_id given, so NCCL builds its
+    communicator at once). Through it, an all_reduce and a barrier; then DistributedDataParallel over the
+    study's baseline encoder (bench.speed's case, dropout 0, float32), two backward passes of one batch against
+    the plain module's: a one-rank group sums each gradient bucket over one rank and divides by a world of 1,
+    so the gradients are the plain module's (to the rounding of a non-deterministic kernel), and a reducer left
+    waiting for a gradient fails at the second pass. With one GPU, this is what NCCL and DDP can be made to do.
+    Returns the collective's figures and DDP's: {'seconds', 'equal'}, {'seconds', 'error', 'parameters'}."""
     import torch.distributed as dist
+    from bench.speed import bench_batch, our_model
     t0 = time.time()
-    store = dist.FileStore(os.path.join(folder, f"store-{os.getpid()}"), 1)
-    kwargs = {"device_id": torch.device("cuda", 0)} if device == "cuda" else {}
+    store = dist.FileStore(os.path.join(run.work, f"store-{os.getpid()}"), 1)
+    kwargs = {"device_id": torch.device("cuda", 0)} if run.device == "cuda" else {}
     dist.init_process_group(backend, store=store, rank=0, world_size=1, **kwargs)
     try:
-        x = torch.arange(4096, dtype=torch.float32, device=device)
+        x = torch.arange(4096, dtype=torch.float32, device=run.device)
         y = x.clone()
         dist.all_reduce(y)
         dist.barrier()
-        equal = torch.equal(x, y)  # (a host copy: the collective has finished)
+        collective = {"backend": backend, "device": run.device, "world_size": 1, "seconds": time.time() - t0,
+                      "equal": torch.equal(x, y)}  # (a host copy: the collective has finished)
+        t0 = time.time()
+        case = baseline_case(run)
+        B, T = run.sizes["ddp_shape"]
+        torch.manual_seed(0)
+        plain, loss_fn = our_model(case, T, dropout=0.0)
+        plain = plain.to(run.device)
+        wrapped = copy.deepcopy(plain)
+        batch = bench_batch(case, B, T, run.device)
+        loss_fn(plain, batch).backward()
+        unused = [name for name, p in plain.named_parameters() if p.requires_grad and p.grad is None]
+        ddp = torch.nn.parallel.DistributedDataParallel(wrapped, device_ids=[0] if run.device == "cuda" else None,
+                                                        find_unused_parameters=bool(unused))
+        for _ in range(2):
+            wrapped.zero_grad(set_to_none=True)
+            loss_fn(ddp, batch).backward()
+        pairs = [(a.grad, b.grad) for a, b in zip(wrapped.parameters(), plain.parameters()) if b.grad is not None]
+        error = max(normwise_error(a, b) if a is not None else float("inf") for a, b in pairs)
+        module = {"seconds": time.time() - t0, "error": error, "parameters": len(pairs), "unused": unused,
+                  "model": case.name, "batch": B, "T": T}
     finally:
         dist.destroy_process_group()
-    return {"backend": backend, "device": device, "world_size": 1, "seconds": time.time() - t0, "equal": equal}
+    return collective, module
 
 
 def section_ddp(run):
     import train
     backend = "gloo" if run.cpu else "nccl"
-    with item(run, f"{backend}: a one-rank communicator and an all_reduce"):
-        run.reach("a one-rank collective")
-        c = one_rank_collective(backend, run.device, run.work)
+    with item(run, f"{backend}: a one-rank group, an all_reduce and DistributedDataParallel"):
+        run.reach("a one-rank process group")
+        c, m = one_rank_group(run, backend)
         run.figure("collective", c)
         run.check(f"{backend}: a one-rank group on {run.device}, all_reduce and barrier", c["equal"],
                   f"{c['seconds']:.1f} s, the all_reduce's sum {'is' if c['equal'] else 'is NOT'} its input")
-    n = run.sizes.get("ddp_processes") or (1 if run.cpu else torch.cuda.device_count())
+        run.figure("module", m)
+        run.check(f"DistributedDataParallel on the one-rank {backend} group: the plain module's gradients",
+                  m["error"] <= 1e-5, f"{m['parameters']} gradients, normwise {m['error']:.1e} apart at most "
+                                      f"(tolerance 1e-5), two backward passes")
+    # train.py under torchrun: one process per GPU (one in the rehearsal), against one plain process
+    n = run.sizes.get("ddp_processes") or (1 if run.cpu else max(1, torch.cuda.device_count()))
     steps = run.sizes["ddp_steps"]
     run.figure("setup", {"processes": n, "backend": backend, "steps": steps, "dtype": "float32", "grad_accum": n,
                          "what": "config/sst2_recurrent.py, dropout 0"})
-    if n < 2:
-        run.note(f"DDP against one process needs 2 GPUs: not run ({n} here)")
-        return
-    settings = dict(max_iters=steps, eval_interval=steps, log_interval=max(1, steps // 4), warmup_iters=1,
-                    dropout=0.0, dtype="float32", grad_accum=n, early_stop_patience=0, overwrite=True,
-                    device=run.device, data_dir=data_folder(run, "sst2_glue_compact"), **run.sizes["tiny_model"])
-    argv = [os.path.join(ROOT, "config/sst2_recurrent.py")] + [f"--{k}={v}" for k, v in settings.items()]
-    what = f"torchrun ({n} processes, {backend}) logs the plain run's losses"
-    if not run.fits(what, 20):
+    if n == 1:
+        run.note("one process under torchrun: train.py joins the process group (and on a GPU its gloo group for "
+                 "the CPU sums) and writes as rank 0, but wraps the model in DistributedDataParallel only for 2 "
+                 "or more processes (train.Processes.models); DDP itself ran above, on a one-rank group")
+    what = f"torchrun ({n} process{'es' if n > 1 else ''}, {backend}) logs the plain run's losses"
+    # a new interpreter for torchrun's agent and one per process, each importing torch: seconds on a busy CPU
+    if not run.fits(what, 15):
         return
     with item(run, what):
+        settings = dict(max_iters=steps, eval_interval=steps, log_interval=max(1, steps // 4), warmup_iters=1,
+                        dropout=0.0, dtype="float32", grad_accum=n, early_stop_patience=0, overwrite=True,
+                        device=run.device, data_dir=data_folder(run, "sst2_glue_compact"), **run.sizes["tiny_model"])
+        argv = [os.path.join(ROOT, "config/sst2_recurrent.py")] + [f"--{k}={v}" for k, v in settings.items()]
         one = os.path.join(run.work, "one_process")
         train.train(train.make_config(argv + [f"--out_dir={one}"]))
         many = os.path.join(run.work, "torchrun")
@@ -777,4 +934,5 @@ def section_ddp(run):
         run.figure("losses", {"one_process": a, "torchrun": b, "best_val_loss": [best_a, best_b],
                               "max_rel_diff": worst})
         run.check(what, worst <= DDP_LOSS_TOLERANCE,
-                  f"max relative difference {worst:.1e} (tolerance {DDP_LOSS_TOLERANCE:g})")
+                  f"max relative difference {worst:.1e} (tolerance {DDP_LOSS_TOLERANCE:g}), torchrun in "
+                  f"{time.time() - t0:.0f} s")

@@ -314,7 +314,7 @@ def test_a_bare_train_py_says_what_it_trains_first(monkeypatch, capsys):
 HELPED = [  # (module, sub-command or none, the usage line's start)
     ("evaluate", [], "usage: python evaluate.py"), ("data", [], "usage: python data.py"),
     ("study", [], "usage: python study.py"), ("export", [], "usage: python export.py"),
-    ("bench.speed", [], "usage: python -m bench.speed"), ("bench.gpu_check", [], "usage: python -m bench.gpu_check"),
+    ("bench.speed", [], "usage: python -m bench.speed"), ("bench.gpu_check", [], "usage: python3 -m bench.gpu_check"),
     ("bench.kernel_speed", [], "usage: python -m bench.kernel_speed"),
     *[("bench.kernel_speed", [c], f"usage: python -m bench.kernel_speed {c}")
       for c in ("scan", "precision", "triton", "compile")],
