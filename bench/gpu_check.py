@@ -67,8 +67,8 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.gpu_sections import (DDP_LOSS_TOLERANCE, ROOT, SIZES, Run, one_line, section_ddp, section_decode, section_kernels, section_mfu,
-                                section_scan, section_sst2, section_train)
+from bench.gpu_sections import (DDP_LOSS_TOLERANCE, ROOT, SIZES, Run, one_line, section_ddp, section_decode,
+                                 section_kernels, section_mfu, section_scan, section_sst2, section_train)
 
 
 # -----------------------------------------------------------------------------
@@ -129,7 +129,7 @@ LIMIT_S = 420  # STARTUP_S + TOTAL_S['gpu'] stays within it (tests/test_gpu_chec
 FORK = True  # on a CPU, a section's process is a fork of this one (launch); False: a fresh interpreter, as on a GPU
 RETURNED = ("gpu_check.json", "gpu_check.md", "figures.jsonl", "sections.log")  # all it writes under --out
 # Data the check reads from --data, and where --prepare takes it from ($DATA_MIRROR)
-NEEDED = ("sst2_glue_compact/meta.json", "shakespeare_char/meta.json", "tinyllamas/stories260K/stories260K.bin",
+NEEDED = ("sst2_glue_heldout_compact/meta.json", "shakespeare_char/meta.json", "tinyllamas/stories260K/stories260K.bin",
           "tinyllamas/stories260K/tok512.bin")
 
 
@@ -454,7 +454,8 @@ def verdicts(results, mode):
     # kernels: the worst normwise error per input dtype, against that dtype's tolerance
     errors = fig("kernels").get("errors", {})
     tol = fig("kernels").get("tolerance", {})
-    kernel_checks = [c for c in sections.get("kernels", {}).get("checks", []) if c["what"] != "timing against the PyTorch ops"]
+    kernel_checks = [c for c in sections.get("kernels", {}).get("checks", [])
+                     if c["what"] != "timing against the PyTorch ops"]
     for dtype in ("float32", "bfloat16"):
         mine = {w: max(v for k, v in e.items() if k != "seconds") for w, e in errors.items() if w.endswith(dtype)}
         failed = [c["what"] for c in kernel_checks if c["what"].endswith(dtype) and not c["passed"]]
@@ -731,15 +732,16 @@ TABLES = {"kernels": table_kernels, "scan": table_scan, "decode": table_decode, 
 
 def prepare(folder, mirror):
     """--prepare: the folder the check reads, made from the data mirror (nothing downloaded): the tiktoken cache
-    (SST-2's tokenizer), SST-2 (data.py sst2: sst2_glue_compact/), tinyshakespeare (data.py shakespeare_char:
+    (SST-2's tokenizer), SST-2 (data.py sst2: sst2_glue_heldout_compact/), tinyshakespeare (data.py shakespeare_char:
     shakespeare_char/) and stories260K (tinyllamas/stories260K/: the checkpoint and tok512.bin), about 8 MB."""
     import data
     for source in ("tiktoken_cache", "tinyllamas/stories260K"):
         if not os.path.isdir(os.path.join(folder, source)):
             shutil.copytree(os.path.join(mirror, source), os.path.join(folder, source))
     os.environ["TIKTOKEN_CACHE_DIR"] = os.path.abspath(os.path.join(folder, "tiktoken_cache"))
-    if not os.path.isfile(os.path.join(folder, "sst2_glue_compact", "meta.json")):
-        data.prepare_sst2(mirror=mirror, out_dir=os.path.join(folder, "sst2_glue_compact"))
+    if not os.path.isfile(os.path.join(folder, "sst2_glue_heldout_compact", "meta.json")):
+        data.prepare_sst2(protocol="glue_heldout", mirror=mirror,
+                          out_dir=os.path.join(folder, "sst2_glue_heldout_compact"))
     if not os.path.isfile(os.path.join(folder, "shakespeare_char", "meta.json")):
         data.prepare_shakespeare_char(mirror=mirror, out_dir=os.path.join(folder, "shakespeare_char"))
 
@@ -757,7 +759,7 @@ def parse_args(argv):
                    "(default: out/gpu_check, or out/gpu_check_cpu with --cpu)")
     p.add_argument("--work", default=None, help="the folder for the sections' runs and scratch, kept (default: a "
                    "temporary folder, removed when the check ends)")
-    p.add_argument("--data", default="data", help="the folder holding sst2_glue_compact/, shakespeare_char/, "
+    p.add_argument("--data", default="data", help="the folder holding sst2_glue_heldout_compact/, shakespeare_char/, "
                    "tinyllamas/stories260K/ and tiktoken_cache/, read as the data mirror: nothing is downloaded "
                    "(default: data, this checkout's git-ignored data folder)")
     p.add_argument("--prepare", action="store_true", help="make --data from $DATA_MIRROR (the shared data mirror) "

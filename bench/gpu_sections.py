@@ -550,7 +550,7 @@ def graph_breaks():
 
 TRAIN_CASES = {  # name: (config file, its prepared data folder in --data, its fast paths: Triton kernels). The
     # baseline encoder is the mfu section's
-    "sst2_recurrent": ("config/sst2_recurrent.py", "sst2_glue_compact",
+    "sst2_recurrent": ("config/sst2_recurrent.py", "sst2_glue_heldout_compact",
                        dict(attn_impl="triton", norm_impl="triton", ffn_impl="triton")),
     "char_gpt": ("config/shakespeare_char.py", "shakespeare_char",
                  dict(attn_impl="triton", norm_impl="triton")),  # a GELU FFN: the SwiGLU kernel does not apply
@@ -908,7 +908,8 @@ def section_ddp(run):
     with item(run, what):
         settings = dict(max_iters=steps, eval_interval=steps, log_interval=max(1, steps // 4), warmup_iters=1,
                         dropout=0.0, dtype="float32", grad_accum=n, early_stop_patience=0, overwrite=True,
-                        device=run.device, data_dir=data_folder(run, "sst2_glue_compact"), **run.sizes["tiny_model"])
+                        device=run.device, data_dir=data_folder(run, "sst2_glue_heldout_compact"),
+                        **run.sizes["tiny_model"])
         argv = [os.path.join(ROOT, "config/sst2_recurrent.py")] + [f"--{k}={v}" for k, v in settings.items()]
         one = os.path.join(run.work, "one_process")
         train.train(train.make_config(argv + [f"--out_dir={one}"]))

@@ -7,13 +7,11 @@ and the start-up fit in 7 minutes; a missing data folder is prepared or refused 
 of docs/speed.md's GPU table gets a verdict from the figures, SST-2's from a run cut before its end too.
 """
 
-import glob
 import json
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -34,7 +32,7 @@ def check_data(tmp_path, tiny_dataset, char_mirror, char_digest):
         pytest.skip("no stories260K in the mirror")
     root = tmp_path / "data"
     root.mkdir()
-    os.symlink(tiny_dataset, root / "sst2_glue_compact")
+    os.symlink(tiny_dataset, root / "sst2_glue_heldout_compact")
     os.symlink(llamas, root / "tinyllamas")
     data.prepare_shakespeare_char(mirror=char_mirror, out_dir=str(root / "shakespeare_char"), verbose=False)
     return str(root)
@@ -42,22 +40,22 @@ def check_data(tmp_path, tiny_dataset, char_mirror, char_digest):
 
 def test_the_rehearsal_as_shipped_passes_and_writes_everything_under_out(check_data, tmp_path):
     """The documented rehearsal, `python3 -m bench.gpu_check --cpu --data DIR --out DIR`, as a process of its own
-    with its budgets: every section passes, within the 90 s the suite allows it (42 s on the loaded 2-core VM);
+    with its budgets: every section passes (33-44 s on the loaded 2-core VM; its budgets bound it, not this test);
     what comes back is under --out, four plain files and no folder (a borrowed GPU machine returns at most 8 files:
     results, verdicts, each figure as a JSON line, every section's output), its scratch is gone, and each target of
     the GPU table has a verdict."""
-    out = tmp_path / "check"
+    out, own_tmp = tmp_path / "check", tmp_path / "tmp"  # its own TMPDIR: other tests' checks make scratch too
+    own_tmp.mkdir()
     t0 = time.time()
-    scratch = set(glob.glob(os.path.join(tempfile.gettempdir(), "gpu_check_work_*")))
     done = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--cpu", "--data", check_data, "--out", str(out)],
-                          cwd=gpu_sections.ROOT, capture_output=True, text=True, timeout=150)
+                          cwd=gpu_sections.ROOT, capture_output=True, text=True, timeout=150,
+                          env={**os.environ, "TMPDIR": str(own_tmp)})
     wall = time.time() - t0
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert wall < 90, wall
     assert sorted(os.listdir(out)) == sorted(gpu_check.RETURNED) == ["figures.jsonl", "gpu_check.json", "gpu_check.md",
                                                                      "sections.log"]
     assert all(os.path.isfile(out / f) for f in gpu_check.RETURNED)
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "gpu_check_work_*"))) == scratch  # removed at the end
+    assert not [f for f in os.listdir(own_tmp) if f.startswith("gpu_check_work_")]  # its scratch removed at the end
     results = json.load(open(out / "gpu_check.json"))
     assert results["passed"] and list(results["sections"]) == list(gpu_check.SECTIONS)
     assert list(gpu_check.SECTIONS)[0] == "sst2"  # the headline target first
@@ -305,7 +303,7 @@ def test_missing_data_is_prepared_from_the_mirror_or_refused_in_one_line(tmp_pat
     monkeypatch.setattr(data, "prepare_sst2", prepared)
     monkeypatch.setattr(data, "prepare_shakespeare_char", prepared)
     assert gpu_check.main(["--prepare", "--data", str(tmp_path / "data")]) == 0
-    assert made == ["sst2_glue_compact", "shakespeare_char"]
+    assert made == ["sst2_glue_heldout_compact", "shakespeare_char"]
     assert all(os.path.isfile(tmp_path / "data" / p) for p in gpu_check.NEEDED)
     assert os.path.isdir(tmp_path / "data" / "tiktoken_cache")
     if not torch.cuda.is_available():
