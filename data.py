@@ -12,7 +12,7 @@ evaluate.py feed to a model.
     python data.py sst5 [--tokenizer llama2|tok512] [--max_len 256]     # also cfimdb: the mini-Llama's sets
     python data.py imdb_lm [--tokenizer tok512|llama2]                   # IMDB reviews, to pretrain a Llama
     python data.py piglatin [--seed 1337]                # words of a novel -> Pig Latin (+ IMDB words it lacks)
-    python data.py sst2_mlm --max_len 128 [--protocol glue_heldout]   # SST-2 train + IMDB train text, to pretrain the encoder
+    python data.py sst2_mlm --max_len 128 [--protocol glue_heldout]  # SST-2 + IMDB train text, to pretrain the encoder
 
 The .bin format (one array per file, memory-mappable):
     header, 32 bytes little-endian: magic b"TLABBIN\\0" | version u32 | dtype code u32 | count u64 |

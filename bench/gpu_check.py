@@ -462,8 +462,8 @@ def verdicts(results, mode):
         worst = max(mine, key=mine.get) if mine else None
         verdict(f"Triton kernels equal their float64 references, {dtype} inputs",
                 None if not mine else not failed,
-                f"{len(mine)} case{'s' * (len(mine) != 1)}, worst {mine[worst]:.1e} ({worst})" + (f"; failed: {', '.join(failed)}"
-                                                                            if failed else "") if mine else "",
+                f"{len(mine)} case{'s' * (len(mine) != 1)}, worst {mine[worst]:.1e} ({worst})"
+                + (f"; failed: {', '.join(failed)}" if failed else "") if mine else "",
                 f"normwise error <= {tol.get(dtype, '?')}")
     # scan: speed at T = 1,024, and memory beyond inputs, gradients and output flat in T
     scan = {int(T): r for T, r in fig("scan").get("results", {}).items()}
@@ -791,7 +791,8 @@ def main(argv=None):
         if not mirror or not os.path.isdir(os.path.join(mirror, "tinyllamas")):
             print(f"{args.data} lacks {', '.join(missing) or 'nothing'}, and $DATA_MIRROR (the data mirror to prepare "
                   f"it from) is {'not set' if not mirror else 'without tinyllamas/'}: run `python3 -m bench.gpu_check "
-                  f"--prepare --data {args.data}` where the mirror is, and carry the folder (docs/speed.md, 'On a GPU')")
+                  f"--prepare --data {args.data}` where the mirror is, and carry the folder (docs/speed.md, "
+                  f"'On a GPU')")
             return 2
         print(f"preparing {args.data} from {mirror}: {', '.join(missing) or 'checked'}", flush=True)
         prepare(args.data, mirror)

@@ -38,7 +38,8 @@ SIZES = {
                 # one; the scan's other discretizations in bf16 would be four more compilations
                 kernel_cases={"float32": ("rms_norm", "layer_norm", "swiglu", "query heads per kv head",
                                           "selective scan"),
-                              "bfloat16": ("rms_norm", "layer_norm", "swiglu", "attention", "selective scan, zoh_approx")},
+                              "bfloat16": ("rms_norm", "layer_norm", "swiglu", "attention",
+                                           "selective scan, zoh_approx")},
                 kernel_timing=True,
                 scan_lengths=(1024, 4096), scan_dims=(8, 128, 16), repeats=5,  # the scan's timing: B, D, N
                 # decode: float32 is the target's; the bf16 recompile, its speed and tokens, and Hugging Face's
@@ -530,7 +531,8 @@ def section_decode(run):
         with item(run, "bf16: the compiled step's tokens against the eager step's"):
             n = run.sizes["gen_tokens"]
             with configurator.autocast_context(run.device, "bfloat16"):
-                eager, fast = (m.generate([[tok.bos_id]], n, temperature=0, mode=mode)[0] for mode in ("eager", "compiled"))
+                eager, fast = (m.generate([[tok.bos_id]], n, temperature=0, mode=mode)[0]
+                               for mode in ("eager", "compiled"))
             first = next((i for i, (a, b) in enumerate(zip(eager, fast)) if a != b), None)
             run.figure("bf16_compiled_vs_eager", {"tokens": n, "first_difference": first})
             run.note(f"bf16 autocast: the compiled step's {n} greedy tokens " + (
@@ -780,8 +782,8 @@ def section_mfu(run):
     batch = {"idx": idx.to(run.device), "targets": torch.randint(0, 2, (B,), generator=g).to(run.device)}
     peak = peak_flops(run.device, "bfloat16")
     ctx = configurator.autocast_context(run.device, "bfloat16")
-    run.figure("setup", {"model": case.name, "batch": B, "T": T, "dtype": "bfloat16 autocast", "steps": run.sizes["mfu_steps"],
-                         "peak_flops": peak})
+    run.figure("setup", {"model": case.name, "batch": B, "T": T, "dtype": "bfloat16 autocast",
+                         "steps": run.sizes["mfu_steps"], "peak_flops": peak})
     results = {}
     for mode in ("eager", "compiled"):
         if not run.fits(f"MFU, {mode}", (2 if run.cpu else 5) + (run.compile_s("mfu, compiled") if mode == "compiled"
