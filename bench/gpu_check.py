@@ -67,8 +67,9 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.gpu_sections import (DDP_LOSS_TOLERANCE, ROOT, SIZES, Run, one_line, section_ddp, section_decode,
-                                 section_kernels, section_mfu, section_scan, section_sst2, section_train)
+from bench.gpu_sections import (DDP_LOSS_TOLERANCE, ROOT, SIZES, SST2_FOLDER, SST2_PROTOCOL, Run, one_line,
+                                 section_ddp, section_decode, section_kernels, section_mfu, section_scan, section_sst2,
+                                 section_train)
 
 
 # -----------------------------------------------------------------------------
@@ -129,7 +130,7 @@ LIMIT_S = 420  # STARTUP_S + TOTAL_S['gpu'] stays within it (tests/test_gpu_chec
 FORK = True  # on a CPU, a section's process is a fork of this one (launch); False: a fresh interpreter, as on a GPU
 RETURNED = ("gpu_check.json", "gpu_check.md", "figures.jsonl", "sections.log")  # all it writes under --out
 # Data the check reads from --data, and where --prepare takes it from ($DATA_MIRROR)
-NEEDED = ("sst2_glue_heldout_compact/meta.json", "shakespeare_char/meta.json", "tinyllamas/stories260K/stories260K.bin",
+NEEDED = (f"{SST2_FOLDER}/meta.json", "shakespeare_char/meta.json", "tinyllamas/stories260K/stories260K.bin",
           "tinyllamas/stories260K/tok512.bin")
 
 
@@ -739,9 +740,8 @@ def prepare(folder, mirror):
         if not os.path.isdir(os.path.join(folder, source)):
             shutil.copytree(os.path.join(mirror, source), os.path.join(folder, source))
     os.environ["TIKTOKEN_CACHE_DIR"] = os.path.abspath(os.path.join(folder, "tiktoken_cache"))
-    if not os.path.isfile(os.path.join(folder, "sst2_glue_heldout_compact", "meta.json")):
-        data.prepare_sst2(protocol="glue_heldout", mirror=mirror,
-                          out_dir=os.path.join(folder, "sst2_glue_heldout_compact"))
+    if not os.path.isfile(os.path.join(folder, SST2_FOLDER, "meta.json")):
+        data.prepare_sst2(protocol=SST2_PROTOCOL, mirror=mirror, out_dir=os.path.join(folder, SST2_FOLDER))
     if not os.path.isfile(os.path.join(folder, "shakespeare_char", "meta.json")):
         data.prepare_shakespeare_char(mirror=mirror, out_dir=os.path.join(folder, "shakespeare_char"))
 

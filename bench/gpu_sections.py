@@ -27,6 +27,10 @@ import numpy as np
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout: config files, train.py
+# SST-2 as the configs train it (protocol glue_heldout, the compact vocabulary): the folder of --data it is prepared
+# into and read from, data.dataset_dir("sst2", SST2_PROTOCOL, "compact")'s name (a test holds the two together)
+SST2_PROTOCOL = "glue_heldout"
+SST2_FOLDER = f"sst2_{SST2_PROTOCOL}_compact"
 
 # Sizes per mode: the GPU's are the check; the CPU's make the same code paths run in seconds.
 SIZES = {
@@ -552,7 +556,7 @@ def graph_breaks():
 
 TRAIN_CASES = {  # name: (config file, its prepared data folder in --data, its fast paths: Triton kernels). The
     # baseline encoder is the mfu section's
-    "sst2_recurrent": ("config/sst2_recurrent.py", "sst2_glue_heldout_compact",
+    "sst2_recurrent": ("config/sst2_recurrent.py", SST2_FOLDER,
                        dict(attn_impl="triton", norm_impl="triton", ffn_impl="triton")),
     "char_gpt": ("config/shakespeare_char.py", "shakespeare_char",
                  dict(attn_impl="triton", norm_impl="triton")),  # a GELU FFN: the SwiGLU kernel does not apply
@@ -910,7 +914,7 @@ def section_ddp(run):
     with item(run, what):
         settings = dict(max_iters=steps, eval_interval=steps, log_interval=max(1, steps // 4), warmup_iters=1,
                         dropout=0.0, dtype="float32", grad_accum=n, early_stop_patience=0, overwrite=True,
-                        device=run.device, data_dir=data_folder(run, "sst2_glue_heldout_compact"),
+                        device=run.device, data_dir=data_folder(run, SST2_FOLDER),
                         **run.sizes["tiny_model"])
         argv = [os.path.join(ROOT, "config/sst2_recurrent.py")] + [f"--{k}={v}" for k, v in settings.items()]
         one = os.path.join(run.work, "one_process")

@@ -441,3 +441,15 @@ def test_sst2_cut_before_its_end_is_judged_from_the_evaluations_it_reached(tmp_p
     gpu_check.write_results(str(tmp_path), results)
     md = open(tmp_path / "gpu_check.md").read()
     assert all(f"| {i} | 0.5000 | {'yes' if b else ''} | {t:.1f} |" in md for i, b, t in evaluations)
+
+
+def test_the_check_reads_sst2_where_and_as_the_config_trains_it():
+    """The one folder name the check prepares SST-2 into and trains from is data.py's default folder for the
+    protocol that config/sst2_recurrent.py trains on (the check once prepared `glue` after the configs moved on)."""
+    import train
+    cfg = train.make_config([os.path.join(gpu_sections.ROOT, "config", "sst2_recurrent.py")])
+    assert cfg["protocol"] == gpu_sections.SST2_PROTOCOL == "glue_heldout"
+    folder = data.dataset_dir("sst2", gpu_sections.SST2_PROTOCOL, "compact")
+    assert folder == os.path.join("data", gpu_sections.SST2_FOLDER)
+    assert f"{gpu_sections.SST2_FOLDER}/meta.json" in gpu_check.NEEDED
+    assert gpu_sections.TRAIN_CASES["sst2_recurrent"][1] == gpu_sections.SST2_FOLDER
