@@ -437,6 +437,17 @@ def conclusion_line(conclusion, row, effect):
             f"{row['detectable']:.4f}; {settle}.{note}")
 
 
+def overrides(cell):
+    """The settings a cell's runs train with, each key once at the value that wins (a later --set overrides an
+    earlier one, as train.py reads them), in the order the plan gives them."""
+    last = {}
+    for setting in cell.get("set", []):
+        key = setting.partition("=")[0]
+        last.pop(key, None)
+        last[key] = setting
+    return list(last.values())
+
+
 def report_lines(plan, results, timing, depth, path, plots):
     """The lines of the report at `path`: conditions, the count of finished runs, targets, verdicts, one
     table per cell (a cell not run yet says so), test-time depth, and the `plots` [(title, path)]."""
@@ -537,7 +548,7 @@ def report_lines(plan, results, timing, depth, path, plots):
     for name, (cell, runs, summaries) in results.items():
         rows = cell_rows(name, results, timing)
         lines += [f"### {name}: {cell.get('what', '')}", "",
-                  f"Test set: {cell.get('test_set', '?')}. Overrides: `{' '.join(cell.get('set', [])) or 'none'}`.", ""]
+                  f"Test set: {cell.get('test_set', '?')}. Overrides: `{' '.join(overrides(cell)) or 'none'}`.", ""]
         if not any(r["seeds"] for r in rows):
             why = f" It stopped: {cell['error']}" if cell.get("error") else ""
             lines += [f"Not run yet ({len(runs)} runs planned).{why}", ""]
