@@ -194,16 +194,20 @@ def test_a_bug_keeps_its_traceback(tmp_path, monkeypatch):
 # the report
 
 
-
 def test_a_cell_s_overrides_are_shown_once_each_at_the_value_that_wins():
     """A cell's `set` joins shared lists (heldout_best_lr: the converged recipe's and the held-out protocol's,
-    both with dtype=float32); its heading names each key once, at its last value, the one train.py keeps."""
+    both with dtype=float32); its heading names each key once, at its last value, the one train.py keeps. So does
+    every cell heading of the committed RESULTS.md (heldout_best and its sweep named dtype twice before)."""
     cell = {"set": ["dtype=float32", "max_epochs=30", "dtype=float32", "max_epochs=2", "protocol=glue_heldout"]}
     assert lab.report.overrides(cell) == ["dtype=float32", "max_epochs=2", "protocol=glue_heldout"]
     assert lab.report.overrides({}) == []
     with open(os.path.join(REPO_ROOT, "RESULTS.md")) as f:
-        heading = next(line for line in f if line.startswith("Test set") and "select_on=accuracy" in line)
-    assert heading.count("dtype=") == 1
+        headings = [line.partition("Overrides: `")[2].partition("`")[0] for line in f if line.startswith("Test set")]
+    assert any("max_epochs=30" in h and "select_on=accuracy" in h for h in headings)  # heldout_best's are read
+    for heading in headings:
+        keys = [setting.partition("=")[0] for setting in heading.split()]
+        assert len(keys) == len(set(keys)), heading
+
 
 # the first lines of a report study.py wrote, as report_lines writes them
 REPORT_TOP = ("# Results: recurrent vs standard encoders\n\nWritten by `python study.py --plan plan.py --report "
