@@ -171,29 +171,28 @@ def plan_cell(plan, cell, earlier):
     """(cell, its runs as plan_runs gives them). A tuned cell's configs that a sweep of its (in `earlier`: {name:
     (cell, runs)} of the cells before it) varies take the value it chose (tuned_value); until the sweep has
     finished for one of them, or (with tune's inside=True) while it chose a value at an edge of its grid, where the
-    best may lie beyond, the cell waits (cell["waiting"] says why; its runs are planned without that value, counted
-    and never trained)."""
+    best may lie beyond, that config waits (cell["waiting"]: {config: why}; its runs are planned without that
+    value, counted and never trained), and the cell's other configs train: no core waits for a sweep that does
+    not decide its run."""
     root, records = (os.path.join(plan[k], cell["name"]) for k in ("out_root", "records"))
-    tuned, edges = {}, []
+    tuned, waiting = {}, {}
     for tune in cell_tunes(cell):  # each sweep chooses one setting for the configs it holds
-        sweep_runs, unfinished = earlier[tune["sweep"]][1], []
+        sweep_runs = earlier[tune["sweep"]][1]
         swept = {name.partition("@")[0] for name, _ in sweep_runs}
         for config in (config_name(p) for p in cell["configs"]):
             if config in swept:
                 value, means = tuned_value(sweep_runs, config, tune["key"])
                 if value is None:
-                    unfinished.append(config)
+                    waiting.setdefault(config, f"waits for its sweep, {tune['sweep']}, to finish its runs")
                 elif tune.get("inside") and float(value) in (min(map(float, means)), max(map(float, means))):
-                    edges.append(f"in its sweep, {tune['sweep']}, {config} chose {tune['key']}={value}, an edge of "
-                                 f"the grid")
+                    # the best may lie beyond the grid: the plan's sweep must reach past it first
+                    waiting.setdefault(config, f"waits: in its sweep, {tune['sweep']}, it chose {tune['key']}={value}, "
+                                               "an edge of the grid; extend that grid past it so the choice is "
+                                               "strictly inside")
                 else:
                     tuned.setdefault(config, []).append(f"{tune['key']}={value}")
-        if unfinished and "waiting" not in cell:
-            cell = {**cell, "waiting": f"waits for its sweep, {tune['sweep']}, to finish the runs of "
-                                       f"{', '.join(unfinished)}"}
-    if edges and "waiting" not in cell:  # the best may lie beyond the grid: the plan's sweep must reach past it first
-        cell = {**cell, "waiting": f"waits: {'; '.join(edges)}; extend that grid past it so the choice is strictly "
-                                   "inside"}
+    if waiting:
+        cell = {**cell, "waiting": waiting}
     return cell, plan_runs(cell["configs"], cell.get("seeds", plan["seeds"]), root, cell.get("set", []),
                            cell.get("grid", []), records=records, tuned=tuned)
 
@@ -219,8 +218,11 @@ def run_plan(plan, jobs=1, collect_only=False, only=None):
         cells[name] = (cell, runs)
         todo = [key for key, (_, cfg, record) in runs.items() if finished_summary(cfg, record) is None]
         if todo and not collect_only and (not only or name in only):
-            if cell.get("waiting"):
-                print(f"cell {name}: {len(runs)} runs, not trained: it {cell['waiting']}")
+            waiting = cell.get("waiting", {})
+            for config, why in waiting.items():
+                print(f"cell {name}: {config} not trained: it {why}")
+            todo = [key for key in todo if key[0].partition("@")[0] not in waiting]
+            if not todo:
                 continue
             print(f"cell {name}: {len(runs)} runs, {len(todo)} to train")
             try:

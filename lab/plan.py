@@ -12,8 +12,9 @@ A plan sets (names starting with _ are its own helpers):
              with the overrides `set`; test_set names the test examples (cells with the same one are compared on
              a plot); run in order, so a cell may start from a checkpoint an earlier cell trained, or take a
              setting an earlier cell chose: tune=dict(sweep=CELL, key=KEY) gives each config the value of KEY
-             that CELL's grid over KEY found best on validation (lab.runs.tuned_value); with inside=True the cell
-             waits while that value is an edge of the grid (the best may lie beyond: extend the grid); a list of
+             that CELL's grid over KEY found best on validation (lab.runs.tuned_value); a config waits until CELL has
+             finished its runs, and with inside=True while that value is an edge of the grid (the best may lie
+             beyond: extend the grid), while the cell's other configs train; a list of
              such dicts takes one setting from each sweep, each for the configs that sweep holds
   labels     {config name: how tables call it}
   verdicts   [dict(claim, a, b, metric, cost, rule, margin, subset)]: a and b are "cell/config", or

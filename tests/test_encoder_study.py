@@ -591,7 +591,7 @@ def test_a_tuned_cell_takes_what_its_sweep_chose_on_validation_and_the_history_n
     plan = lab.plan.load_plan(str(plan_path))
     earlier = {"s": study.plan_cell(plan, plan["cells"][0], {})}
     waiting, _ = study.plan_cell(plan, plan["cells"][1], earlier)
-    assert waiting["waiting"] == "waits for its sweep, s, to finish the runs of tiny_plain"
+    assert waiting["waiting"] == {"tiny_plain": "waits for its sweep, s, to finish its runs"}
     assert study.run_plan(plan, only=["t"])["t"][2] == {("tiny_plain", 1): None}  # nothing trained while it waits
 
     results = study.run_plan(plan, jobs=2)
@@ -625,6 +625,22 @@ def test_a_tuned_cell_takes_what_its_sweep_chose_on_validation_and_the_history_n
     assert history[-1]["plan"]["verdicts"]["tuned keeps the slow rate"]["margin"] == 0.25
 
 
+def test_a_tuned_cell_trains_the_configs_its_unfinished_sweep_does_not_decide(tiny_dataset, tmp_path, runs_in_process,
+                                                                              capsys):
+    """Only the configs an unfinished sweep holds wait: the cell's others train meanwhile, so a core does not sit
+    idle while the sweep's last run ends (a second study.py on the plan takes them)."""
+    plain, looped = write_tiny_configs(tmp_path, tiny_dataset)
+    plan_path = tmp_path / "plan.py"
+    plan_path.write_text(f"out_root = {str(tmp_path / 'runs')!r}\nseeds = [1]\n"
+                         f"cells = [dict(name='s', configs={[plain]!r}, grid=['learning_rate=1e-4,3e-2']),\n"
+                         f"         dict(name='t', configs={[plain, looped]!r}, tune=dict(sweep='s', key='learning_rate'))]\n")
+    plan = lab.plan.load_plan(str(plan_path))
+    summaries = study.run_plan(plan, only=["t"])["t"][2]  # the sweep has trained nothing
+    assert summaries[("tiny_plain", 1)] is None
+    assert summaries[("tiny_looped", 1)]["config"]["learning_rate"] == train.make_config([looped])["learning_rate"]
+    assert "cell t: tiny_plain not trained: it waits for its sweep, s, to finish its runs" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("inside", [True, False])
 def test_a_tuned_cell_waits_while_its_sweep_chose_an_edge_of_the_grid(inside, tiny_dataset, tmp_path, monkeypatch):
     """With tune's inside=True the best may lie beyond a choice at the grid's edge: the cell waits, saying to extend
@@ -641,8 +657,9 @@ def test_a_tuned_cell_waits_while_its_sweep_chose_an_edge_of_the_grid(inside, ti
         monkeypatch.setattr(study, "tuned_value", lambda runs, config, key, v=chosen: (v, means))
         cell, runs = study.plan_cell(plan, plan["cells"][1], earlier)
         if inside and chosen != "3e-3":
-            assert cell["waiting"] == (f"waits: in its sweep, s, tiny_plain chose learning_rate={chosen}, an edge of "
-                                       "the grid; extend that grid past it so the choice is strictly inside")
+            assert cell["waiting"] == {"tiny_plain": f"waits: in its sweep, s, it chose learning_rate={chosen}, an "
+                                                     "edge of the grid; extend that grid past it so the choice is "
+                                                     "strictly inside"}
         else:
             assert "waiting" not in cell
             assert all(cfg["learning_rate"] == float(chosen) for _, cfg, _ in runs.values())
@@ -662,7 +679,7 @@ def test_a_cell_takes_one_setting_from_each_of_its_sweeps(tiny_dataset, tmp_path
     chosen = {"learning_rate": "3e-2", "weight_decay": None}
     monkeypatch.setattr(study, "tuned_value", lambda runs, config, key: (chosen[key], {}))
     cell, _ = study.plan_cell(plan, plan["cells"][2], earlier)
-    assert cell["waiting"] == "waits for its sweep, w, to finish the runs of tiny_plain"
+    assert cell["waiting"] == {"tiny_plain": "waits for its sweep, w, to finish its runs"}
     chosen["weight_decay"] = "0.1"
     cell, runs = study.plan_cell(plan, plan["cells"][2], earlier)
     assert "waiting" not in cell
