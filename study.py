@@ -185,14 +185,12 @@ def plan_cell(plan, cell, earlier):
                 if value is None:
                     waiting.setdefault(config, f"waits for its sweep, {tune['sweep']}, to finish its runs")
                 elif tune.get("inside") and float(value) in (min(map(float, means)), max(map(float, means))):
-                    # the best may lie beyond the grid: the plan's sweep must reach past it first
                     waiting.setdefault(config, f"waits: in its sweep, {tune['sweep']}, it chose {tune['key']}={value}, "
                                                "an edge of the grid; extend that grid past it so the choice is "
                                                "strictly inside")
                 else:
                     tuned.setdefault(config, []).append(f"{tune['key']}={value}")
-    if waiting:
-        cell = {**cell, "waiting": waiting}
+    cell = {**cell, "waiting": waiting} if waiting else cell
     return cell, plan_runs(cell["configs"], cell.get("seeds", plan["seeds"]), root, cell.get("set", []),
                            cell.get("grid", []), records=records, tuned=tuned)
 
