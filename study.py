@@ -61,7 +61,7 @@ from evaluation.ranges import check_new_file
 from lab import tuning
 from lab.cells import cell_data, finished_seeds
 from lab.plan import (RunFailed, StudyError, cell_tunes, check_metric, check_seeds, config_name, load_plan,
-                      plan_unchanged)
+                      plan_unchanged, run_config)
 from lab.report import (check_report_keeps_runs, check_report_path, finished_runs, shared_metrics, study_table,
                         write_report)
 from lab.runs import (can_resume, finished_summary, has_record, note_plan, plan_runs, record_finished, save_record,
@@ -178,7 +178,7 @@ def plan_cell(plan, cell, earlier):
     tuned, waiting = {}, {}
     for tune in cell_tunes(cell):  # each sweep chooses one setting for the configs it holds
         sweep_runs = earlier[tune["sweep"]][1]
-        swept = {name.partition("@")[0] for name, _ in sweep_runs}
+        swept = {run_config(name) for name, _ in sweep_runs}
         for config in (config_name(p) for p in cell["configs"]):
             if config in swept:
                 value, means = tuned_value(sweep_runs, config, tune["key"])
@@ -219,7 +219,7 @@ def run_plan(plan, jobs=1, collect_only=False, only=None):
             waiting = cell.get("waiting", {})
             for config, why in waiting.items():
                 print(f"cell {name}: {config} not trained: it {why}")
-            todo = [key for key in todo if key[0].partition("@")[0] not in waiting]
+            todo = [key for key in todo if run_config(key[0]) not in waiting]
             if not todo:
                 continue
             print(f"cell {name}: {len(runs)} runs, {len(todo)} to train")

@@ -119,6 +119,11 @@ def run_names(configs, grid=()):
     return names
 
 
+def run_config(name):
+    """The config stem of a run name (run_names: stem@key=value,...)."""
+    return name.partition("@")[0]
+
+
 def grid_settings(name):
     """The key=value settings of a grid point's run name (run_names: stem@key=value,...); [] for none."""
     return name.partition("@")[2].split(",") if "@" in name else []

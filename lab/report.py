@@ -18,7 +18,7 @@ import numpy as np
 
 from configurator import ConfigError
 from lab.cells import cell_rows, finished_seeds
-from lab.plan import StudyError, TEST_METRICS, cell_tunes, parse_term
+from lab.plan import StudyError, TEST_METRICS, cell_tunes, parse_term, run_config
 from lab.plots import draw_plots
 from lab.runs import HISTORY, log_records, read_history, rule_history, rule_words, run_file, tuned_value
 from lab.stats import (RULE_WORDS, claim_verdict, detectable_effect, mcnemar, mean_ci, paired_bootstrap, paired_t,
@@ -607,7 +607,7 @@ def tuned_lines(cell, results, label):
     for tune in cell_tunes(cell):
         sweep_runs = results[tune["sweep"]][1]
         parts = []
-        for config in dict.fromkeys(name.partition("@")[0] for name, _ in sweep_runs):
+        for config in dict.fromkeys(run_config(name) for name, _ in sweep_runs):
             value, means = tuned_value(sweep_runs, config, tune["key"])
             if value is None:
                 parts.append(f"{label(config)}: its sweep is not finished")

@@ -18,7 +18,8 @@ import numpy as np
 
 import train
 from bookkeeping import records
-from lab.plan import StudyError, check_overrides, check_seeds, config_name, grid_settings, parse_term, run_names
+from lab.plan import (StudyError, check_overrides, check_seeds, config_name, grid_settings, parse_term, run_config,
+                      run_names)
 
 
 def plan_runs(configs, seeds, out_root, sets=(), grid=(), records=None, tuned=None):
@@ -236,7 +237,7 @@ def tuned_value(sweep_runs, config, key, metric="val_accuracy"):
     run of the sweep for `config` has finished."""
     scores = {}
     for (name, seed), (_, cfg, record) in sweep_runs.items():
-        if name.partition("@")[0] != config:
+        if run_config(name) != config:
             continue
         score = validation_score(cfg, record, metric)
         if score is None:
