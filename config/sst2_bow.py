@@ -2,6 +2,10 @@
 # the transformers' splits and tokens. About 0.82 on GLUE dev and 0.92 on the standard test, 2 minutes on a CPU core.
 # python train.py config/sst2_bow.py  [--protocol=standard --out_dir=out/sst2_bow_standard]
 # Every choice below was made on validation loss, both protocols; the test sets were not looked at to choose.
+# On held-out validation accuracy (the cells heldout_bow_lr and heldout_bow_wd of config/encoders_study.py) the
+# rate 3e-3 and the L2 penalty 0.03 won, and the study's held-out cells train at those; they stay 1e-2 and 0.01
+# here because the earlier cells' records were trained at these values (a changed default would unfinish them).
+# To train as heldout_compute does: --learning_rate=3e-3 --weight_decay=0.03
 out_dir = "out/sst2_bow"
 model = "bow"
 protocol = "glue_heldout"  # validation: 872 whole GLUE train sentences held out of training; test: GLUE dev (872).
