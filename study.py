@@ -287,13 +287,14 @@ def run_measurement(cfg, record, name, argv, what, remeasure=False):
     return rows[0] if isinstance(rows, list) else rows
 
 
-def measure(results, plan, remeasure=False, timed=False):
+def measure(results, plan, remeasure=False, timed=False, cells=None):
     """Size and FLOPs of each cell's configs (their first finished seed's best checkpoint, on one thread),
     and the test-time depth of the plan's `depth` runs (every finished seed); with `timed` (study.py --time,
     on a quiet machine, training done) also latency at batch 1 and throughput in batches of 256, every
     checkpoint here in one process, in turns, with the pass's conditions in the records folder
-    (timing.json). Each measurement is kept in its
-    run's record folder (run_measurement: measure.json, depth.json), so a later session, whose out/ holds
+    (timing.json); with `cells` (--cells) only those cells' checkpoints, the conditions in each one's own
+    folder (a pass of their own: the report says which latencies came from which pass). Each measurement is
+    kept in its run's record folder (run_measurement: measure.json, depth.json), so a later session, whose out/ holds
     none of these checkpoints, reports them as they were. Returns ({cell: {config: figures}}, {depth term:
     [figures per seed]})."""
     if timed:
@@ -311,15 +312,16 @@ def measure(results, plan, remeasure=False, timed=False):
                 firsts.append((name, config, *runs[(config, seeds[0])][1:]))
     if timed:  # every first seed in one evaluate.py process, timed in turns (evaluate.py --interleave)
         firsts = [f for f in firsts if has_record(f[3])]
-        here = [f for f in firsts if os.path.isfile(os.path.join(f[2]["out_dir"], "ckpt.pt"))]
-        gone = [f for f in firsts if f not in here]  # trained in an earlier session: its architecture, fresh
-        print(f"timing {len(firsts)} configs' first seeds in turns: {len(here)} checkpoints, {len(gone)} "
+        to_time = [f for f in firsts if cells is None or f[0] in cells]
+        here = [f for f in to_time if os.path.isfile(os.path.join(f[2]["out_dir"], "ckpt.pt"))]
+        gone = [f for f in to_time if f not in here]  # trained in an earlier session: its architecture, fresh
+        print(f"timing {len(to_time)} configs' first seeds in turns: {len(here)} checkpoints, {len(gone)} "
               f"architectures whose checkpoint is gone (fresh weights: a forward's time does not depend on them)")
         with tempfile.TemporaryDirectory() as tmp:
             argv = [*(["--ckpt", *[os.path.join(f[2]["out_dir"], "ckpt.pt") for f in here]] if here else []),
                     *(["--untrained", *[os.path.join(f[3], "config.py") for f in gone]] if gone else []),
                     "--split", "test", "--interleave"]
-            rows = evaluate_script(argv, os.path.join(tmp, "timing.json")) if firsts else []
+            rows = evaluate_script(argv, os.path.join(tmp, "timing.json")) if to_time else []
         for (_, _, _, record), row in zip(here + gone, rows or []):
             path = os.path.join(record, "measure.json")
             if row.get("untrained") and os.path.isfile(path):  # the checkpoint's figures stay, timed anew
@@ -342,8 +344,14 @@ def measure(results, plan, remeasure=False, timed=False):
         if any(rows):
             depth[term] = [r for r in rows if r]
     if timed:
-        data.write_json(os.path.join(plan["records"], "timing.json"),
-                        {**started, "load_after": round(machine_load(), 2)}, indent=1)
+        conditions = {**started, "load_after": round(machine_load(), 2)}
+        for folder in [plan["records"]] if cells is None else [os.path.join(plan["records"], c) for c in cells]:
+            data.write_json(os.path.join(folder, "timing.json"), conditions, indent=1)
+        if cells is None:  # every cell timed anew: no cell's pass of its own stands any longer
+            for name in results:
+                stale = os.path.join(plan["records"], name, "timing.json")
+                if os.path.isfile(stale):
+                    os.remove(stale)
     return timing, depth
 
 
@@ -367,7 +375,7 @@ def plan_main(args):
     done, planned = finished_runs(results)
     print(f"plan {args.plan}: {done} of {planned} runs finished")
     check_report_keeps_runs(report, done, planned, plan["out_root"], args.allow_fewer)
-    timing, depth = measure(results, plan, args.remeasure, args.time)
+    timing, depth = measure(results, plan, args.remeasure, args.time, args.cells)
     lines = write_report(plan, results, timing, depth, report)
     print(f"wrote {report} ({len(lines)} lines)")
 
@@ -425,8 +433,8 @@ def main(argv=None):
                    "beside it)")
     p.add_argument("--allow_fewer", action="store_true", help="with --plan: replace the report even if it holds "
                    "more finished runs than the new one will")
-    p.add_argument("--cells", nargs="*", default=None, help="with --plan: train only these cells (the report "
-                   "still reads every finished run)")
+    p.add_argument("--cells", nargs="*", default=None, help="with --plan: train (and with --time, time) only "
+                   "these cells (the report still reads every finished run)")
     p.add_argument("--time", action="store_true", help="with --plan: after the training, on a machine where "
                    "nothing else runs: time every cell's checkpoints (latency, throughput) and record it")
     p.add_argument("--remeasure", action="store_true", help="with --plan: time the checkpoints again even if "

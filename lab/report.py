@@ -325,11 +325,23 @@ def write_report(plan, results, timing, depth, path):
 
 
 def timing_note(plan):
-    """How the latencies were measured, from the timing pass's record (study.py --time), or that they were not."""
+    """How the latencies were measured, from the timing passes' records (study.py --time: the whole plan's in
+    the records folder, a --cells pass's in each of its cells' folders), or that they were not."""
+    def conditions(c):
+        return (f"load average {c['load_before']:.2f} before, {c['load_after']:.2f} after; {c['machine']}, "
+                f"{c['threads']} thread, float32, torch {c['torch']}, code at commit {c['commit']}")
+    passes = {}  # the conditions of each --cells pass -> the cells it timed
+    for cell in plan["cells"]:
+        path = os.path.join(plan["records"], cell["name"], "timing.json")
+        if os.path.isfile(path):
+            with open(path) as f:
+                passes.setdefault(conditions(json.load(f)), []).append(cell["name"])
+    own = "".join(f" Timed in a pass of their own (study.py --time --cells), so their latencies compare only "
+                  f"within it: {', '.join(names)} ({c})." for c, names in passes.items())
     path = os.path.join(plan["records"], "timing.json")
     if not os.path.isfile(path):
         return (f"Timing: not measured yet (`python study.py --plan {plan['path']} --time` on a machine where nothing "
-                f"else runs, after the training); size and FLOPs are shown.")
+                f"else runs, after the training); size and FLOPs are shown." + own)
     with open(path) as f:
         c = json.load(f)
     return ("Timing (latency, throughput): one pass after the training, on a quiet machine (load average "
@@ -339,7 +351,7 @@ def timing_note(plan):
             "with fresh weights: a forward's time does not depend on them), all of them in one process, timed in "
             "turns (3 rounds, each model once a round); latency = median ms per sentence at batch 1 over the "
             "first 200 test sentences × 3 passes (in brackets: the ratio to the cell's first model); throughput = "
-            "sentences/s in length-sorted batches of 256 (first 1,024 test sentences).")
+            "sentences/s in length-sorted batches of 256 (first 1,024 test sentences)." + own)
 
 
 def tokens_seen(term, results):

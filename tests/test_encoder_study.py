@@ -559,6 +559,18 @@ def test_a_fresh_clone_writes_the_same_report_from_the_run_records(tiny_dataset,
     assert re.search(r"  - 4 runs: .*, cpu, float32, 1 thread\(s\) on 1 core\(s\); torch ", text)
     assert "on a quiet machine (load average 0.05 before, 0.05 after)" in text
     assert re.search(r"\| \d+\.\d\d ms \(1\.00×\) \|", text) and re.search(r"\| \d+\.\d\d ms \(\d\.\d\d×\) \|", text)
+    monkeypatch.setattr(study, "machine_load", lambda: 0.07)  # a later pass of the cell's own (--cells)
+    study.main(["--plan", "plan.py", "--time", "--cells", "a"])
+    with open("results/runs/a/timing.json") as f:
+        assert json.load(f)["load_before"] == 0.07  # its conditions in the cell's folder, the plan's pass kept
+    text = open("RESULTS.md").read()
+    assert "on a quiet machine (load average 0.05 before, 0.05 after)" in text
+    assert ("Timed in a pass of their own (study.py --time --cells), so their latencies compare only within it: "
+            "a (load average 0.07 before, 0.07 after; ") in text
+    monkeypatch.setattr(study, "machine_load", lambda: 0.05)
+    study.main(["--plan", "plan.py", "--time"])  # the whole plan again: no cell's own pass stands any longer
+    text = open("RESULTS.md").read()
+    assert not os.path.exists("results/runs/a/timing.json") and "of their own" not in text
 
     os.makedirs(clone)
     for name in ("plan.py", *configs, "RESULTS.md", "results"):
