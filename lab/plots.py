@@ -88,6 +88,22 @@ def drawn_digest(fig):
     return hashlib.sha256(json.dumps(drawn_data(fig), sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
+def one_timing_pass(records, timed):
+    """The points of `timed` ([(cell, row)]) that one timing pass measured, and the cells left out: latencies
+    of different passes (study.py --time, and a --cells pass of its own, whose conditions stand in the cell's
+    folder as timing.json) do not compare, so a latency panel shows the pass that timed the most of them."""
+    def timing_pass(cell):
+        path = os.path.join(records, cell, "timing.json")
+        if not os.path.isfile(path):
+            return ""  # the whole plan's pass
+        with open(path) as f:
+            return f.read()
+    passes = [timing_pass(n) for n, _ in timed]
+    kept = max(dict.fromkeys(passes), key=passes.count, default="")
+    left_out = list(dict.fromkeys(n for (n, _), p in zip(timed, passes) if p != kept))
+    return [item for item, p in zip(timed, passes) if p == kept], left_out
+
+
 def draw_plots(plan, results, timing, depth, folder, label):
     """The report's PNGs in `folder`: per test set, accuracy against latency (bubble area = fp32 size)
     and against non-embedding parameters, each with its Pareto frontier; the learning curves of every
@@ -126,7 +142,7 @@ def draw_plots(plan, results, timing, depth, folder, label):
             continue
         # past a dozen points the numbers run together: then only each panel's frontier is numbered
         numbered = set()
-        timed = [(n, r) for n, r in items if r.get("latency_ms")]
+        timed, other_pass = one_timing_pass(plan["records"], [(n, r) for n, r in items if r.get("latency_ms")])
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
         for ax, key, xlabel, pts in ((axes[0], "latency_ms", "latency at batch 1 (ms, one CPU thread)", timed),
                                      (axes[1], "params_non_embedding", "non-embedding parameters", items)):
@@ -161,8 +177,9 @@ def draw_plots(plan, results, timing, depth, folder, label):
                         for i, (n, r) in enumerate(items) if i in numbered)
         if len(items) > FRONTIER_NUMBERED:
             key = f"{len(items)} models, the frontiers' numbered (the others: the cell's table): {key}"
-        axes[0].set_title(f"bubble area ∝ fp32 size ({BUBBLE_PER_MB:g} pt² per MB); bars: 95 % CI over seeds",
-                          fontsize=8)
+        axes[0].set_title(f"bubble area ∝ fp32 size ({BUBBLE_PER_MB:g} pt² per MB); bars: 95 % CI over seeds"
+                          + (f"\nlatencies of one timing pass; {', '.join(other_pass)}: another pass, in the tables"
+                             if other_pass else ""), fontsize=8)
         fig.suptitle(f"trained on {trained_on}" + (f", the {grid_cell} cell at its own budget" if grid_cell else "")
                      + f", tested on {test_set}", fontsize=10)
         fig.text(0.01, 0.01, textwrap.fill(key, 190), fontsize=6.5, va="bottom")

@@ -405,6 +405,21 @@ def test_a_plots_digest_is_its_data_not_its_style():
     assert len({same, *changed}) == 5
 
 
+def test_a_latency_panel_shows_one_timing_pass(tmp_path):
+    """Latencies of different timing passes do not compare: cells a --cells pass timed (their own timing.json)
+    and cells of the whole plan's pass never share a latency panel; the pass that timed the most points stays,
+    the others' cells are named."""
+    for cell in ("new1", "new2"):
+        os.makedirs(tmp_path / cell)
+        (tmp_path / cell / "timing.json").write_text('{"load_before": 0.49, "commit": "a83a53e"}')
+    timed = [("old", {"latency_ms": 18.5}), ("new1", {"latency_ms": 10.1}), ("new2", {"latency_ms": 9.3}),
+             ("new1", {"latency_ms": 18.1})]
+    kept, left_out = lab.plots.one_timing_pass(str(tmp_path), timed)
+    assert kept == timed[1:] and left_out == ["old"]
+    kept, left_out = lab.plots.one_timing_pass(str(tmp_path), timed[:1])  # one pass: every point stays
+    assert kept == timed[:1] and left_out == []
+
+
 # -----------------------------------------------------------------------------
 # what the pages say of the verdicts
 #
