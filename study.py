@@ -65,7 +65,7 @@ from lab.plan import (RunFailed, StudyError, cell_tunes, check_metric, check_see
 from lab.report import (check_report_keeps_runs, check_report_path, finished_runs, shared_metrics, study_table,
                         write_report)
 from lab.runs import (can_resume, finished_summary, has_record, note_plan, plan_runs, record_finished, save_record,
-                      tuned_value)
+                      timing_file, tuned_value)
 
 
 # -----------------------------------------------------------------------------
@@ -345,13 +345,12 @@ def measure(results, plan, remeasure=False, timed=False, cells=None):
             depth[term] = [r for r in rows if r]
     if timed:
         conditions = {**started, "load_after": round(machine_load(), 2)}
-        for folder in [plan["records"]] if cells is None else [os.path.join(plan["records"], c) for c in cells]:
-            data.write_json(os.path.join(folder, "timing.json"), conditions, indent=1)
+        for cell in [None] if cells is None else cells:
+            data.write_json(timing_file(plan["records"], cell), conditions, indent=1)
         if cells is None:  # every cell timed anew: no cell's pass of its own stands any longer
             for name in results:
-                stale = os.path.join(plan["records"], name, "timing.json")
-                if os.path.isfile(stale):
-                    os.remove(stale)
+                if os.path.isfile(timing_file(plan["records"], name)):
+                    os.remove(timing_file(plan["records"], name))
     return timing, depth
 
 

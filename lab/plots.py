@@ -21,7 +21,7 @@ import numpy as np
 import data
 from lab.cells import cell_rows, finished_seeds
 from lab.plan import grid_settings
-from lab.runs import log_records, run_file
+from lab.runs import log_records, run_file, timing_conditions
 from lab.stats import mean_ci, pareto_front
 
 
@@ -92,14 +92,8 @@ def one_timing_pass(records, timed):
     """The points of `timed` ([(cell, row)]) that one timing pass measured, and the cells left out: latencies
     of different passes (study.py --time, and a --cells pass of its own, whose conditions stand in the cell's
     folder as timing.json) do not compare, so a latency panel shows the pass that timed the most of them."""
-    def timing_pass(cell):
-        path = os.path.join(records, cell, "timing.json")
-        if not os.path.isfile(path):
-            return ""  # the whole plan's pass
-        with open(path) as f:
-            return f.read()
-    passes = [timing_pass(n) for n, _ in timed]
-    kept = max(dict.fromkeys(passes), key=passes.count, default="")
+    passes = [json.dumps(timing_conditions(records, n), sort_keys=True) for n, _ in timed]  # null: the plan's
+    kept = max(dict.fromkeys(passes), key=passes.count, default=None)
     left_out = list(dict.fromkeys(n for (n, _), p in zip(timed, passes) if p != kept))
     return [item for item, p in zip(timed, passes) if p == kept], left_out
 

@@ -7,7 +7,6 @@ together or not at all (write_report). A report is written only over a report, a
 holds fewer finished runs. Also the table of study.py's configs mode (study_table).
 """
 
-import json
 import math
 import os
 import re
@@ -20,7 +19,8 @@ from configurator import ConfigError
 from lab.cells import cell_rows, finished_seeds
 from lab.plan import StudyError, TEST_METRICS, cell_tunes, parse_term, run_config
 from lab.plots import draw_plots
-from lab.runs import HISTORY, log_records, read_history, rule_history, rule_words, run_file, tuned_value
+from lab.runs import (HISTORY, log_records, read_history, rule_history, rule_words, run_file, timing_conditions,
+                      tuned_value)
 from lab.stats import (RULE_WORDS, claim_verdict, detectable_effect, mcnemar, mean_ci, paired_bootstrap, paired_t,
                        seed_and_example_bootstrap, seeds_needed, verdict)
 
@@ -332,18 +332,15 @@ def timing_note(plan):
                 f"{c['threads']} thread, float32, torch {c['torch']}, code at commit {c['commit']}")
     passes = {}  # the conditions of each --cells pass -> the cells it timed
     for cell in plan["cells"]:
-        path = os.path.join(plan["records"], cell["name"], "timing.json")
-        if os.path.isfile(path):
-            with open(path) as f:
-                passes.setdefault(conditions(json.load(f)), []).append(cell["name"])
+        own_pass = timing_conditions(plan["records"], cell["name"])
+        if own_pass is not None:
+            passes.setdefault(conditions(own_pass), []).append(cell["name"])
     own = "".join(f" Timed in a pass of their own (study.py --time --cells), so their latencies compare only "
                   f"within it: {', '.join(names)} ({c})." for c, names in passes.items())
-    path = os.path.join(plan["records"], "timing.json")
-    if not os.path.isfile(path):
+    c = timing_conditions(plan["records"])
+    if c is None:
         return (f"Timing: not measured yet (`python study.py --plan {plan['path']} --time` on a machine where nothing "
                 f"else runs, after the training); size and FLOPs are shown." + own)
-    with open(path) as f:
-        c = json.load(f)
     return ("Timing (latency, throughput): one pass after the training, on a quiet machine (load average "
             f"{c['load_before']:.2f} before, {c['load_after']:.2f} after): {c['machine']}, {c['threads']} thread, "
             f"float32, torch {c['torch']}, code at commit {c['commit']}; evaluate.py --interleave on each config's "

@@ -159,6 +159,21 @@ def can_resume(cfg):
 RECORD_FILES = ("summary.json", "log.jsonl", "config.py")
 
 
+def timing_file(records, cell=None):
+    """Where a timing pass (study.py --time) records its conditions: the whole plan's pass in the records
+    folder, a --cells pass in each of its cells' folders."""
+    return os.path.join(records, *([cell] if cell else []), "timing.json")
+
+
+def timing_conditions(records, cell=None):
+    """The conditions timing_file holds (load before and after, machine, torch, commit), or None: not timed."""
+    path = timing_file(records, cell)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 def has_record(record):
     return bool(record) and os.path.isfile(os.path.join(record, "summary.json"))
 
