@@ -64,8 +64,8 @@ from lab.plan import (RunFailed, StudyError, cell_tunes, check_metric, check_see
                       plan_unchanged, run_config)
 from lab.report import (check_report_keeps_runs, check_report_path, finished_runs, shared_metrics, study_table,
                         write_report)
-from lab.runs import (can_resume, finished_summary, has_record, note_plan, plan_runs, record_finished, save_record,
-                      timing_file, tuned_value)
+from lab.runs import (can_resume, chosen_settings, finished_summary, has_record, note_plan, plan_runs, record_finished,
+                      reuse_records, save_record, timing_file, tuned_value)
 
 
 # -----------------------------------------------------------------------------
@@ -173,7 +173,8 @@ def plan_cell(plan, cell, earlier):
     finished for one of them, or (with tune's inside=True) while it chose a value at an edge of its grid, where the
     best may lie beyond, that config waits (cell["waiting"]: {config: why}; its runs are planned without that
     value, counted and never trained), and the cell's other configs train: no core waits for a sweep that does
-    not decide its run."""
+    not decide its run. A run that a cell in its `reuse` list holds already (the same settings and seed) takes
+    that record (reuse_records) instead of training again."""
     root, records = (os.path.join(plan[k], cell["name"]) for k in ("out_root", "records"))
     tuned, waiting = {}, {}
     for tune in cell_tunes(cell):  # each sweep chooses one setting for the configs it holds
@@ -189,10 +190,14 @@ def plan_cell(plan, cell, earlier):
                                                "an edge of the grid; extend that grid past it so the choice is "
                                                "strictly inside")
                 else:
-                    tuned.setdefault(config, []).append(f"{tune['key']}={value}")
+                    tuned.setdefault(config, []).extend(chosen_settings(tune["key"], value))
     cell = {**cell, "waiting": waiting} if waiting else cell
-    return cell, plan_runs(cell["configs"], cell.get("seeds", plan["seeds"]), root, cell.get("set", []),
-                           cell.get("grid", []), records=records, tuned=tuned)
+    runs = plan_runs(cell["configs"], cell.get("seeds", plan["seeds"]), root, cell.get("set", []),
+                     cell.get("grid", []), records=records, tuned=tuned)
+    ready = {key: run for key, run in runs.items() if run_config(key[0]) not in waiting}  # a waiting run's settings
+    for source, record in reuse_records(ready, cell.get("reuse", []), plan["records"]):  # are not its own yet
+        print(f"  cell {cell['name']}: reused the record {source} (the same run) as {record}")
+    return cell, runs
 
 
 def run_plan(plan, jobs=1, collect_only=False, only=None):

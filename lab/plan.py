@@ -136,8 +136,8 @@ PLAN_KEYS = {"out_root": str, "records": str, "seeds": list, "cells": list, "lab
              "depth": list, "depth_loops": list, "targets": list, "budget_note": str, "notes": list,
              "conclusions": list, "effect": (int, float), "subsets": dict}
 CELL_KEYS = {"name": str, "configs": list, "set": list, "grid": list, "seeds": list, "test_set": str, "what": str,
-             "tune": (dict, list)}
-TUNE_KEYS = {"sweep": str, "key": str, "inside": bool}
+             "tune": (dict, list), "reuse": list}
+TUNE_KEYS = {"sweep": str, "key": (str, list), "inside": bool}
 VERDICT_KEYS = {"claim": str, "a": str, "b": str, "metric": str, "cost": str, "rule": str, "margin": (int, float),
                 "subset": str}
 CONCLUSION_KEYS = {"claim": str, "source": str, "verdict": str, "instead": str, "reverse": bool, "note": str}
@@ -271,6 +271,12 @@ def check_cell(cell, where):
     return names
 
 
+def tune_keys(tune):
+    """The settings one tune entry chooses: its key, or its keys (a sweep over a grid of several axes chooses
+    a grid point: max_epochs and learning_rate together, say)."""
+    return [tune["key"]] if isinstance(tune["key"], str) else list(tune["key"])
+
+
 def cell_tunes(cell):
     """A cell's tune entries as a list: `tune` is one dict(sweep, key, inside) or a list of them (one sweep per
     setting: each chooses its key for the configs it swept)."""
@@ -287,9 +293,10 @@ def check_tune(cell, earlier, where):
         check_one_tune(tune, cell, earlier, where)
         sweep = earlier[tune["sweep"]]
         for config in {config_name(p) for p in cell["configs"]} & {config_name(p) for p in sweep["configs"]}:
-            if (config, tune["key"]) in chosen:
-                raise ConfigError(f"{where}: tune: two sweeps choose {tune['key']} for {config}")
-            chosen.add((config, tune["key"]))
+            for key in tune_keys(tune):
+                if (config, key) in chosen:
+                    raise ConfigError(f"{where}: tune: two sweeps choose {key} for {config}")
+                chosen.add((config, key))
 
 
 def check_one_tune(tune, cell, earlier, where):
@@ -298,14 +305,18 @@ def check_one_tune(tune, cell, earlier, where):
     if sweep is None:
         raise ConfigError(f"{where}: tune: sweep {tune['sweep']!r} is not a cell before this one"
                           f"{closest(tune['sweep'], list(earlier))}")
-    axes = [g.partition("=")[0] for g in sweep.get("grid", [])]
-    if axes != [tune["key"]]:
-        raise ConfigError(f"{where}: tune: sweep {tune['sweep']} must have one grid axis, {tune['key']}=V1,V2,... "
-                          f"(it has {axes or 'none'})")
+    axes, keys = [g.partition("=")[0] for g in sweep.get("grid", [])], tune_keys(tune)
+    if axes != keys:
+        raise ConfigError(f"{where}: tune: sweep {tune['sweep']}'s grid axes must be the tuned keys, "
+                          f"{', '.join(keys)}, in that order (it has {axes or 'none'})")
+    if tune.get("inside") and len(keys) > 1:
+        raise ConfigError(f"{where}: tune: inside=True takes one key (an edge of a grid of several axes is not "
+                          f"one value)")
     if not {config_name(p) for p in cell["configs"]} & {config_name(p) for p in sweep["configs"]}:
         raise ConfigError(f"{where}: tune: no config of this cell is in sweep {tune['sweep']}")
-    if any(item.partition("=")[0] == tune["key"] for item in cell.get("set", [])):
-        raise ConfigError(f"{where}: tune: the cell also sets {tune['key']}; its sweep chooses it")
+    for item in cell.get("set", []):
+        if item.partition("=")[0] in keys:
+            raise ConfigError(f"{where}: tune: the cell also sets {item.partition('=')[0]}; its sweep chooses it")
 
 
 def entry_name(entry, key, i):
@@ -332,6 +343,10 @@ def check_plan(plan, path):
         configs[cell["name"]] = check_cell(cell, where)
         if cell_tunes(cell):
             check_tune(cell, {c["name"]: c for c in plan["cells"][:i]}, where)
+        for other in cell.get("reuse", []):
+            if other not in configs or other == cell["name"]:
+                raise ConfigError(f"{where}: reuse: {other!r} is not a cell before this one"
+                                  f"{closest(other, list(configs))}")
     every = sorted({name for names in configs.values() for name in names})
     for name in plan["labels"]:
         if name not in every:

@@ -17,10 +17,10 @@ import numpy as np
 
 from configurator import ConfigError
 from lab.cells import cell_rows, finished_seeds
-from lab.plan import StudyError, TEST_METRICS, cell_tunes, parse_term, run_config
+from lab.plan import StudyError, TEST_METRICS, cell_tunes, parse_term, run_config, tune_keys
 from lab.plots import draw_plots
-from lab.runs import (HISTORY, log_records, read_history, rule_history, rule_words, run_file, timing_conditions,
-                      tuned_value)
+from lab.runs import (HISTORY, chosen_settings, log_records, read_history, rule_history, rule_words, run_file,
+                      timing_conditions, tuned_value)
 from lab.stats import (RULE_WORDS, claim_verdict, detectable_effect, mcnemar, mean_ci, paired_bootstrap, paired_t,
                        seed_and_example_bootstrap, seeds_needed, verdict)
 
@@ -618,12 +618,13 @@ def tuned_lines(cell, results, label):
         parts = []
         for config in dict.fromkeys(run_config(name) for name, _ in sweep_runs):
             value, means = tuned_value(sweep_runs, config, tune["key"])
+            chosen = ", ".join(chosen_settings(tune["key"], value)) if value is not None else None
             if value is None:
                 parts.append(f"{label(config)}: its sweep is not finished")
                 continue
             scores = ", ".join(f"{v}: {acc:.4f} ({loss:.4f})" for v, (acc, loss) in means.items())
-            parts.append(f"{label(config)} {scores}; chosen {tune['key']}={value}")
-        lines += [f"{tune['key']} chosen by `{tune['sweep']}` on the validation split (validation accuracy of the "
+            parts.append(f"{label(config)} {scores}; chosen {chosen}")
+        lines += [f"{' and '.join(tune_keys(tune))} chosen by `{tune['sweep']}` on the validation split (validation accuracy of the "
                   f"best checkpoint, and its loss, mean over the sweep's seeds): " + "; ".join(parts) + ".", ""]
     return lines
 

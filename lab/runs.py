@@ -247,9 +247,10 @@ def tuned_value(sweep_runs, config, key, metric="val_accuracy"):
     """The value of `key` that a sweep's grid (its runs: {(name, seed): (argv, cfg, record)}) chooses for
     `config`: the grid point whose runs' best checkpoints have the highest validation accuracy (`metric`; a
     seq2seq run logs val_word_accuracy), mean over the sweep's seeds; of two equal, the lower validation loss.
-    Only the validation split chooses: the test figures of the sweep's runs play no part. Returns (value as
-    the grid spells it, {value: (mean validation accuracy, mean validation loss)}), or (None, {}) until every
-    run of the sweep for `config` has finished."""
+    Only the validation split chooses: the test figures of the sweep's runs play no part. `key` may be a list
+    of keys (a grid of several axes): the value is then the grid point, 'k1=v1,k2=v2'. Returns (value as the
+    grid spells it, {value: (mean validation accuracy, mean validation loss)}), or (None, {}) until every run
+    of the sweep for `config` has finished."""
     scores = {}
     for (name, seed), (_, cfg, record) in sweep_runs.items():
         if run_config(name) != config:
@@ -257,13 +258,43 @@ def tuned_value(sweep_runs, config, key, metric="val_accuracy"):
         score = validation_score(cfg, record, metric)
         if score is None:
             return None, {}
-        value = dict(item.split("=", 1) for item in grid_settings(name))[key]
+        settings = dict(item.split("=", 1) for item in grid_settings(name))
+        value = settings[key] if isinstance(key, str) else ",".join(f"{k}={settings[k]}" for k in key)
         scores.setdefault(value, []).append(score)
     means = {v: (float(np.mean([a for a, _ in x])), float(np.mean([loss for _, loss in x])))
              for v, x in scores.items()}
     if not means:
         return None, {}
     return max(means, key=lambda v: (means[v][0], -means[v][1])), means
+
+
+def chosen_settings(key, value):
+    """The 'key=value' overrides a tuned_value choice gives a config: one, or a grid point's several."""
+    return [f"{key}={value}"] if isinstance(key, str) else value.split(",")
+
+
+def reuse_records(runs, sources, records_root):
+    """Count the runs of earlier cells as this cell's where they are the same run: for each planned run
+    ({(name, seed): (argv, cfg, record)}) with no record yet, a record in one of the `sources` cells (of the
+    same config file and seed, at any grid point) whose settings are the run's (records.same_run) is copied to
+    the run's record folder, with reused.json naming where it came from. A run trained once is one run: two
+    cells that need it read one record instead of training it twice. Returns the copies made."""
+    made = []
+    for (name, seed), (_, cfg, record) in runs.items():
+        if not record or has_record(record) or os.path.exists(record):
+            continue
+        for source in sources:
+            folder = os.path.join(records_root, source)
+            names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+            found = [os.path.join(folder, n, f"seed{seed}") for n in names if run_config(n) == run_config(name)]
+            found = [f for f in found if finished_summary({**cfg, "out_dir": None}, f) is not None]
+            if found:
+                shutil.copytree(found[0], record)
+                with open(os.path.join(record, "reused.json"), "w") as f:
+                    json.dump({"from": os.path.relpath(found[0], records_root)}, f)
+                made.append((found[0], record))
+                break
+    return made
 
 
 # -----------------------------------------------------------------------------

@@ -705,7 +705,8 @@ def test_a_cell_takes_one_setting_from_each_of_its_sweeps(tiny_dataset, tmp_path
 
 @pytest.mark.parametrize("tune, message", [
     ("dict(sweep='z', key='learning_rate')", "sweep 'z' is not a cell before this one"),
-    ("dict(sweep='s', key='n_loops')", "sweep s must have one grid axis, n_loops=V1,V2,..."),
+    ("dict(sweep='s', key='n_loops')", "sweep s's grid axes must be the tuned keys, n_loops, in that order"),
+    ("dict(sweep='s', key=['learning_rate'], inside=True, by='x')", "unknown key 'by'"),
     ("dict(sweep='s', key='learning_rate', by='x')", "unknown key 'by'"),
 ])
 def test_a_tune_that_cannot_work_is_refused(tune, message, tiny_dataset, tmp_path):
