@@ -3,7 +3,7 @@ The README and the pages in docs/ cannot rot silently: every relative link names
 a `#anchor`, a heading of that page), every `config/*.py` that a command names is a config file that exists,
 and the README's reading paths name definitions that exist, in their files' order. Reads text only; well under
 a second. (The encoder page's results table is held to RESULTS.md by
-tests/test_study_plans.py.)
+tests/test_claims.py, with every claim and figure of the pages.)
 """
 
 import ast
