@@ -57,7 +57,7 @@ import torch
 
 from bookkeeping import timing
 from configurator import HelpFormatter, reader_may_stop
-from configurator import UserError, not_a_folder
+from configurator import ConfigError, UserError, not_a_folder
 from corpora.piglatin import (PIG_LATIN_VOCAB, UNSEEN_WORDS, hyphen_parts, novel_words, pieces_of, pig_latin,
                               pig_latin_rule, source_words, split_novel, unseen_words, word_pieces)
 from corpora.sources import SOURCES, archive_file, fetch, source_file
@@ -1126,6 +1126,8 @@ class ClassificationStream:
     optimizer step (the last step of an epoch may have fewer). A subclass with other batches
     (Seq2SeqStream, MLMStream) changes only `micro_batch`."""
 
+    fixed_shape = False  # batches are padded to their bucket's longest sequence: their length changes
+
     def __init__(self, split, batch_size, grad_accum, seed, bucket=True):
         self.split, self.batch_size, self.grad_accum = split, batch_size, grad_accum
         self.seed, self.bucket = seed, bucket
@@ -1258,6 +1260,7 @@ class LMStream:
     are no passes over the data to count, so no epochs: every step is in epoch 0."""
 
     steps_per_epoch = None
+    fixed_shape = True  # every batch is batch_size windows of block_size
 
     def __init__(self, split, block_size, batch_size, grad_accum, seed):
         self.tokens, self.block_size, self.batch_size = split.tokens, block_size, batch_size
@@ -1271,6 +1274,32 @@ class LMStream:
             x, y = lm_batch(self.tokens, self.block_size, self.batch_size, self.seed, (i, m), device)
             out.append(({"idx": x, "targets": y}, x.size(0), x.numel()))
         return out
+
+
+def training_stream(dataset, model_cfg, cfg):
+    """The batches a run trains on, as its dataset's task cuts them: shuffled epochs of labelled examples
+    (classification), of them with masked words (mlm: the masks draw random ids, so the stream knows the
+    vocabulary), of (source, target) pairs in the model family's layout (seq2seq, with hyphen_compounds'
+    extra training words), or random windows of block_size tokens (lm)."""
+    train, task = dataset.splits["train"], dataset.task
+    b, accum, seed = cfg["batch_size"], cfg["grad_accum"], cfg["seed"]
+    if task == "lm":
+        return LMStream(train, model_cfg.block_size, b, accum, seed)
+    if task == "mlm":
+        return MLMStream(train, model_cfg.vocab_size, b, accum, seed, cfg["bucket"])
+    if task == "seq2seq":
+        if cfg["hyphen_compounds"]:  # no held-out word may be made and taught: every other split's words excluded
+            if getattr(train, "vocab", None) is None:
+                raise ConfigError(f"hyphen_compounds joins words: {cfg['dataset']}'s pairs have no character "
+                                  f"vocabulary")
+            codec = CharCodec(train.vocab)
+            held_out = [codec.decode(split[i][0]) for name, split in dataset.splits.items() if name != "train"
+                        for i in range(len(split))]
+            train = hyphen_compounds(train, cfg["hyphen_compounds"], seed, model_cfg.block_size, held_out)
+            print(f"hyphen_compounds: {len(train) - len(dataset.splits['train']):,} compounds of training words "
+                  f"added to its {len(dataset.splits['train']):,} words")
+        return Seq2SeqStream(train, model_cfg.seq2seq_layout, b, accum, seed, cfg["bucket"])
+    return ClassificationStream(train, b, accum, seed, cfg["bucket"])
 
 
 def main(argv=None):

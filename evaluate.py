@@ -104,6 +104,9 @@ MLM_METRICS = {
 }
 
 
+METRICS = {"classification": CLASSIFICATION_METRICS, "lm": LM_METRICS, "seq2seq": SEQ2SEQ_METRICS, "mlm": MLM_METRICS}
+
+
 def confusion_matrix(y_true, y_pred, n_classes):
     """cm[i, j] = number of examples of true class i predicted as class j."""
     cm = np.zeros((n_classes, n_classes), dtype=np.int64)
@@ -133,6 +136,15 @@ def classification_metrics(y_true, y_pred, n_classes):
 
 # -----------------------------------------------------------------------------
 # the evaluators, one per task: (model, split, device, autocast context) -> figures, 'loss' first
+
+
+def score_split(model, split, task, device, ctx, eval_windows=0):
+    """The figures of `task` (METRICS[task], 'loss' first, with `n`) of the model on a split: what train.py
+    validates with, and scores the kept checkpoint's test split with. eval_windows: a language model's."""
+    if task == "lm":
+        return evaluate_lm(model, split, device, ctx, eval_windows)
+    evaluator = {"classification": evaluate_classification, "seq2seq": evaluate_seq2seq, "mlm": evaluate_mlm}
+    return evaluator[task](model, split, device, ctx)
 
 
 @torch.no_grad()

@@ -617,6 +617,7 @@ class EncoderClassifier(TokenModel):
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.norm_f = make_norm(cfg.norm, cfg)
         self.head = nn.Linear(cfg.n_embd, cfg.n_classes, bias=True)
+        self.mlm_head = MaskedLMHead()  # pretraining's (mlm_targets), tied to tok_emb: no weights
         if cfg.pos == "rope":
             register_rope(self, cfg)
         init_weights(self, self.depth)
@@ -624,11 +625,11 @@ class EncoderClassifier(TokenModel):
     def forward(self, idx, key_mask=None, targets=None, mlm_targets=None):
         """idx: (B, T) token ids with [CLS] at position 0; key_mask: bool (B, T), True for real tokens
         (None = no padding); targets: (B,) class ids. Returns (logits (B, n_classes), loss or None), or with
-        mlm_targets instead of targets, the masked-language-model head's (masked_lm)."""
+        mlm_targets instead of targets, the masked-language-model head's (MaskedLMHead)."""
         if mlm_targets is not None:
             if targets is not None:
                 raise ValueError("give targets (classification) or mlm_targets (masked-language modelling), not both")
-            return self.masked_lm(self.encode(idx, key_mask), mlm_targets)
+            return self.mlm_head(self.encode(idx, key_mask), mlm_targets, self.tok_emb.weight)
         # [CLS] pooling reads one position of the last Block, whose every step after attention is position by
         # position: it computes [CLS] alone, attending to every key (the same logits; 14 % fewer FLOPs here)
         h = self.encode(idx, key_mask, queries=self.last_queries())
@@ -658,16 +659,6 @@ class EncoderClassifier(TokenModel):
                 h = h + cfg.loop_alpha * h_in[:, :h.size(1)]  # cross-iteration residual
         return self.norm_f(h)
 
-    def masked_lm(self, h, mlm_targets):
-        """Masked-language modelling (Devlin et al. 2019, sec. 3.1) on the states h (B, T, C); mlm_targets (B, T):
-        the original id at each masked position, -100 elsewhere (data.mlm_mask). Returns the masked positions'
-        logits (n_masked, vocab_size), row-major, and their mean cross-entropy. The head is the token table,
-        tied (Press & Wolf 2017): what pretraining learns is all in the classifier's own weights. Only masked
-        positions are scored: the vocabulary-wide product at every position cost a third of a step."""
-        scored = mlm_targets != -100
-        logits = h[scored] @ self.tok_emb.weight.T  # (n_masked, vocab_size)
-        return logits, self.cross_entropy(logits, mlm_targets[scored])
-
     def last_queries(self, masked=0):
         """[CLS] pooling reads one position, which the last Block computes alone; mean pooling and MLM read all."""
         return 1 if self.cfg.pooling == "cls" and not masked else None
@@ -676,8 +667,26 @@ class EncoderClassifier(TokenModel):
         """The classifier reads one pooled vector per sequence; the MLM head scores `masked` positions (a batch mean
         may be fractional) against the vocabulary: 6.3 MFLOPs a masked token for the recurrent model on SST-2."""
         if masked:
-            return 2 * masked * self.cfg.n_embd * self.cfg.vocab_size
+            return MaskedLMHead.flops(masked, self.cfg.n_embd, self.cfg.vocab_size)
         return 2 * self.cfg.n_embd * self.cfg.n_classes
+
+
+class MaskedLMHead(nn.Module):
+    """The encoder's head while it pretrains by masked-language modelling (Devlin et al. 2019, sec. 3.1): the
+    final states h (B, T, C) at the masked positions against the token table, tied (Press & Wolf 2017), so it
+    has no weights of its own and what pretraining learns is all in the classifier's. mlm_targets (B, T): the
+    original id at each masked position, -100 elsewhere (data.mlm_mask). Returns the masked positions' logits
+    (n_masked, vocab_size), row-major, and their mean cross-entropy. Only masked positions are scored: the
+    vocabulary-wide product at every position cost a third of a step."""
+
+    def forward(self, h, mlm_targets, table):
+        scored = mlm_targets != -100
+        logits = h[scored] @ table.T  # (n_masked, vocab_size)
+        return logits, TokenModel.cross_entropy(logits, mlm_targets[scored])
+
+    @staticmethod
+    def flops(masked, n_embd, vocab_size):
+        return 2 * masked * n_embd * vocab_size
 
 
 # -----------------------------------------------------------------------------

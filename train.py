@@ -7,26 +7,21 @@ Train a model. One file, read top to bottom:
     python train.py config/shakespeare_char_baseline.py             # the char-level GPT (a language model)
     torchrun --nproc_per_node=2 train.py config/sst2_recurrent.py --grad_accum=2   # DDP: 2 processes (GPUs or CPU)
 
-Two settings pick what is trained: `dataset` (whose task, in data.py's registry, says how batches
-are cut and how the model is scored: TASKS below) and `model` (the family, in model.py's
-registry, whose config fields become settings too). Every task shares the one loop: AMP, clipping,
-schedules, evaluation, checkpoints, early stopping, resume.
+Two settings pick what is trained: `dataset` (data.py's registry: its task says how batches are cut, and
+evaluate.py how the model is scored) and `model` (the family, in model.py's registry, whose config fields become
+settings too). Every task shares the one loop, `train`: AMP, clipping, the schedules, evaluation, the kept
+checkpoint, early stopping.
 
-Read it in order, for one process: the defaults (the settings), the tasks, the model and optimizer, one
-step (train_step), validation and the held-out splits, then the run: `train` checks the settings and
-takes the out_dir, `setup` builds the run's pieces (a `Run`), `run_steps` trains step by step, calling
-`evaluation` (which keeps ckpt.pt through `save`, the one place a checkpoint is built), and `finish`
-writes the summary; then `main`. Data-parallel training over several processes under torchrun (DDP)
-trains the same model as one process would (a step's batch is batch_size x grad_accum examples however
-many processes share it); it is the appendix at the end (`Processes`, `processes`), where one process
-passes straight through.
+Read in order: the settings, the model and optimizer, the learning rate, one step (`train_step`), then `train`,
+one loop from the first batch to the summary. Two appendices follow it: resuming a stopped run
+(--init_from=resume) and data-parallel training over several processes under torchrun (DDP), which trains the
+same model as one process (a step's batch is batch_size x grad_accum examples however many processes share it).
+One process never enters either.
 
-The defaults below are the settings; a config file and --key=value arguments override them through
-configurator.py. Everything is an importable function, and the run itself sits behind
-`if __name__ == "__main__"`, so tests can drive `train(config)` on tiny data. The run's bookkeeping (its files,
-the out_dir lock, which configs are the same run, what its log records) is bookkeeping/records.py's, and the checks
-of a run's settings (refusals, warnings) bookkeeping/checks.py's; what the command says of itself (--help) is
-configurator.py's, built from the settings below.
+The run's bookkeeping (its files, the out_dir lock, its summary) is bookkeeping/records.py's, the refusals of its
+settings bookkeeping/checks.py's, FLOPs and the progress meter bookkeeping/timing.py's; configurator.py reads the
+settings. Everything is an importable function and the run sits behind `if __name__ == "__main__"`, so tests
+drive `train(config)` on tiny data.
 """
 
 import math
@@ -34,7 +29,6 @@ import os
 import sys
 from contextlib import ExitStack, contextmanager, nullcontext, redirect_stdout
 from dataclasses import asdict, dataclass, fields
-from typing import Callable
 
 import torch
 
@@ -43,8 +37,8 @@ import data
 import evaluate
 from bookkeeping import records, timing
 from bookkeeping.checkpoints import CKPT_VERSION, CheckpointError, load_checkpoint
-from bookkeeping.checks import check_settings, check_world, run_warnings
-from configurator import reader_may_stop, train_bare_line, train_help
+from bookkeeping.checks import check_settings, check_task, check_world, run_warnings
+from configurator import reader_may_stop, resolve_device, train_bare_line, train_help
 from export import load_pretrained
 from model import FAMILIES, build_model, family_settings, from_pretrained
 
@@ -131,88 +125,6 @@ def make_config(argv):
 
 
 # -----------------------------------------------------------------------------
-# tasks: how a task's training batches are cut, and how its model is scored
-
-
-@dataclass(frozen=True)
-class Task:
-    metrics: dict  # name -> evaluate.Metric, the figures `evaluate` returns ('loss' first)
-    stream: Callable  # (train split, model config, run config) -> a batch stream (data.py)
-    evaluate: Callable  # (model, split, run config, device, autocast context) -> figures
-    fixed_shape: bool = False  # every training batch has one shape (a language model's windows of block_size);
-    # the others are padded to their bucket's longest sequence, so their length changes from batch to batch
-    flops_options: Callable = lambda inputs, count: {}  # (micro-batch, its count) -> how model.flops_per_forward
-    # counts its forward pass (the masked LM's head scores the batch's masked positions only)
-    settings: tuple = ()  # the config keys only this task reads: set for another task, they are an error
-
-def classification_stream(dataset, model_cfg, cfg):
-    return data.ClassificationStream(dataset.splits["train"], cfg["batch_size"], cfg["grad_accum"], cfg["seed"],
-                                     cfg["bucket"])
-
-def lm_stream(dataset, model_cfg, cfg):
-    if cfg["max_iters"] < 1:
-        raise configurator.ConfigError("a language model trains on random windows for max_iters steps: set max_iters")
-    return data.LMStream(dataset.splits["train"], model_cfg.block_size, cfg["batch_size"], cfg["grad_accum"],
-                         cfg["seed"])
-
-def seq2seq_stream(dataset, model_cfg, cfg):
-    train = dataset.splits["train"]
-    if cfg["hyphen_compounds"]:  # no held-out word may be made and taught: every other split's words are excluded
-        if getattr(train, "vocab", None) is None:
-            raise configurator.ConfigError(f"hyphen_compounds joins words: {cfg['dataset']}'s pairs have no character "
-                                           f"vocabulary")
-        codec = data.CharCodec(train.vocab)
-        held_out = [codec.decode(split[i][0]) for name, split in dataset.splits.items() if name != "train"
-                    for i in range(len(split))]
-        train = data.hyphen_compounds(train, cfg["hyphen_compounds"], cfg["seed"], model_cfg.block_size, held_out)
-        print(f"hyphen_compounds: {len(train) - len(dataset.splits['train']):,} compounds of training words added to "
-              f"its {len(dataset.splits['train']):,} words")
-    # the family says how it takes a (source, target) pair: model.py's seq2seq section
-    return data.Seq2SeqStream(train, model_cfg.seq2seq_layout, cfg["batch_size"], cfg["grad_accum"], cfg["seed"],
-                              cfg["bucket"])
-
-def mlm_stream(dataset, model_cfg, cfg):
-    # the masks draw random word ids, so the stream needs the vocabulary's size
-    return data.MLMStream(dataset.splits["train"], model_cfg.vocab_size, cfg["batch_size"], cfg["grad_accum"],
-                          cfg["seed"], cfg["bucket"])
-
-def score_classifier(model, split, cfg, device, ctx):
-    return evaluate.evaluate_classification(model, split, device, ctx)
-
-def score_lm(model, split, cfg, device, ctx):
-    return evaluate.evaluate_lm(model, split, device, ctx, cfg["eval_windows"])
-
-def score_seq2seq(model, split, cfg, device, ctx):
-    return evaluate.evaluate_seq2seq(model, split, device, ctx)
-
-def score_mlm(model, split, cfg, device, ctx):
-    return evaluate.evaluate_mlm(model, split, device, ctx)
-
-TASKS = {
-    "classification": Task(evaluate.CLASSIFICATION_METRICS, classification_stream, score_classifier),
-    "lm": Task(evaluate.LM_METRICS, lm_stream, score_lm, fixed_shape=True),
-    "seq2seq": Task(evaluate.SEQ2SEQ_METRICS, seq2seq_stream, score_seq2seq, settings=("hyphen_compounds",),
-                    flops_options=lambda x, count: {"src_tokens": int(x["src_len"].sum())} if "src_len" in x else {}),
-    "mlm": Task(evaluate.MLM_METRICS, mlm_stream, score_mlm,  # a micro-batch's count is its masked tokens
-                flops_options=lambda inputs, count: {"masked": count / inputs["idx"].size(0)}),
-}
-
-def task_of(dataset, cfg):
-    """The dataset's Task, once the config sets none of the other tasks' own keys (Task.settings)."""
-    for name, other in TASKS.items():
-        stray = [k for k in other.settings if name != dataset.task and cfg[k] != DEFAULTS[k]]
-        if stray:
-            raise configurator.ConfigError(f"{', '.join(stray)} applies to {name} datasets; {cfg['dataset']} is a "
-                                           f"{dataset.task} dataset")
-    task = TASKS[dataset.task]
-    choices = [k for k, m in task.metrics.items() if m.better in ("higher", "lower")]
-    if cfg["select_on"] not in choices:
-        raise configurator.ConfigError(f"select_on={cfg['select_on']!r}: a {dataset.task} run is scored by "
-                                       f"{', '.join(choices)}")
-    return task
-
-
-# -----------------------------------------------------------------------------
 # model and optimizer
 
 
@@ -220,10 +132,6 @@ def new_model(cfg, dataset):
     """A model of the configured family, sized by the dataset (vocabulary, classes, length): fresh, or
     (init_from a checkpoint file) starting from that checkpoint's architecture and weights."""
     family = cfg["model"]
-    if dataset.task not in FAMILIES[family][1].tasks:
-        fit = [name for name, (_, cls) in FAMILIES.items() if dataset.task in cls.tasks]
-        raise configurator.ConfigError(f"model={family!r} does not do the {dataset.task} task of dataset "
-                                       f"{cfg['dataset']!r}; set model to one of {fit}")
     try:
         if cfg["init_from"] == "scratch":
             return build_model(family, cfg, dataset.facts())
@@ -235,6 +143,7 @@ def new_model(cfg, dataset):
     print(f"starting from {cfg['init_from']}" + (f"; new: {', '.join(fresh)}" if fresh else ""))
     return model
 
+
 def make_optimizer(model, cfg, device_type):
     """AdamW over the trainable parameters only (a frozen one, requires_grad=False, is left out), with
     weight decay on all of them but those the model names in no_weight_decay()."""
@@ -245,10 +154,11 @@ def make_optimizer(model, cfg, device_type):
     args = dict(lr=cfg["learning_rate"], betas=(cfg["beta1"], cfg["beta2"]))
     if cfg["adamw_impl"] == "manual":
         return AdamW(groups, **args)
-    # fused: one kernel updates every parameter (CPU and CUDA since torch 2.4; elsewhere, as on MPS, torch's loop
-    # over parameters). On a CPU it takes the baseline encoder's AdamW step from 39 to 11 ms, 5 % of a training step
+    # fused: one kernel updates every parameter (CPU and CUDA since torch 2.4; elsewhere, as on MPS, torch's
+    # loop over parameters). On a CPU it takes the baseline encoder's AdamW step from 39 to 11 ms
     fused = device_type in ("cuda", "cpu")
     return torch.optim.AdamW(groups, **args, **({"fused": True} if fused else {}))
+
 
 class AdamW(torch.optim.Optimizer):
     """AdamW written out (Loshchilov & Hutter 2019, Algorithm 2), the same update torch.optim.AdamW
@@ -280,6 +190,11 @@ class AdamW(torch.optim.Optimizer):
                 m_hat, v_hat = m / (1 - b1**t), v / (1 - b2**t)
                 p.addcdiv_(m_hat, v_hat.sqrt().add_(eps), value=-lr)
 
+
+# -----------------------------------------------------------------------------
+# the learning rate
+
+
 def scheduled_lr(cfg, it, total_iters):
     """Learning rate at iteration `it` for the 'cosine' and 'constant' schedules (linear warm-up first).
     The 'plateau' schedule only warms up here; ReduceLROnPlateau lowers it after evaluations."""
@@ -291,6 +206,7 @@ def scheduled_lr(cfg, it, total_iters):
         return cfg["min_lr"] + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - cfg["min_lr"])
     return lr
 
+
 def set_lr(optimizer, cfg, it, total_iters):
     """Apply this iteration's scheduled rate (the plateau schedule owns it after warm-up); return the rate."""
     if cfg["scheduler"] != "plateau" or it < cfg["warmup_iters"]:
@@ -300,63 +216,17 @@ def set_lr(optimizer, cfg, it, total_iters):
     return optimizer.param_groups[0]["lr"]
 
 
-FLOAT32_MATMULS = "high"  # on CUDA: TF32 (setup); gpu_check's float32 reference sets 'highest', true float32
-COMPILE_BACKEND = "inductor"  # compile=True's; tests and `gpu_check.py --cpu` take dynamo's 'eager': the same graph
-# capture and guards, no code generated (inductor takes minutes on a CPU)
-
-
-def compiled(model, cfg, task):
-    """torch.compile(model) when compile=True, else the model. Most tasks' batches are padded to their
-    bucket's longest sequence, so their length changes from batch to batch (and so does the batch size, at
-    the end of an epoch or a split): dynamic=True traces one graph with symbolic sizes from the start,
-    where the default would specialize on the first length, recompile on the second, and count each
-    against dynamo's recompile limit (past it, a shape runs uncompiled). A task of one fixed shape (a
-    language model's windows of block_size) keeps the default, a graph specialized to that shape."""
-    if not cfg["compile"]:
-        return model
-    return torch.compile(model, dynamic=None if task.fixed_shape else True, backend=COMPILE_BACKEND)
-
-
-def device_peak(cfg, dev, dtype_name):
-    """(one device's peak FLOP/s, its source) for the MFU, or None: the peak_tflops setting, or the GPU's
-    datasheet figure (bookkeeping/timing.py's peak_flops)."""
-    if cfg["peak_tflops"] > 0:
-        return cfg["peak_tflops"] * 1e12, "the peak_tflops setting"
-    return timing.peak_flops(dev, dtype_name)
-
-
 # -----------------------------------------------------------------------------
 # one step
-
-
-@dataclass(frozen=True)
-class StepTotals:
-    """One optimizer step over all the processes: whether to stop before it, and its size."""
-    stop: bool
-    examples: int
-    tokens: int
-    flops: float
-
-
-def step_flops(model, micro_batches, task):
-    """Training FLOPs of one step: 3x the analytic forward FLOPs (the backward pass costs about twice the
-    forward) of each micro-batch of token ids `idx` (B, T) at its padded length, counted as the task says;
-    other inputs count 0, and so does a micro-batch of 0 examples (a DDP process's stand-in, see
-    `Processes.step`)."""
-    return float(sum(3 * model.flops_per_forward(x["idx"].size(1), x["idx"].size(0), **task.flops_options(x, n))
-                     for x, n, _ in micro_batches if "idx" in x and n))
 
 
 def train_step(model, micro_batches, optimizer, scaler, ctx, grad_clip, n_examples=None, world=1):
     """One optimizer step over the micro-batches [(inputs, examples, tokens), ...]. Each micro-batch's
     loss is weighted by its share of the step's examples, so the gradient is the mean over all of them.
-    Under DDP, `micro_batches` are this process's, `n_examples` counts the examples of all `world`
-    processes' (default: these micro-batches'), and DDP's all-reduce averages the processes' gradients:
-    each share is multiplied by `world`, so that the average is the sum over all the step's micro-batches.
-    Only the last backward all-reduces; the others accumulate locally (no_sync).
-    Returns ([(loss, examples) for each micro-batch], total gradient L2 norm before clipping), the losses
-    and the norm as device tensors: reading them waits for the device, so the loop reads them only when
-    it logs or evaluates (mean_loss, .item())."""
+    Returns ([(loss, examples) for each micro-batch], total gradient L2 norm before clipping), both device
+    tensors: reading them waits for the device, so the loop reads them only when it logs or evaluates.
+    Under DDP (the appendix), `n_examples` counts all `world` processes' examples, DDP's all-reduce averages
+    the gradients (so each share is multiplied by `world`), and only the last backward all-reduces."""
     if n_examples is None:
         n_examples = sum(n for _, n, _ in micro_batches)
     no_sync = getattr(model, "no_sync", nullcontext)  # DistributedDataParallel's (through a compile wrapper too)
@@ -377,21 +247,20 @@ def train_step(model, micro_batches, optimizer, scaler, ctx, grad_clip, n_exampl
     return losses, grad_norm
 
 
-def mean_loss(losses, n_examples, procs):
-    """A step's loss, the mean over its n_examples (all processes'), from train_step's per-micro-batch
-    losses: one copy from the device, then the same sum in float64 that one process makes."""
+def mean_loss(losses, n_examples):
+    """A step's loss, the mean over its n_examples, from train_step's per-micro-batch losses: one copy from the
+    device, then a sum in float64."""
     values = torch.stack([loss for loss, _ in losses]).tolist()
-    total = sum(v * n for v, (_, n) in zip(values, losses))
-    return procs.sum([total])[0] / n_examples
+    return sum(v * n for v, (_, n) in zip(values, losses)) / n_examples
 
 
 # -----------------------------------------------------------------------------
-# validation, and the held-out splits
+# the run
 
 
 @dataclass
 class RunState:
-    """How far the run has come: with the weights, the optimizer, the schedulers and the RNG, what a
+    """How far the run has come: with the weights, the optimizer, the schedules and the RNG, what a
     resume restores. Every checkpoint holds these fields at its top level."""
     iter_num: int = 0  # optimizer steps taken
     epoch: int = 0  # epochs completed
@@ -405,83 +274,163 @@ class RunState:
     train_flops: float = 0.0  # training FLOPs so far (step_flops; resumed from a checkpoint without it: since then)
     train_seconds: float = 0.0  # wall time so far, evaluations included (likewise): a resumed run's minutes are all
 
-    @classmethod
-    def from_checkpoint(cls, ckpt):
-        state = cls(**{f.name: ckpt.get(f.name, f.default) for f in fields(cls)})
-        if "best_val" not in ckpt and math.isfinite(state.best_val_loss):  # saved before select_on: by the loss
-            state.best_val = state.best_val_loss
-        return state
+
+def run_length(cfg, stream):
+    """(steps an epoch, steps in all, steps between evaluations): a stream of random draws (a language model's
+    windows) has no epochs, so its length is max_iters; one of epochs stops at max_epochs or max_iters."""
+    epoch_steps = stream.steps_per_epoch or math.inf
+    total_iters = min(cfg["max_epochs"] * epoch_steps, cfg["max_iters"] or math.inf)
+    return epoch_steps, total_iters, cfg["eval_interval"] or epoch_steps
 
 
-def validate(model, task, dataset, cfg, device, ctx, procs):
-    """The task's figures of the model on the validation split. Under DDP every process scores the whole
-    split, the same way (it is small next to training, and what the figures decide must be decided everywhere
-    alike); all then take rank 0's loss and select_on figure, so that a difference in the last bit between two
-    GPUs cannot make them decide differently."""
-    figures = task.evaluate(model, dataset.splits["val"], cfg, device, ctx)
-    for k in dict.fromkeys(("loss", cfg["select_on"])):
-        figures[k] = procs.from_main(figures[k])
-    return figures
+def save(which, files, model, cfg, dataset, state, meter, optimizer=None, plateau=None, scaler=None):
+    """The one place a checkpoint is built: 'best' (ckpt.pt: the weights, the model's and the run's configs, the
+    data it trained on, the run's state) or 'last' (last.pt: also the optimizer, the schedules and the random
+    state, all a resume needs)."""
+    state.train_seconds = meter.seconds()
+    extra = dict(optimizer=optimizer.state_dict(), plateau=plateau.state_dict(), scaler=scaler.state_dict(),
+                 rng_cpu=torch.get_rng_state()) if which == "last" else {}
+    files.save(which, model, config=cfg, data=dataset.info(), **asdict(state), **extra)
 
 
-def judge(state, figures, task, cfg):
-    """Record an evaluation in the run's state: its figures, the lowest loss, the best select_on figure (the
-    kept checkpoint's), the evaluations in a row without a gain of early_stop_min_delta in it, and early stopping
-    after early_stop_patience of them. Returns whether this is the best select_on figure so far."""
-    key = cfg["select_on"]
-    state.last_eval = {"iter": state.iter_num, "n": figures["n"],
-                       **{k: figures[k] for k in task.metrics if k in figures}}
-    state.best_val_loss = min(state.best_val_loss, figures["loss"])
-    sign = 1 if task.metrics[key].better == "higher" else -1  # a gain is sign * (new - old) > 0
-    value, best = figures[key], state.best_val
-    state.bad_evals = 0 if best is None or sign * (value - best) > cfg["early_stop_min_delta"] else state.bad_evals + 1
-    is_best = best is None or sign * (value - best) > 0
-    if is_best:
-        state.best_val = value
-    if cfg["early_stop_patience"] and state.bad_evals >= cfg["early_stop_patience"]:
-        state.stopped = f"early stopping ({state.bad_evals} evaluations without improvement)"
-    return is_best
+def train(cfg, ddp=None):
+    """Train the run `cfg` describes (make_config's). Returns its summary (why it stopped, its figures, each one's
+    label and better side), also written to out_dir/summary.json. Under torchrun `ddp` is this process's place
+    among those that train together (the appendix); rank 0 alone prints and writes the files."""
+    if ddp is None:
+        check_settings(cfg, data.PRETRAINED)  # before any work: a bad setting costs nothing
+        if torchrun_env():  # one of several processes: the appendix joins them, then trains here
+            return train_ddp(cfg)
+    device, rank, world = (ddp.device, ddp.rank, ddp.world) if ddp else (resolve_device(cfg["device"]), 0, 1)
+    device_type = device.split(":")[0]
+    dtype = configurator.resolve_dtype(cfg["dtype"], device_type)
+    ctx = configurator.autocast_context(device_type, dtype)  # AMP: bfloat16 or float16 matmuls, or nothing
+    if device_type == "cuda":  # TF32 tensor cores for float32 matmuls (and what autocast leaves in float32)
+        torch.set_float32_matmul_precision(FLOAT32_MATMULS)
+    with records.out_dir_lock(cfg, writer=rank == 0):
+        torch.manual_seed(cfg["seed"])
+        with ddp.main_first() if ddp else nullcontext():  # rank 0 prepares a missing dataset; then the others
+            dataset = data.load_dataset(cfg)
+        check_task(cfg, dataset.task, evaluate.METRICS, FAMILIES, DEFAULTS)
+        metrics = evaluate.METRICS[dataset.task]
+        files = records.RunFiles(cfg["out_dir"], writer=rank == 0)
+        if cfg["init_from"] == "resume":  # the appendix: the run in last.pt, as it was saved
+            model, state, ckpt, cfg = resumed(cfg, dataset, device, files)
+        else:  # a new run (the files of one it replaces deleted first)
+            files.start({"type": "start", "iter": 0, "config": cfg})
+            model, state, ckpt = new_model(cfg, dataset).to(device), RunState(), None
+        peak = device_peak(cfg, device, dtype)  # (FLOP/s, its source) or None: the MFU's denominator
+        records.say_setup(files, model, device, dtype, world, peak, state.iter_num)  # printed and logged
+        optimizer = make_optimizer(model, cfg, device_type)
+        sign = 1 if metrics[cfg["select_on"]].better == "higher" else -1  # a gain is sign * (new - old) > 0
+        plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(  # it watches the select_on figure
+            optimizer, mode="max" if sign > 0 else "min", factor=cfg["plateau_factor"], patience=cfg["plateau_patience"])
+        scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16"))  # float16's loss scaling
+        if ckpt is not None:  # the appendix: the optimizer, schedules and random state as last.pt left them
+            restore(ckpt, optimizer, plateau, scaler)
+        stream = data.training_stream(dataset, model.cfg, cfg)
+        epoch_steps, total_iters, eval_every = run_length(cfg, stream)
+        print(records.budget_line(cfg, total_iters, epoch_steps, eval_every))
+        for line in run_warnings(cfg, total_iters, epoch_steps, eval_every, DEFAULTS):
+            print(f"warning: {line}")
+        train_model = eval_model = compiled(model, cfg, stream.fixed_shape)  # compile=True: torch.compile
+        if ddp:  # the training module wrapped in DistributedDataParallel
+            train_model, eval_model = ddp.models(model, cfg, stream, state, ctx)
+        meter = timing.Meter(peak, world, state.iter_num, total_iters, state.train_seconds, eval_every)
+        grad_norm = None  # the last step's, a device tensor until read (state.grad_norm is the float)
+        with records.StopRequest(repeat_window=5.0 if ddp else 0.0).installed() as stop:
+            while not state.stopped:
+                if state.iter_num >= total_iters or state.epoch >= cfg["max_epochs"]:
+                    state.stopped = "max_iters" if state.iter_num == cfg["max_iters"] else "max_epochs"
+                    break
+                batch = stream.step(state.epoch, state.step_in_epoch, device, rank, world)  # [(inputs, n, tokens)]
+                examples, tokens = sum(n for _, n, _ in batch), sum(t for _, _, t in batch)
+                flops, asked = timing.step_flops(model, batch, dataset.task), stop.requested
+                if ddp:  # summed over the processes: they stop together, and every example weighs the same
+                    batch, asked, examples, tokens, flops = ddp.share(batch, asked, examples, tokens, flops, stream,
+                                                                      state)
+                if asked:  # Ctrl-C or SIGTERM, before this step: the run stops (last.pt saved below)
+                    state.stopped = "interrupted"
+                    break
+                lr = set_lr(optimizer, cfg, state.iter_num, total_iters)
+                train_model.train()
+                losses, grad_norm = train_step(train_model, batch, optimizer, scaler, ctx, cfg["grad_clip"],
+                                               examples, world)
+                state.iter_num, state.step_in_epoch = state.iter_num + 1, state.step_in_epoch + 1
+                state.train_flops += flops
+                meter.add(tokens, flops)
+                epoch = state.epoch + 1  # 1-based: the epoch this step belongs to
+                # every log_interval steps, and this process's first (a run says it is under way within seconds)
+                if state.iter_num % cfg["log_interval"] == 0 or state.iter_num == meter.iters_at_start + 1:
+                    loss = ddp.mean_loss(losses, examples) if ddp else mean_loss(losses, examples)
+                    state.grad_norm = grad_norm.item()
+                    files.log(report_progress(state, total_iters, epoch, bool(stream.steps_per_epoch), loss, lr,
+                                              meter.read(state.iter_num)))
+                if state.step_in_epoch == epoch_steps:  # the end of an epoch
+                    state.epoch, state.step_in_epoch = state.epoch + 1, 0
+                if state.iter_num % eval_every and state.iter_num != total_iters:
+                    continue
+                # evaluation: the validation figures, the best checkpoint kept, the plateau schedule, early stopping
+                state.grad_norm = grad_norm.item()
+                val = evaluate.score_split(eval_model, dataset.splits["val"], dataset.task, device, ctx,
+                                           cfg["eval_windows"])
+                if ddp:  # every process decides on rank 0's figures
+                    ddp.agree(val, cfg["select_on"])
+                state.last_eval = {"iter": state.iter_num, "n": val["n"], **{k: val[k] for k in metrics if k in val}}
+                state.best_val_loss = min(state.best_val_loss, val["loss"])
+                value, best = val[cfg["select_on"]], state.best_val
+                gain = math.inf if best is None else sign * (value - best)  # > 0: the best so far
+                state.bad_evals = 0 if gain > cfg["early_stop_min_delta"] else state.bad_evals + 1
+                if cfg["early_stop_patience"] and state.bad_evals >= cfg["early_stop_patience"]:
+                    state.stopped = f"early stopping ({state.bad_evals} evaluations without improvement)"
+                if state.iter_num >= cfg["warmup_iters"] and cfg["scheduler"] == "plateau":
+                    plateau.step(value)
+                if gain > 0:
+                    state.best_val = value
+                    save("best", files, model, cfg, dataset, state, meter)
+                print(f"eval at iter {state.iter_num}: val {records.describe(val, metrics)}"
+                      f"{' (best, saved ckpt.pt)' if gain > 0 else ''}", flush=True)
+                files.log(records.eval_record(state, epoch, optimizer.param_groups[0]["lr"], gain > 0))
+                save("last", files, model, cfg, dataset, state, meter, optimizer, plateau, scaler)
+                meter.evaluated()  # evaluation is not training: the speed and the time left count it apart
+        state.grad_norm = state.grad_norm if grad_norm is None else grad_norm.item()
+        if state.stopped == "interrupted":  # to continue from, with --init_from=resume
+            save("last", files, model, cfg, dataset, state, meter, optimizer, plateau, scaler)
+        summary = records.summarize(state, metrics, dataset, model.param_counts(), meter.minutes())
+        if files.writer and state.stopped != "interrupted":  # the kept checkpoint on the held-out splits
+            score_test(files.paths["best"], dataset, cfg, device, ctx, summary, state.best_val)
+        files.log({"type": "summary", **summary})
+        files.write_summary({**summary, "config": cfg})
+        return summary
 
 
-def score_test(run, summary):
-    """Add the best checkpoint's figures on each held-out split (test, and Pig Latin's unseen words) to the
-    summary as <split>_<figure>, with their labels in its `metrics`, and the per-example answers for paired
-    tests across runs (McNemar's, study.py); nothing without a test split."""
-    best_path, splits = run.files.paths["best"], run.dataset.splits
-    if "test" not in splits or not os.path.isfile(best_path):
-        return
-    best, _ = load_checkpoint(best_path, run.procs.device)
-    for name in [s for s in splits if s not in ("train", "val")]:
-        figures = run.task.evaluate(best, splits[name], run.cfg, run.procs.device, run.ctx)
-        summary.update({f"{name}_{k}": figures[k] for k in run.task.metrics if k in figures},
-                       **{f"{name}_n": figures["n"]})
-        if "predictions" in figures:
-            summary[f"{name}_predictions"] = figures["predictions"]
-        summary["metrics"].update({f"{name}_{k}": {"label": f"{name} {m.label} (best checkpoint)", "better": m.better}
-                                   for k, m in run.task.metrics.items() if k in figures})
-        print(f"best checkpoint: val {run.cfg['select_on']} {run.state.best_val:.4f}; {name} "
-              f"{records.describe(figures, run.task.metrics)}")
+FLOAT32_MATMULS = "high"  # on CUDA: TF32; gpu_check's float32 reference sets 'highest', true float32
+COMPILE_BACKEND = "inductor"  # compile=True's; tests and `gpu_check.py --cpu` take dynamo's 'eager': the same
+# graph capture and guards, no code generated (inductor takes minutes on a CPU)
 
 
-# -----------------------------------------------------------------------------
-# the run: set up, trained step by step, evaluated, saved, finished
+def compiled(model, cfg, fixed_shape):
+    """torch.compile(model) when compile=True, else the model. Most tasks' batches are padded to their bucket's
+    longest sequence, so their length changes from batch to batch: dynamic=True traces one graph with symbolic
+    sizes from the start, where the default would specialize on the first length and recompile on the next
+    (past dynamo's recompile limit a shape runs uncompiled). Batches of one fixed shape (a language model's
+    windows of block_size) keep the default, a graph specialized to that shape."""
+    if not cfg["compile"]:
+        return model
+    return torch.compile(model, dynamic=None if fixed_shape else True, backend=COMPILE_BACKEND)
 
 
-def setup_line(model, procs, dtype_name, peak):
-    """The line that opens a run: the model's size, the device and precision, the processes, the MFU's peak."""
-    counts = model.param_counts()
-    frozen = f", {counts['trainable']:,} trainable" if counts["trainable"] < counts["total"] else ""
-    return (f"model: {counts['total']:,} parameters ({counts['non_embedding']:,} non-embedding{frozen}); "
-            f"device {procs.device}" + (f" ({configurator.threads_note()})" if procs.device == "cpu" else "")
-            + f", dtype {dtype_name}" + (", TF32 matmuls" if procs.device.startswith("cuda") else "")
-            + (f"; {procs.world} processes (DDP, {torch.distributed.get_backend()})" if procs.world > 1 else "")
-            + (f"; MFU of a peak {peak[0] / 1e12:,.1f} TFLOP/s per device ({peak[1]})" if peak else
-               "; no MFU (no peak FLOP/s known for this device; peak_tflops sets one)"))
+def device_peak(cfg, device, dtype_name):
+    """(one device's peak FLOP/s, its source) for the MFU, or None: the peak_tflops setting, or the GPU's
+    datasheet figure (bookkeeping/timing.py's peak_flops)."""
+    if cfg["peak_tflops"] > 0:
+        return cfg["peak_tflops"] * 1e12, "the peak_tflops setting"
+    return timing.peak_flops(device, dtype_name)
 
 
 def report_progress(state, total_iters, epoch, epochs, loss, lr, speed):
-    """Print a progress line; return its log record. `epoch`: the 1-based epoch of this step, printed if
-    the stream has `epochs` (a stream of random windows has none); `speed`: the Meter's reading."""
+    """Print a progress line; return its log record. `epoch`: the 1-based epoch of this step, printed if the
+    stream has `epochs` (a stream of random windows has none); `speed`: the Meter's reading."""
     mfu = f" MFU {100 * speed['mfu']:.1f}%" if "mfu" in speed else ""
     print(f"iter {state.iter_num}/{total_iters}{f' (epoch {epoch})' if epochs else ''} loss {loss:.4f} grad norm "
           f"{state.grad_norm:.3f} lr {lr:.2e} {speed['tok_per_s']:,.0f} tok/s{mfu} ETA {speed['eta_min']:.1f} min",
@@ -490,27 +439,62 @@ def report_progress(state, total_iters, epoch, epochs, loss, lr, speed):
             "lr": lr, "tok_per_s": speed["tok_per_s"], **({"mfu": speed["mfu"]} if "mfu" in speed else {})}
 
 
-def start(cfg, dataset, dev, files):
-    """A new model and state, or (init_from='resume') both from last.pt (resumed); the run's start goes into its
-    log. Returns (model, state, the checkpoint resumed from or None, the run's config)."""
-    if cfg["init_from"] == "resume":
-        return resumed(cfg, dataset, dev, files)
-    for path in files.paths.values():  # check_out_dir let this through: an empty out_dir, or overwrite=True
-        if files.writer and os.path.exists(path):
-            os.remove(path)
-            print(f"deleted {path} (of the run this one replaces)")
-    files.log({"type": "start", "iter": 0, "config": cfg})
-    return new_model(cfg, dataset).to(dev), RunState(), None, cfg
+def score_test(best_path, dataset, cfg, device, ctx, summary, best_val):
+    """Add the kept checkpoint's figures on each held-out split (test, and Pig Latin's unseen words) to the
+    summary as <split>_<figure>, with their labels in its `metrics`, and the per-example answers for paired
+    tests across runs (McNemar's, study.py); nothing without a test split."""
+    if "test" not in dataset.splits or not os.path.isfile(best_path):
+        return
+    best, _ = load_checkpoint(best_path, device)
+    metrics = evaluate.METRICS[dataset.task]
+    for name in [s for s in dataset.splits if s not in ("train", "val")]:
+        figures = evaluate.score_split(best, dataset.splits[name], dataset.task, device, ctx, cfg["eval_windows"])
+        summary.update({f"{name}_{k}": figures[k] for k in metrics if k in figures}, **{f"{name}_n": figures["n"]})
+        if "predictions" in figures:
+            summary[f"{name}_predictions"] = figures["predictions"]
+        summary["metrics"].update({f"{name}_{k}": {"label": f"{name} {m.label} (best checkpoint)", "better": m.better}
+                                   for k, m in metrics.items() if k in figures})
+        print(f"best checkpoint: val {cfg['select_on']} {best_val:.4f}; {name} "
+              f"{records.describe(figures, metrics)}")
 
 
-def resumed(cfg, dataset, dev, files):
-    """The run in last.pt: its model and state, and the checkpoint itself, which also holds the optimizer,
-    schedules and random state to restore (`optimizers`). A resume must be the same run (same_run): only
-    IMPLEMENTATION_KEYS (printed and logged) and BOOKKEEPING_KEYS may change. The config it returns is the run's
-    it continues, which says how that one started (from scratch, stories260K, a checkpoint), so study.py knows
-    it for the run it planned."""
+def main(argv):
+    if "-h" in argv or "--help" in argv:
+        print(train_help(__file__, __doc__, DEFAULTS, MODEL_SETTINGS["model"], FAMILIES))
+        return
+    if not argv:  # say what is about to happen before the data is prepared and the model built
+        print(train_bare_line(DEFAULTS, MODEL_SETTINGS["model"]), flush=True)
+    try:
+        cfg, defaults = make_config(argv), make_config([])
+        if argv and all(cfg[k] == defaults[k] for k in cfg if k not in records.BOOKKEEPING_KEYS):
+            print(f"{' '.join(argv)} changes no setting: this run trains the defaults (`python train.py --help` "
+                  f"lists them)", flush=True)
+        configurator.set_cpu_threads(configurator.resolve_device(cfg["device"]))  # one, unless OMP_NUM_THREADS says
+        summary = train(cfg)
+    except configurator.UserError as e:  # bad input: one line; a bug keeps its traceback
+        sys.exit(f"error: {e}")
+    except KeyboardInterrupt:  # Ctrl-C before the loop (the data being prepared, say): nothing is half-written
+        print("interrupted before the first step: nothing of this run was saved", file=sys.stderr)
+        sys.exit(130)  # 128 + SIGINT: what a shell reports of a command that Ctrl-C stopped
+    if summary["stopped"] == "interrupted":
+        print(f"interrupted: last.pt saved; continue with: python train.py {' '.join(argv)} --init_from=resume",
+              file=sys.stderr)
+        sys.exit(130)
+
+
+# -----------------------------------------------------------------------------
+# Appendix 1: resume (--init_from=resume). A stopped run (Ctrl-C, SIGTERM, a killed machine) continues from
+# its last.pt: the weights, the run's state, the optimizer, the schedules and the random state, so that it
+# trains on as if it had never stopped.
+
+
+def resumed(cfg, dataset, device, files):
+    """The run in last.pt: its model and state, and the checkpoint itself, whose optimizer, schedules and random
+    state `restore` puts back. A resume must be the same run (same_run): only IMPLEMENTATION_KEYS (printed and
+    logged) and BOOKKEEPING_KEYS may change. The config it returns is the run's it continues, which says how that
+    one started (from scratch, stories260K, a checkpoint), so study.py knows it for the run it planned."""
     paths = files.paths
-    model, ckpt = load_checkpoint(paths["last"], dev)
+    model, ckpt = load_checkpoint(paths["last"], device)
     if ckpt["version"] != CKPT_VERSION:
         raise CheckpointError(f"{paths['last']} is checkpoint version {ckpt['version']}; resuming needs version "
                               f"{CKPT_VERSION} (the run state changed). Evaluate it with evaluate.py, or start again")
@@ -526,7 +510,9 @@ def resumed(cfg, dataset, dev, files):
         print(f"resuming under other implementation settings: {records.changes(old, cfg, implementation)}")
     if old.get("init_from", "resume") != "resume":
         cfg = {**cfg, "init_from": old["init_from"]}
-    state = RunState.from_checkpoint(ckpt)
+    state = RunState(**{f.name: ckpt.get(f.name, f.default) for f in fields(RunState)})
+    if "best_val" not in ckpt and math.isfinite(state.best_val_loss):  # saved before select_on: by the loss
+        state.best_val = state.best_val_loss
     if state.stopped in ("", "interrupted"):  # saved at an evaluation (a run killed after it), or on a stop asked for
         state.stopped = ""  # it goes on
     else:  # the last evaluation stopped it early, and the run was killed before its summary: it ends as it would have
@@ -538,204 +524,16 @@ def resumed(cfg, dataset, dev, files):
     return model, state, ckpt, cfg
 
 
-@dataclass
-class Run:
-    """One training job's pieces, built by `setup`: what its steps, evaluations and checkpoints share."""
-    cfg: dict  # the run's config: for a resume, with the init_from of the run it continues (`resumed`)
-    procs: "Processes"  # this process, and its place among those training together (one process: rank 0 of 1)
-    ctx: object  # the autocast context (a nullcontext in float32)
-    dataset: data.Dataset
-    task: Task
-    files: records.RunFiles  # the run's files in out_dir, written by rank 0
-    model: torch.nn.Module  # the plain module, whose weights the checkpoints keep
-    train_model: torch.nn.Module  # the module that trains: the model, compiled when compile=True (DDP: wrapped)
-    eval_model: torch.nn.Module  # the module that evaluates
-    state: RunState
-    optimizer: torch.optim.Optimizer
-    plateau: torch.optim.lr_scheduler.ReduceLROnPlateau
-    scaler: torch.amp.GradScaler  # float16's loss scaling; a no-op otherwise
-    stream: object  # the task's training batches (data.py's streams)
-    meter: timing.Meter  # tokens per second, MFU, time so far and left
-    epoch_steps: float  # optimizer steps an epoch (inf: a stream of random windows has no epochs)
-    total_iters: float  # optimizer steps at most (max_epochs, max_iters)
-    eval_every: float  # optimizer steps between evaluations
-
-
-def setup(cfg, procs):
-    """The run's pieces, in the order they are built: the precision, the data and its task, the model and
-    its state (fresh, or resumed: `start`), the optimizer and schedules, the batches, the run's length (with
-    the warnings it gives) and the modules that train and evaluate."""
-    device_type = procs.device.split(":")[0]
-    dtype_name = configurator.resolve_dtype(cfg["dtype"], device_type)
-    ctx = configurator.autocast_context(device_type, dtype_name)
-    if device_type == "cuda":
-        # TF32 tensor cores for float32 matmuls (a 10-bit mantissa, several times float32's rate from the A100
-        # on): the float32 runs, and what bf16 autocast leaves in float32. This setting is the process's.
-        torch.set_float32_matmul_precision(FLOAT32_MATMULS)
-    torch.manual_seed(cfg["seed"])
-    with procs.main_first():  # rank 0 prepares a missing dataset; then the others read it
-        dataset = data.load_dataset(cfg)
-    task = task_of(dataset, cfg)
-    files = records.RunFiles(cfg["out_dir"], writer=procs.main)
-    model, state, resume, run_cfg = start(cfg, dataset, procs.device, files)
-    peak = device_peak(run_cfg, procs.device, dtype_name)  # (FLOP/s, source) or None
-    print(setup_line(model, procs, dtype_name, peak))
-    files.log({"type": "conditions", "iter": state.iter_num,
-               **records.run_conditions(procs.device, dtype_name, procs.world)})
-    optimizer, plateau, scaler = optimizers(model, run_cfg, task, device_type, dtype_name, resume)
-    stream = task.stream(dataset, model.cfg, run_cfg)
-    epoch_steps = stream.steps_per_epoch or math.inf  # a stream of random draws has no epochs
-    total_iters = min(run_cfg["max_epochs"] * epoch_steps, run_cfg["max_iters"] or math.inf)
-    eval_every = run_cfg["eval_interval"] or epoch_steps
-    for line in run_warnings(run_cfg, total_iters, epoch_steps, eval_every, DEFAULTS):
-        print(f"warning: {line}")
-    if not procs.ddp:  # one module trains and evaluates: the model itself, or compiled (compile=True)
-        train_model = eval_model = compiled(model, run_cfg, task)
-    else:  # under torchrun, even with one process: the appendix
-        train_model, eval_model = procs.models(model, run_cfg, task, stream, state, ctx)
-    meter = timing.Meter(peak, procs.world, state.iter_num, total_iters, state.train_seconds)
-    return Run(run_cfg, procs, ctx, dataset, task, files, model, train_model, eval_model, state, optimizer, plateau,
-               scaler, stream, meter, epoch_steps, total_iters, eval_every)
-
-
-def optimizers(model, cfg, task, device_type, dtype_name, resume):
-    """AdamW (make_optimizer), the plateau schedule (on the select_on figure, in its direction: 'max' for an
-    accuracy) and float16's loss scaler; for a resume, each as last.pt left it, with the random state."""
-    optimizer = make_optimizer(model, cfg, device_type)
-    mode = "max" if task.metrics[cfg["select_on"]].better == "higher" else "min"
-    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode=mode, factor=cfg["plateau_factor"],
-                                                         patience=cfg["plateau_patience"])
-    scaler = torch.amp.GradScaler(device_type, enabled=(dtype_name == "float16"))
-    if resume is not None:
-        optimizer.load_state_dict(resume["optimizer"])
-        plateau.load_state_dict(resume["plateau"])
-        scaler.load_state_dict(resume["scaler"])
-        torch.set_rng_state(resume["rng_cpu"].cpu())  # load_checkpoint moved it to the device with the rest
-    return optimizer, plateau, scaler
-
-
-def save(run, which):
-    """The one place a checkpoint is built: 'best' (ckpt.pt: the weights, the model's and the run's configs,
-    the data it trained on, the run's state) or 'last' (last.pt: also the optimizer, the schedules and the
-    random state, all a resume needs)."""
-    run.state.train_seconds = run.meter.seconds()
-    extra = dict(optimizer=run.optimizer.state_dict(), plateau=run.plateau.state_dict(),
-                 scaler=run.scaler.state_dict(), rng_cpu=torch.get_rng_state()) if which == "last" else {}
-    run.files.save(which, run.model, config=run.cfg, data=run.dataset.info(), **asdict(run.state), **extra)
-
-
-def evaluation(run, epoch):
-    """Validate and judge; step the plateau schedule on the select_on figure (after warm-up); keep ckpt.pt if
-    this is the best so far; print and log the figures; save last.pt. The meter leaves the time out."""
-    state, cfg = run.state, run.cfg
-    figures = validate(run.eval_model, run.task, run.dataset, cfg, run.procs.device, run.ctx, run.procs)
-    is_best = judge(state, figures, run.task, cfg)
-    if state.iter_num >= cfg["warmup_iters"] and cfg["scheduler"] == "plateau":
-        run.plateau.step(figures[cfg["select_on"]])
-    if is_best:
-        save(run, "best")
-    print(f"eval at iter {state.iter_num}: val {records.describe(figures, run.task.metrics)}"
-          f"{' (best, saved ckpt.pt)' if is_best else ''}", flush=True)
-    run.files.log({"type": "eval", "epoch": epoch, "lr": run.optimizer.param_groups[0]["lr"], "best": is_best,
-                   "grad_norm": state.grad_norm, "iter": state.iter_num,
-                   **{f"val_{k}": v for k, v in state.last_eval.items() if k != "iter"}})
-    save(run, "last")
-    run.meter.restart()  # evaluation is not training
-
-
-def run_steps(run):
-    """Train step by step until the run stops: its length reached (max_iters or max_epochs), early stopping
-    at an evaluation, or a stop asked for (Ctrl-C, SIGTERM: last.pt saved, to continue with --init_from=resume)."""
-    cfg, state, procs = run.cfg, run.state, run.procs
-    grad_norm = None  # the last step's, a device tensor until read (state.grad_norm is the float)
-    with records.StopRequest(repeat_window=5.0 if procs.world > 1 else 0.0).installed() as stop:
-        while not state.stopped:
-            if state.iter_num >= run.total_iters or state.epoch >= cfg["max_epochs"]:
-                state.stopped = "max_iters" if state.iter_num == cfg["max_iters"] else "max_epochs"
-                break
-            batch = run.stream.step(state.epoch, state.step_in_epoch, procs.device, procs.rank, procs.world)
-            batch, step = procs.share(batch, run, stop.requested)  # its StepTotals (DDP: over all processes)
-            if step.stop:  # asked of any process: all stop after the same step
-                interrupted(run, grad_norm)
-                break
-            lr = set_lr(run.optimizer, cfg, state.iter_num, run.total_iters)
-            procs.seed_dropout(cfg["seed"], state.iter_num)
-            run.train_model.train()
-            losses, grad_norm = train_step(run.train_model, batch, run.optimizer, run.scaler, run.ctx, cfg["grad_clip"],
-                                           step.examples, procs.world)
-            state.iter_num, state.step_in_epoch = state.iter_num + 1, state.step_in_epoch + 1
-            state.train_flops += step.flops
-            run.meter.add(step.tokens, step.flops)
-            epoch = state.epoch + 1  # 1-based: the epoch this step belongs to
-            # every log_interval steps, and this process's first (a run says it is under way within seconds); in
-            # every process: the loss is summed over them
-            if state.iter_num % cfg["log_interval"] == 0 or state.iter_num == run.meter.iters_at_start + 1:
-                loss, state.grad_norm = mean_loss(losses, step.examples, procs), grad_norm.item()
-                run.files.log(report_progress(state, run.total_iters, epoch, bool(run.stream.steps_per_epoch), loss,
-                                              lr, run.meter.read(state.iter_num)))
-            if state.step_in_epoch == run.epoch_steps:  # the end of an epoch
-                state.epoch, state.step_in_epoch = state.epoch + 1, 0
-            if state.iter_num % run.eval_every == 0 or state.iter_num == run.total_iters:
-                state.grad_norm = grad_norm.item()
-                evaluation(run, epoch)
-    if grad_norm is not None:
-        state.grad_norm = grad_norm.item()
-
-
-def interrupted(run, grad_norm):
-    """A stop asked for (Ctrl-C, SIGTERM) before a step: last.pt saved, to continue with --init_from=resume."""
-    run.state.stopped = "interrupted"
-    run.state.grad_norm = run.state.grad_norm if grad_norm is None else grad_norm.item()
-    save(run, "last")
-    print(f"saved {run.files.paths['last']}; continue with --init_from=resume")
-
-
-def finish(run):
-    """The run's summary: why it stopped, the final validation figures and (score_test) the best checkpoint's
-    test figures, logged, and written to summary.json with the config, unless the run was interrupted (not
-    finished: it writes none)."""
-    state, procs = run.state, run.procs
-    summary = records.summarize(state, run.task, run.dataset, run.model.param_counts(), run.meter.minutes())
-    if procs.main and state.stopped != "interrupted":  # the others wait for it at the end of `processes`
-        score_test(run, summary)
-    run.files.log({"type": "summary", **summary})
-    if procs.main and state.stopped != "interrupted":
-        data.write_json(run.files.paths["summary"], {**summary, "config": run.cfg}, indent=1)
-    return summary
-
-
-def train(cfg):
-    """Run one training job described by the config dict `cfg` (make_config's output): check its settings,
-    take its out_dir, set it up, train it step by step, finish it. Returns the summary (why it stopped, the
-    final validation figures, the best checkpoint's test figures when the dataset has a test split, and
-    `metrics`: each figure's label and better direction), also written to out_dir/summary.json with the
-    config. Under torchrun this is one of its processes (the appendix: `processes`): they train together, and
-    rank 0 prints, writes the files and scores the test split."""
-    check_settings(cfg, data.PRETRAINED)
-    env = torchrun_env()  # under torchrun, rank 0 alone writes the run's files and holds its out_dir's lock
-    with records.out_dir_lock(cfg, writer=env is None or env[0] == 0), processes(cfg) as procs:
-        run = setup(cfg, procs)
-        run_steps(run)
-        return finish(run)
-
-
-def main(argv):
-    if "-h" in argv or "--help" in argv:
-        print(train_help(__file__, __doc__, DEFAULTS, MODEL_SETTINGS["model"], FAMILIES))
-        return
-    if not argv:  # say what is about to happen before the data is prepared and the model built
-        print(train_bare_line(DEFAULTS, MODEL_SETTINGS["model"]), flush=True)
-    try:
-        cfg = make_config(argv)
-        configurator.set_cpu_threads(configurator.resolve_device(cfg["device"]))  # one, unless OMP_NUM_THREADS says
-        train(cfg)
-    except configurator.UserError as e:  # bad input: one line; a bug keeps its traceback
-        sys.exit(f"error: {e}")
+def restore(ckpt, optimizer, plateau, scaler):
+    """The optimizer, the plateau schedule, the loss scaler and the random state as last.pt holds them."""
+    optimizer.load_state_dict(ckpt["optimizer"])
+    plateau.load_state_dict(ckpt["plateau"])
+    scaler.load_state_dict(ckpt["scaler"])
+    torch.set_rng_state(ckpt["rng_cpu"].cpu())  # load_checkpoint moved it to the device with the rest
 
 
 # -----------------------------------------------------------------------------
-# Appendix: processes. This one alone (every path above), or one of several that torchrun started (data
-# parallel, DDP).
+# Appendix 2: data-parallel training (DDP), when torchrun started this process as one of several.
 #
 # Each of `world` processes holds the whole model and takes grad_accum / world of every step's
 # micro-batches (data.py's streams: rank, rank + world, ...); DistributedDataParallel averages the
@@ -744,16 +542,30 @@ def main(argv):
 # trains the same model on 1 or N processes (to rounding). Rank 0 alone prints and writes files.
 
 
+def torchrun_env():
+    """(rank, local rank, world size) from the environment torchrun sets for each process it starts, or
+    None for a plain run."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", os.environ["RANK"])), int(os.environ["WORLD_SIZE"])
+
+
+def train_ddp(cfg):
+    """train(cfg) as one of torchrun's processes: they join one process group (`processes`), then each runs
+    the one loop with its place among them."""
+    with processes(cfg) as procs:
+        return train(cfg, procs)
+
+
 @dataclass
 class Processes:
-    """The processes training together, and this one's place among them; a plain run is rank 0 of 1."""
-    rank: int = 0
-    world: int = 1
-    device: str = "cpu"  # this process's: cuda:LOCAL_RANK for DDP on GPUs
+    """The processes training together under torchrun, and this one's place among them."""
+    rank: int
+    world: int
+    device: str  # this process's: cuda:LOCAL_RANK on GPUs
     cpu_group: object = None  # a gloo group for the small sums of CPU numbers below: summing them there waits
     # for no GPU (with nccl, the default group's collectives run on the GPU's queue); None = the default group
-    ddp: bool = False  # started by torchrun, in a process group: the model trains in DistributedDataParallel, also
-    # with one process (nothing to average then, but every piece of DDP runs: what `torchrun --nproc_per_node=1` is for)
+    seed: int = 0  # the run's: every process's dropout masks are drawn from it, its step and its rank
 
     @property
     def main(self):
@@ -768,48 +580,44 @@ class Processes:
         torch.distributed.all_reduce(t, group=self.cpu_group)
         return t.tolist()
 
-    def from_main(self, value):
-        """Rank 0's value of a float, on every process."""
-        if self.world == 1:
-            return value
-        t = torch.tensor([value], dtype=torch.float64)
-        torch.distributed.broadcast(t, src=0, group=self.cpu_group)
-        return t.item()
-
     def barrier(self):
         if self.world > 1:
             torch.distributed.barrier(group=self.cpu_group)
 
-    def share(self, micro, run, stop_requested):
-        """This process's micro-batches of the run's next step [(inputs, examples, tokens), ...], and the step's
-        StepTotals over all the processes (one sum, of CPU numbers): whether any was asked to stop, so that all
-        stop after the same step; the step's examples, so that each micro-batch weighs its share of all of them;
-        its tokens and FLOPs, for the meter. One process: its own, the sum of one. The last step of an epoch can
-        hold fewer micro-batches than there are processes; a process left without one still has to join the
-        step's gradient all-reduce, so it takes rank 0's first micro-batch (the step's first) with 0 examples,
-        a weight of 0."""
+    def share(self, micro, asked, examples, tokens, flops, stream, state):
+        """This process's micro-batches of the step, and the step's figures over all the processes (one sum, of
+        CPU numbers): whether any was asked to stop, so that all stop after the same step; the step's examples,
+        so that each micro-batch weighs its share of all of them; its tokens and FLOPs, for the meter. The last
+        step of an epoch can hold fewer micro-batches than there are processes; a process left without one still
+        has to join the step's gradient all-reduce, so it takes rank 0's first micro-batch (the step's first)
+        with 0 examples, a weight of 0."""
         if not micro:
-            inputs, _, _ = run.stream.step(run.state.epoch, run.state.step_in_epoch, self.device, 0, self.world)[0]
+            inputs, _, _ = stream.step(state.epoch, state.step_in_epoch, self.device, 0, self.world)[0]
             micro = [(inputs, 0, 0)]
-        counts = [stop_requested, sum(n for _, n, _ in micro), sum(t for _, _, t in micro),
-                  step_flops(run.model, micro, run.task)]
-        asked, examples, tokens, flops = self.sum(counts)
-        return micro, StepTotals(bool(asked), int(examples), int(tokens), flops)
+        asked, examples, tokens, flops = self.sum([asked, examples, tokens, flops])
+        if self.world > 1:  # each process its own dropout masks, from (seed, step, rank): a resume draws the same
+            torch.manual_seed(hash((self.seed, state.iter_num, self.rank)) % 2**63)
+        return micro, bool(asked), int(examples), int(tokens), flops
 
-    def seed_dropout(self, seed, iter_num):
-        """Under DDP, each process its own dropout masks (one seed everywhere would give all the same ones),
-        drawn from (seed, step, rank) so that a resumed run draws what it would have drawn. One process
-        keeps the one random stream it started with."""
-        if self.world > 1:
-            torch.manual_seed(hash((seed, iter_num, self.rank)) % 2**63)
+    def mean_loss(self, losses, n_examples):
+        """The step's loss, the mean over all the processes' examples (one sum of CPU numbers)."""
+        values = torch.stack([loss for loss, _ in losses]).tolist()
+        return self.sum([sum(v * n for v, (_, n) in zip(values, losses))])[0] / n_examples
 
-    def models(self, model, cfg, task, stream, state, ctx):
-        """Under DDP, (the module that trains, the module that evaluates) over `model`, the plain module whose
-        weights the checkpoints keep: the training module is DistributedDataParallel(model), compiled (dynamo
-        then splits the graph at DDP's gradient buckets, so their all-reduces overlap the backward pass);
-        evaluation runs the plain model, compiled on its own, in every process alike. DDP waits for every
-        parameter's gradient unless told which never come: a probe pass over the next micro-batch finds them
-        (unused_parameters)."""
+    def agree(self, figures, select_on):
+        """Rank 0's validation loss and select_on figure, on every process: a difference in the last bit between
+        two GPUs must not make them decide differently (every process scores the whole split the same way)."""
+        for k in dict.fromkeys(("loss", select_on)) if self.world > 1 else ():
+            t = torch.tensor([figures[k]], dtype=torch.float64)
+            torch.distributed.broadcast(t, src=0, group=self.cpu_group)
+            figures[k] = t.item()
+
+    def models(self, model, cfg, stream, state, ctx):
+        """(the module that trains, the module that evaluates) over `model`, the plain module whose weights the
+        checkpoints keep: the training module is DistributedDataParallel(model), compiled (dynamo then splits the
+        graph at DDP's gradient buckets, so their all-reduces overlap the backward pass); evaluation runs the
+        plain model, compiled on its own, in every process alike. DDP waits for every parameter's gradient
+        unless told which never come: a probe pass over the next micro-batch finds them (unused_parameters)."""
         probe = stream.step(state.epoch, state.step_in_epoch, self.device)[0]
         unused = unused_parameters(model, probe, ctx)
         if unused:
@@ -817,7 +625,7 @@ class Processes:
         ddp = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[self.device] if self.device.startswith("cuda") else None,
             find_unused_parameters=bool(unused))
-        return compiled(ddp, cfg, task), compiled(model, cfg, task)
+        return compiled(ddp, cfg, stream.fixed_shape), compiled(model, cfg, stream.fixed_shape)
 
     @contextmanager
     def main_first(self):
@@ -829,27 +637,14 @@ class Processes:
             self.barrier()
 
 
-def torchrun_env():
-    """(rank, local rank, world size) from the environment torchrun sets for each process it starts, or
-    None for a plain run."""
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        return None
-    return int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", os.environ["RANK"])), int(os.environ["WORLD_SIZE"])
-
-
 @contextmanager
 def processes(cfg):
-    """The run's Processes. Under torchrun: joins the process group (nccl when the device is CUDA, each
+    """This process's Processes under torchrun: joins the process group (nccl when the device is CUDA, each
     process on cuda:LOCAL_RANK; gloo on the CPU; a UserError if the others have not all joined within
     DDP_JOIN_TIMEOUT seconds), silences the other ranks' prints, and at the end waits for all the processes
-    (rank 0 may still be scoring the test split) and leaves the group, which it also leaves on an error.
-    A plain run: just the device."""
+    (rank 0 may still be scoring the test split) and leaves the group, which it also leaves on an error."""
     dev = configurator.resolve_device(cfg["device"])
-    env = torchrun_env()
-    if env is None:
-        yield Processes(device=dev)
-        return
-    rank, local_rank, world = env
+    rank, local_rank, world = torchrun_env()
     check_world(cfg, world)
     device_type = dev.split(":")[0]
     if device_type not in ("cuda", "cpu"):
@@ -860,7 +655,7 @@ def processes(cfg):
     records.join_processes(rank, world, "nccl" if device_type == "cuda" else "gloo")
     try:
         cpu_group = torch.distributed.new_group(backend="gloo") if device_type == "cuda" else None
-        procs = Processes(rank, world, dev, cpu_group, ddp=True)
+        procs = Processes(rank, world, dev, cpu_group, cfg["seed"])
         with ExitStack() as stack:
             if not procs.main:
                 stack.enter_context(redirect_stdout(stack.enter_context(open(os.devnull, "w"))))

@@ -1,8 +1,9 @@
 """
-train.py's checks of a run's settings, kept beside its story as the rest of its bookkeeping is: what train()
-refuses before any work (check_settings; check_world, once the processes that share a step are known under
-torchrun), and what it warns of once the run's length is known from the data (run_warnings). A refusal is a ConfigError, one line; a warning
-is one line too, and the run goes on as its settings make it.
+train.py's checks of a run's settings, in one place: what train() refuses before any work (check_settings), what
+it refuses once the dataset says its task (check_task: the task's own settings, the figure to select on, a model
+family that does the task), under torchrun once the processes that share a step are known (check_world), and
+what it warns of once the run's length is known from the data (run_warnings). A refusal is a ConfigError, one
+line; a warning is one line too, and the run goes on as its settings make it.
 """
 
 import math
@@ -27,6 +28,8 @@ def check_settings(cfg, pretrained):
     an init_from that names nothing (`pretrained`: the checkpoints it may name, data.PRETRAINED), sizes below 1,
     counts and rates below 0 (NON_NEGATIVE), AdamW's betas and the plateau's factor, a share or a peak out of range,
     and an out_dir that is no folder or holds another run (bookkeeping/records.py's check_out_dir)."""
+    if not cfg["out_dir"]:
+        raise ConfigError("out_dir is empty: a run writes its checkpoints and log into a folder: give one")
     for key, allowed in (("scheduler", ("plateau", "cosine", "constant")),
                          ("adamw_impl", ("fused", "manual"))):
         if cfg[key] not in allowed:
@@ -54,6 +57,30 @@ def check_settings(cfg, pretrained):
         raise ConfigError(f"peak_tflops={cfg['peak_tflops']}: expected a device's peak TFLOP/s, or 0 to "
                           f"look it up")
     records.check_out_dir(cfg)
+
+
+# the settings only one task reads: set for a dataset of another task, they are an error
+TASK_SETTINGS = {"seq2seq": ("hyphen_compounds",)}
+
+
+def check_task(cfg, task, metrics, families, defaults):
+    """What a run of a dataset of `task` refuses: another task's own settings (TASK_SETTINGS) changed from their
+    `defaults`, a select_on figure the task has no better side of (`metrics`: evaluate.METRICS), a model family
+    (`families`: model.FAMILIES) that does not do the task, and a language model without max_iters (it trains
+    on random windows, which have no epochs)."""
+    for name, keys in TASK_SETTINGS.items():
+        stray = [k for k in keys if name != task and cfg[k] != defaults[k]]
+        if stray:
+            raise ConfigError(f"{', '.join(stray)} applies to {name} datasets; {cfg['dataset']} is a {task} dataset")
+    choices = [k for k, m in metrics[task].items() if m.better in ("higher", "lower")]
+    if cfg["select_on"] not in choices:
+        raise ConfigError(f"select_on={cfg['select_on']!r}: a {task} run is scored by {', '.join(choices)}")
+    if task not in families[cfg["model"]][1].tasks:
+        fit = [name for name, (_, cls) in families.items() if task in cls.tasks]
+        raise ConfigError(f"model={cfg['model']!r} does not do the {task} task of dataset {cfg['dataset']!r}; set "
+                          f"model to one of {fit}")
+    if task == "lm" and cfg["max_iters"] < 1:
+        raise ConfigError("a language model trains on random windows for max_iters steps: set max_iters")
 
 
 def check_world(cfg, world):

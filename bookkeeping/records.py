@@ -17,6 +17,7 @@ train.py or evaluate.py (the run identity takes train.py's DEFAULTS as an argume
 """
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -77,9 +78,38 @@ class RunFiles:
         os.makedirs(out_dir, exist_ok=True)
         self.paths, self.writer = run_paths(out_dir), writer
 
+    def start(self, record):
+        """A new run's first log line. What an earlier run left here goes first: its files, where overwrite=True
+        let this run replace it (check_out_dir), or only its log, of a run stopped before its first checkpoint,
+        which is kept beside (log-1.jsonl, ...): nothing of a run is deleted unasked."""
+        earlier_run = existing_run(os.path.dirname(self.paths["log"]))
+        for key, path in self.paths.items():
+            if not self.writer or not os.path.exists(path):
+                continue
+            if key == "log" and not earlier_run:
+                k = 1
+                while os.path.exists(path.replace(".jsonl", f"-{k}.jsonl")):
+                    k += 1
+                kept = path.replace(".jsonl", f"-{k}.jsonl")
+                os.replace(path, kept)
+                print(f"kept the log of an earlier run that stopped before its first checkpoint as {kept}")
+            else:
+                os.remove(path)
+                print(f"deleted {path} (of the run this one replaces)")
+        self.log(record)
+
     def log(self, record):
         if self.writer:
             log_jsonl(self.paths["log"], record)
+
+    def write_summary(self, summary):
+        """summary.json: a finished run's, or an interrupted one's (stopped 'interrupted', no test figures), which
+        says how far it came; --init_from=resume continues it and writes its own."""
+        if self.writer:  # atomically: a temporary file, then renamed (a reader never sees half of it)
+            tmp = f"{self.paths['summary']}.tmp{os.getpid()}"
+            with open(tmp, "w") as f:
+                json.dump(timing.finite(summary), f, indent=1, allow_nan=False)
+            os.replace(tmp, self.paths["summary"])
 
     def save(self, which, model, **contents):
         if self.writer:
@@ -280,9 +310,10 @@ def describe(figures, metrics):
     return " ".join(f"{m.short} {figures[k]:.4f}" for k, m in metrics.items() if m.short)
 
 
-def summarize(state, task, dataset, counts, minutes):
+def summarize(state, metrics_of_task, dataset, counts, minutes):
     """The run's figures: the final validation figures (of the model as training left it), the best
-    validation loss and the last gradient norm, with `metrics` saying how to label and compare each."""
+    validation loss and the last gradient norm, with `metrics` saying how to label and compare each
+    (`metrics_of_task`: evaluate.METRICS of the run's task)."""
     summary = {"task": dataset.task, "stopped": state.stopped, "iters": state.iter_num, "epochs": state.epoch,
                "best_val_loss": state.best_val_loss, "final_grad_norm": state.grad_norm, "train_minutes": minutes,
                "train_flops": state.train_flops,
@@ -292,8 +323,8 @@ def summarize(state, task, dataset, counts, minutes):
         summary.update({f"final_val_{k}": v for k, v in state.last_eval.items() if k != "iter"},
                        final_eval_iter=state.last_eval["iter"])
         metrics = {f"final_val_{k}": {"label": f"final validation {m.label}", "better": m.better}
-                   for k, m in task.metrics.items() if k in state.last_eval}
-        print(f"final: val {describe(state.last_eval, task.metrics)} grad norm {state.grad_norm:.3f}  "
+                   for k, m in metrics_of_task.items() if k in state.last_eval}
+        print(f"final: val {describe(state.last_eval, metrics_of_task)} grad norm {state.grad_norm:.3f}  "
               f"({state.stopped}, {minutes:.1f} min)")
     metrics["best_val_loss"] = {"label": "best validation loss", "better": "lower"}
     metrics["final_grad_norm"] = {"label": "final gradient norm", "better": "lower"}
@@ -303,6 +334,41 @@ def summarize(state, task, dataset, counts, minutes):
 
 # -----------------------------------------------------------------------------
 # what a run ran on: its log's conditions record, and study.py's timing pass
+
+
+def setup_line(model, device, dtype_name, world, peak):
+    """The line that opens a run: the model's size, the device and precision, the processes, the MFU's peak."""
+    counts = model.param_counts()
+    frozen = f", {counts['trainable']:,} trainable" if counts["trainable"] < counts["total"] else ""
+    return (f"model: {counts['total']:,} parameters ({counts['non_embedding']:,} non-embedding{frozen}); "
+            f"device {device}" + (f" ({configurator.threads_note()})" if device == "cpu" else "")
+            + f", dtype {dtype_name}" + (", TF32 matmuls" if device.startswith("cuda") else "")
+            + (f"; {world} processes (DDP, {torch.distributed.get_backend()})" if world > 1 else "")
+            + (f"; MFU of a peak {peak[0] / 1e12:,.1f} TFLOP/s per device ({peak[1]})" if peak else
+               "; no MFU (no peak FLOP/s known for this device; peak_tflops sets one)"))
+
+
+def say_setup(files, model, device, dtype_name, world, peak, iter_num):
+    """Print the run's setup line and log the conditions it runs under (run_conditions)."""
+    print(setup_line(model, device, dtype_name, world, peak))
+    files.log({"type": "conditions", "iter": iter_num, **run_conditions(device, dtype_name, world)})
+
+
+def eval_record(state, epoch, lr, best):
+    """An evaluation's log record: the epoch and rate it was taken at, whether it is the best so far, and the
+    validation figures (state.last_eval) as val_<figure>."""
+    return {"type": "eval", "epoch": epoch, "lr": lr, "best": best, "grad_norm": state.grad_norm,
+            "iter": state.iter_num, **{f"val_{k}": v for k, v in state.last_eval.items() if k != "iter"}}
+
+
+def budget_line(cfg, total_iters, epoch_steps, eval_every):
+    """The line that says where the run writes and how long it may train: its steps, epochs and evaluations."""
+    epochs = f" ({total_iters / epoch_steps:g} epochs of {epoch_steps:,} steps)" if epoch_steps < math.inf else ""
+    stop = (f", or fewer: early stopping after {cfg['early_stop_patience']} evaluations without a gain in "
+            f"validation {cfg['select_on']}" if cfg["early_stop_patience"] else "")
+    every = f"every {eval_every:,} steps" if eval_every < total_iters else "once, at the end"
+    return (f"run: writing to {cfg['out_dir']}; at most {total_iters:,} steps{epochs}{stop}; evaluated {every}, "
+            f"the checkpoint of best validation {cfg['select_on']} kept as ckpt.pt")
 
 
 def code_commit():

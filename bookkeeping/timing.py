@@ -10,6 +10,7 @@ The one timing helper of the project, and the conditions every number is printed
                                           the benchmarks)
     finite(x)                             numbers as strict JSON stores them: a float that is not finite is None
     peak_flops(device, dtype_name)        a GPU's datasheet peak, the denominator of MFU
+    step_flops(model, micro_batches, task)  a training step's FLOPs, the numerator of MFU
     Meter                                 train.py's progress lines: tokens/s, MFU and the time left
 
 The rules for honest numbers (as modded-nanogpt keeps them): warm-up runs first, the device synchronized around
@@ -128,26 +129,56 @@ def peak_flops(device, dtype_name):
     return None
 
 
+def step_flops(model, micro_batches, task):
+    """Training FLOPs of one step: 3x the analytic forward FLOPs (the backward pass costs about twice the
+    forward) of each micro-batch of token ids `idx` (B, T) at its padded length, as its task counts them: a
+    seq2seq batch adds its source tokens (src_len), and the masked LM's head scores only the masked positions
+    (its micro-batch's count is its masked tokens). Other inputs count 0, and so does a micro-batch of 0
+    examples (a DDP process's stand-in)."""
+    def head(x, n):
+        if task == "mlm":
+            return {"masked": n / x["idx"].size(0)}
+        return {"src_tokens": int(x["src_len"].sum())} if "src_len" in x else {}
+
+    return float(sum(3 * model.flops_per_forward(x["idx"].size(1), x["idx"].size(0), **head(x, n))
+                     for x, n, _ in micro_batches if "idx" in x and n))
+
+
 class Meter:
     """Training speed for the progress lines: tokens/s and the MFU (model FLOPs utilization, the model's
-    FLOPs per second against the devices' peak) since the last reading, and the time left. Evaluation is
-    not training: the loop restarts the clock after it."""
+    FLOPs per second against the devices' peak) since the last reading, and the time left: the steps left at
+    the mean time of a step so far, and the evaluations left at the mean time of one so far (an evaluation is
+    not training: the loop says when one ended, `evaluated`, and the clock of the speed restarts)."""
 
-    def __init__(self, peak, world, iter_num, total_iters, seconds_before=0.0):
-        self.peak, self.world, self.total_iters = peak, world, total_iters
+    def __init__(self, peak, world, iter_num, total_iters, seconds_before=0.0, eval_every=math.inf):
+        self.peak, self.world, self.total_iters, self.eval_every = peak, world, total_iters, eval_every
         self.t_start, self.iters_at_start, self.seconds_before = time.time(), iter_num, seconds_before
+        self.eval_seconds, self.evals = 0.0, 0
         self.restart()
 
     def restart(self):
-        self.t, self.tokens, self.flops = time.time(), 0, 0.0
+        self.t = self.t_step = time.time()
+        self.tokens, self.flops = 0, 0.0
 
     def add(self, tokens, flops):
-        self.tokens, self.flops = self.tokens + tokens, self.flops + flops
+        self.tokens, self.flops, self.t_step = self.tokens + tokens, self.flops + flops, time.time()
+
+    def evaluated(self):
+        """An evaluation (and its checkpoints) ended: the time since the last step counts as its, not training's."""
+        self.eval_seconds += time.time() - self.t_step
+        self.evals += 1
+        self.restart()
 
     def read(self, iter_num):
         """{'tok_per_s', 'eta_min', and 'mfu' when the peak is known} since the last reading; restarts."""
-        dt = time.time() - self.t  # the device has caught up: it had to, for the loss the caller read
-        eta = (self.total_iters - iter_num) * (time.time() - self.t_start) / (iter_num - self.iters_at_start)
+        now = time.time()
+        dt = now - self.t  # the device has caught up: it had to, for the loss the caller read
+        per_step = (now - self.t_start - self.eval_seconds) / (iter_num - self.iters_at_start)
+        evals_left = 0
+        if self.evals and self.total_iters < math.inf:  # the evaluation points still ahead, the last step's included
+            every = self.eval_every if self.eval_every < math.inf else self.total_iters
+            evals_left = self.total_iters // every - iter_num // every + (self.total_iters % every > 0)
+        eta = (self.total_iters - iter_num) * per_step + evals_left * self.eval_seconds / max(self.evals, 1)
         speed = {"tok_per_s": self.tokens / dt, "eta_min": eta / 60}
         if self.peak:
             speed["mfu"] = self.flops / dt / (self.peak[0] * self.world)

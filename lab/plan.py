@@ -32,6 +32,7 @@ import traceback
 
 
 from configurator import ConfigError, UserError, closest
+import evaluate
 import train
 from lab.stats import RULES
 
@@ -150,8 +151,8 @@ RUN_FIGURES = ("best_val_loss", "final_grad_norm", "train_minutes", "train_flops
 
 def metric_names():
     """The figures a run's summary.json may hold, which a verdict or a target may compare: each task's
-    (train.TASKS) as test_X (the best checkpoint on the test split) and final_val_X, and the RUN_FIGURES."""
-    per_task = {f"{split}_{k}" for task in train.TASKS.values() for k in task.metrics
+    (evaluate.METRICS) as test_X (the best checkpoint on the test split) and final_val_X, and the RUN_FIGURES."""
+    per_task = {f"{split}_{k}" for metrics in evaluate.METRICS.values() for k in metrics
                 for split in ("test", "final_val")}
     return sorted(per_task | set(RUN_FIGURES))
 

@@ -301,7 +301,7 @@ def test_a_bare_train_py_says_what_it_trains_first(monkeypatch, capsys):
     import train
 
     ran = []
-    monkeypatch.setattr(train, "train", lambda cfg: ran.append(cfg) or print("training"))
+    monkeypatch.setattr(train, "train", lambda cfg: ran.append(cfg) or print("training") or {"stopped": "max_epochs"})
     train.main([])
     first = capsys.readouterr().out.splitlines()[0]
     d = train.DEFAULTS
@@ -622,7 +622,7 @@ def test_a_command_on_the_cpu_takes_one_thread_unless_omp_num_threads_says(tmp_p
 
     had = torch.get_num_threads()
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(train, "train", lambda cfg: None)
+    monkeypatch.setattr(train, "train", lambda cfg: {"stopped": "max_epochs"})
     try:
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
         torch.set_num_threads(2)

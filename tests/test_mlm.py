@@ -22,7 +22,7 @@ import evaluate
 import model
 import tokenizer
 import train
-from bookkeeping import checkpoints
+from bookkeeping import checkpoints, timing
 from conftest import need_tokenizer
 from model import EncoderClassifier, EncoderConfig
 
@@ -186,7 +186,7 @@ def test_a_dataset_without_labels_builds_the_binary_head_and_flops_count_the_mlm
 
 
 def test_a_training_step_counts_the_head_at_the_masked_positions_alone(tmp_path):
-    """train.step_flops for the mlm task: what a FLOP counter sees in the step's forward passes (the head
+    """timing.step_flops for the mlm task: what a FLOP counter sees in the step's forward passes (the head
     scores each micro-batch's masked tokens, not its every position)."""
     rng = np.random.default_rng(3)
     seqs = [row[row != data.PAD] for row in synthetic_batch(rng, 24, 10, 50)]
@@ -196,7 +196,7 @@ def test_a_training_step_counts_the_head_at_the_masked_positions_alone(tmp_path)
     with FlopCounterMode(display=False) as fc:
         for x, _, _ in micro:
             m(**x)
-    assert train.step_flops(m, micro, train.TASKS["mlm"]) == 3 * fc.get_total_flops()
+    assert timing.step_flops(m, micro, "mlm") == 3 * fc.get_total_flops()
 
 
 def test_pretrain_then_fine_tune_from_the_checkpoint(tiny_cfg, tiny_dataset, tmp_path, monkeypatch, capsys,

@@ -722,7 +722,7 @@ def test_hyphen_compounds_are_made_of_training_words_and_teach_no_held_out_word(
 
 
 def test_the_run_keeps_held_out_words_out_of_its_compounds():
-    """train.py's seq2seq stream hands every held-out split's words (val, test, unseen) to hyphen_compounds as
+    """data.training_stream's seq2seq stream hands every held-out split's words (val, test, unseen) to hyphen_compounds as
     words it may not make. Here the six training words can form many held-out words as compounds (every
     pair in alphabetical order is held out, in one split or another); left to itself, the generator makes
     some of each split's, so a run that forgot a split would teach them."""
@@ -732,7 +732,7 @@ def test_the_run_keeps_held_out_words_out_of_its_compounds():
     codec = tokenizer.CharCodec(piglatin.PIG_LATIN_VOCAB)
     split = lambda words: data.PairList([(codec.encode(w), codec.encode(piglatin.pig_latin(w))) for w in words],  # noqa
                                         piglatin.PIG_LATIN_VOCAB)
-    dataset = SimpleNamespace(splits={"train": split(plain), **{k: split(v) for k, v in held_out.items()}})
+    dataset = SimpleNamespace(task="seq2seq", splits={"train": split(plain), **{k: split(v) for k, v in held_out.items()}})
     cfg = {**train.make_config(["--model=encdec"]), "dataset": "fake", "hyphen_compounds": 3.0, "seed": 1,
            "batch_size": 4}
     model_cfg = M.EncDecConfig(vocab_size=30, block_size=43)
@@ -744,7 +744,7 @@ def test_the_run_keeps_held_out_words_out_of_its_compounds():
     # the fixture can catch a leak: without the exclusions, the same compounds teach words of every held-out split
     unguarded = taught(data.hyphen_compounds(dataset.splits["train"], 3.0, cfg["seed"], model_cfg.block_size))[1]
     assert all(set(words) & unguarded for words in held_out.values())
-    words, inside = taught(train.TASKS["seq2seq"].stream(dataset, model_cfg, cfg).split)
+    words, inside = taught(data.training_stream(dataset, model_cfg, cfg).split)
     assert len(words) == len(plain) + 18 and words[:len(plain)] == plain
     for name, held in held_out.items():
         assert not set(held) & inside, f"{name} words taught: {sorted(set(held) & inside)}"
@@ -755,7 +755,7 @@ def test_training_with_compounds(pig_data, tmp_path, capsys):
     among them or inside them; the key is refused for a task that does not read it, and out of range."""
     cfg = pig_cfg(pig_data, tmp_path, "encdec", hyphen_compounds=0.5, max_epochs=1)
     ds = data.Dataset(pig_data)
-    stream = train.TASKS["seq2seq"].stream(ds, M.EncDecConfig(vocab_size=30, block_size=43), cfg)
+    stream = data.training_stream(ds, M.EncDecConfig(vocab_size=30, block_size=43), cfg)
     n_train = len(ds.splits["train"])
     assert len(stream.split) == n_train + round(0.5 * n_train)
     codec = tokenizer.CharCodec(piglatin.PIG_LATIN_VOCAB)
@@ -1077,8 +1077,8 @@ def test_bidirectional_mamba_reads_the_source_both_ways_and_the_target_causally(
 def test_bidirectional_mamba_decodes_and_counts_its_flops():
     """The bidirectional Mamba's cached translation (the source backwards once, then a token at a time through the
     state) is its full recompute's and the argmax of its own teacher forcing; its FLOPs add each layer's mixer over
-    the source tokens, which train.py's seq2seq task counts from the batch."""
-    import train
+    the source tokens, which bookkeeping/timing.py's step_flops counts from the batch."""
+    from bookkeeping import timing
     m = mamba(bidirectional=True, d_conv=3)
     src = torch.tensor([[5, 9, 12, 2], [7, 3, 20, 2]])
     cached = m.translate(src, 10, data.SOS, data.EOS)
@@ -1088,9 +1088,8 @@ def test_bidirectional_mamba_decodes_and_counts_its_flops():
     logits, _ = m(**{k: v for k, v in inp.items() if k != "targets"})
     scored = inp["targets"] != -100
     assert torch.equal(logits.argmax(-1)[scored].view(2, -1)[:, :cached.size(1)], cached)
-    options = train.TASKS["seq2seq"].flops_options(inp, 2)
-    assert options == {"src_tokens": 8}
+    micro = [(inp, 2, 0)]
     T = inp["idx"].size(1)
     one_way = mamba(d_conv=3)
-    assert m.flops_per_forward(T, 2, **options) == one_way.flops_per_forward(T, 2) + 2 * M.mamba_flops(m.cfg, 8)
-    assert mamba().flops_per_forward(T, 2, **options) == mamba().flops_per_forward(T, 2)
+    assert timing.step_flops(m, micro, "seq2seq") == 3 * (one_way.flops_per_forward(T, 2) + 2 * M.mamba_flops(m.cfg, 8))
+    assert timing.step_flops(mamba(), micro, "seq2seq") == 3 * mamba().flops_per_forward(T, 2)

@@ -480,7 +480,11 @@ def test_a_checkpoint_from_before_select_on_resumes_with_its_loss_as_the_best(ti
     run(cfg)
     ckpt = torch.load(os.path.join(cfg["out_dir"], "last.pt"), weights_only=True)
     del ckpt["best_val"]
-    assert train.RunState.from_checkpoint(ckpt).best_val == ckpt["best_val_loss"]
+    os.replace(os.path.join(cfg["out_dir"], "summary.json"), os.path.join(cfg["out_dir"], "summary.old"))
+    torch.save(ckpt, os.path.join(cfg["out_dir"], "last.pt"))
+    _, state, _, _ = train.resumed({**cfg, "init_from": "resume"}, data.load_dataset(cfg), "cpu",
+                                   records.RunFiles(cfg["out_dir"], writer=False))
+    assert state.best_val == ckpt["best_val_loss"]
 
 
 # -----------------------------------------------------------------------------
@@ -743,8 +747,9 @@ def test_cli_unknown_key():
 
 
 def test_sigterm_saves_last_pt_and_the_run_resumes(tiny_dataset, tmp_path):
-    """What a study runner's stop sends: SIGTERM. train.py finishes its step, saves last.pt, writes no
-    summary.json (the run is not finished), exits cleanly; --init_from=resume continues from there."""
+    """What a study runner's stop sends: SIGTERM. train.py finishes its step, saves last.pt, writes a summary.json
+    that says it was interrupted (no test figures: not finished), exits 130 naming the resume command;
+    --init_from=resume continues from there."""
     out = tmp_path / "run"
     args = [f"--data_dir={tiny_dataset}", f"--out_dir={out}", "--device=cpu", "--n_layer=1", "--n_embd=16",
             "--n_head=2", "--ffn_hidden=32", "--batch_size=4", "--max_iters=150", "--log_interval=1",
@@ -756,8 +761,9 @@ def test_sigterm_saves_last_pt_and_the_run_resumes(tiny_dataset, tmp_path):
             proc.terminate()
             break
     rest = proc.stdout.read()
-    assert proc.wait(timeout=60) == 0, rest
-    assert "saving last.pt" in rest and not (out / "summary.json").exists()
+    assert proc.wait(timeout=60) == 130, rest  # 128 + SIGINT: stopped, not finished
+    assert "saving last.pt" in rest and "continue with: python train.py" in rest and "--init_from=resume" in rest
+    assert json.loads((out / "summary.json").read_text())["stopped"] == "interrupted"  # how far it came
     stopped_at = torch.load(out / "last.pt", weights_only=True)["iter_num"]
     assert stopped_at >= 3
     assert stopped_at < 150, "the run ended before the SIGTERM reached it"
@@ -787,7 +793,7 @@ def test_train_step_leaves_losses_on_the_device_and_mean_loss_weighs_by_examples
     assert all(isinstance(loss, torch.Tensor) and loss.dim() == 0 for loss, _ in losses)
     assert isinstance(grad_norm, torch.Tensor) and grad_norm.item() > 0
     assert [n for _, n in losses] == [3, 1]
-    mean = train.mean_loss(losses, 4, train.Processes())
+    mean = train.mean_loss(losses, 4)
     assert mean == pytest.approx((3 * expected[0] + expected[1]) / 4, rel=1e-6)
     assert mean != pytest.approx((expected[0] + expected[1]) / 2, rel=1e-3)  # the unweighted mean differs
 
@@ -816,12 +822,13 @@ def test_mfu_is_the_steps_flops_per_second_over_the_peak(tiny_cfg, capsys):
     records = [r for r in read_log(cfg) if r["type"] == "train"]
     dataset = data.load_dataset(cfg)
     fresh = train.new_model(cfg, dataset)  # FLOPs are analytic: any weights will do
-    stream = train.TASKS["classification"].stream(dataset, fresh.cfg, cfg)
+    stream = data.training_stream(dataset, fresh.cfg, cfg)
     steps = [stream.step(0, i, "cpu") for i in range(3)]
     for r, micro in zip(records, steps):
-        per_token = train.step_flops(fresh, micro, train.TASKS["classification"]) / sum(t for _, _, t in micro)
+        per_token = timing.step_flops(fresh, micro, "classification") / sum(t for _, _, t in micro)
         assert r["mfu"] * 0.5e12 / r["tok_per_s"] == pytest.approx(per_token, rel=1e-9)
-    assert summary["train_flops"] == pytest.approx(sum(train.step_flops(fresh, micro, train.TASKS["classification"]) for micro in steps))
+    flops = [timing.step_flops(fresh, micro, "classification") for micro in steps]
+    assert summary["train_flops"] == pytest.approx(sum(flops))
     out = capsys.readouterr().out
     assert "MFU of a peak 0.5 TFLOP/s per device (the peak_tflops setting)" in out and " MFU " in out
     train.train({**cfg, "peak_tflops": 0.0, "overwrite": True})
@@ -853,8 +860,10 @@ def test_compiled_run_saves_plain_weights_and_traces_bucketed_lengths_once(tiny_
 
 
 def test_train_reads_as_one_story():
-    """train() stays one readable loop: at most 110 lines, and no task named in train.py outside TASKS
-    (a task's rules are its Task entry; a new task is a registry entry, not a branch in the loop)."""
+    """train() stays one readable loop: at most 110 lines, no task named in train.py (how a task's batches are
+    cut is data.py's training_stream, how it is scored evaluate.py's score_split: a new task is a registry
+    entry there, not a branch in the loop), and one process never enters the DDP appendix (every use of `ddp`
+    in train() is behind a test of it)."""
     import ast
     import inspect
 
@@ -862,11 +871,19 @@ def test_train_reads_as_one_story():
     tree = ast.parse(source)
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "train")
     assert fn.end_lineno - fn.lineno + 1 <= 110
-    registry = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "TASKS")
-    names = set(train.TASKS)
-    named = [(n.lineno, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names
-             and not registry.lineno <= n.lineno <= registry.end_lineno]
+    names = set(evaluate.METRICS)
+    named = [(n.lineno, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names]
     assert named == []
+    guarded = set()  # the lines of every `ddp.x` that a test of ddp guards: `if ddp:`, `... if ddp else ...`
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.If, ast.IfExp)) and "ddp" in ast.unparse(node.test).split():
+            for inner in ast.walk(ast.Module(body=node.body if isinstance(node, ast.If) else [ast.Expr(node.body)],
+                                             type_ignores=[])):
+                if isinstance(inner, ast.Attribute) and ast.unparse(inner.value) == "ddp":
+                    guarded.add(id(inner))
+    unguarded = [ast.unparse(n) for n in ast.walk(fn) if isinstance(n, ast.Attribute)
+                 and ast.unparse(n.value) == "ddp" and id(n) not in guarded]
+    assert unguarded == []
 
 
 def test_a_task_s_own_key_is_refused_for_another_task(tiny_cfg):
