@@ -46,6 +46,7 @@ from bookkeeping.checkpoints import CKPT_VERSION, CheckpointError, load_checkpoi
 from bookkeeping.checks import check_settings, check_world, run_warnings
 from configurator import reader_may_stop, train_bare_line, train_help
 from export import load_pretrained
+from hardware import devices
 from model import FAMILIES, build_model, family_settings, from_pretrained
 
 # -----------------------------------------------------------------------------
@@ -472,7 +473,7 @@ def setup_line(model, procs, dtype_name, peak):
     counts = model.param_counts()
     frozen = f", {counts['trainable']:,} trainable" if counts["trainable"] < counts["total"] else ""
     return (f"model: {counts['total']:,} parameters ({counts['non_embedding']:,} non-embedding{frozen}); "
-            f"device {procs.device}" + (f" ({configurator.threads_note()})" if procs.device == "cpu" else "")
+            f"device {procs.device}" + (f" ({devices.threads_note()})" if procs.device == "cpu" else "")
             + f", dtype {dtype_name}" + (", TF32 matmuls" if procs.device.startswith("cuda") else "")
             + (f"; {procs.world} processes (DDP, {torch.distributed.get_backend()})" if procs.world > 1 else "")
             + (f"; MFU of a peak {peak[0] / 1e12:,.1f} TFLOP/s per device ({peak[1]})" if peak else
@@ -566,8 +567,8 @@ def setup(cfg, procs):
     its state (fresh, or resumed: `start`), the optimizer and schedules, the batches, the run's length (with
     the warnings it gives) and the modules that train and evaluate."""
     device_type = procs.device.split(":")[0]
-    dtype_name = configurator.resolve_dtype(cfg["dtype"], device_type)
-    ctx = configurator.autocast_context(device_type, dtype_name)
+    dtype_name = devices.resolve_dtype(cfg["dtype"], device_type)
+    ctx = devices.autocast_context(device_type, dtype_name)
     if device_type == "cuda":
         # TF32 tensor cores for float32 matmuls (a 10-bit mantissa, several times float32's rate from the A100
         # on): the float32 runs, and what bf16 autocast leaves in float32. This setting is the process's.
@@ -727,7 +728,7 @@ def main(argv):
         print(train_bare_line(DEFAULTS, MODEL_SETTINGS["model"]), flush=True)
     try:
         cfg = make_config(argv)
-        configurator.set_cpu_threads(configurator.resolve_device(cfg["device"]))  # one, unless OMP_NUM_THREADS says
+        devices.set_cpu_threads(devices.resolve_device(cfg["device"]))  # one, unless OMP_NUM_THREADS says
         train(cfg)
     except configurator.UserError as e:  # bad input: one line; a bug keeps its traceback
         sys.exit(f"error: {e}")
@@ -844,7 +845,7 @@ def processes(cfg):
     DDP_JOIN_TIMEOUT seconds), silences the other ranks' prints, and at the end waits for all the processes
     (rank 0 may still be scoring the test split) and leaves the group, which it also leaves on an error.
     A plain run: just the device."""
-    dev = configurator.resolve_device(cfg["device"])
+    dev = devices.resolve_device(cfg["device"])
     env = torchrun_env()
     if env is None:
         yield Processes(device=dev)
