@@ -54,7 +54,7 @@ import configurator
 import data
 from bookkeeping.checkpoints import CheckpointError, load_checkpoint
 from bookkeeping.timing import timed
-from configurator import reader_may_stop
+from cli.help import reader_may_stop
 from corpora import piglatin
 from evaluation.options import (ZERO_SHOT_TEMPLATE, ListSplit, check_args, check_fits, config_defaults, decode_mode,
                                 label_list, llama_tokenizer_for, parser, read_tsv, read_word_list, seq2seq_words,

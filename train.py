@@ -44,7 +44,7 @@ import evaluate
 from bookkeeping import records, timing
 from bookkeeping.checkpoints import CKPT_VERSION, CheckpointError, load_checkpoint
 from bookkeeping.checks import check_settings, check_world, run_warnings
-from configurator import reader_may_stop, train_bare_line, train_help
+from cli.help import reader_may_stop, train_bare_line, train_help
 from export import load_pretrained
 from hardware import devices
 from model import FAMILIES, build_model, family_settings, from_pretrained

@@ -40,7 +40,7 @@ import configurator
 import data
 import kernels
 from bookkeeping.timing import conditions, peak_flops, sync, timed
-from configurator import HelpFormatter
+from cli.help import HelpFormatter
 from evaluation.options import llama_tokenizer_for
 from evaluation.ranges import Ranged, check_new_file, check_ranges
 from export import read_llama2c, write_llama2c

@@ -13,7 +13,7 @@ import torch
 import configurator
 import data
 import evaluate
-import configurator as commands_help
+from cli import help as commands_help
 from evaluation.options import seq2seq_words
 from bookkeeping.checkpoints import save_checkpoint
 from hardware import devices
@@ -599,7 +599,7 @@ def test_a_reader_that_stops_early_ends_the_command_quietly():
     (status 141) and says nothing, where it printed a BrokenPipeError traceback. The pipe is closed before the
     command writes (it is still importing torch), so that the test does not depend on a race. (The commands
     whose --help is argparse's were quiet already: argparse lets an OSError of its help's write pass; each
-    main runs under the same configurator.reader_may_stop for the rest of its output.)"""
+    main runs under the same cli.help.reader_may_stop for the rest of its output.)"""
     import subprocess
     import sys
 
