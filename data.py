@@ -56,7 +56,7 @@ import numpy as np
 import torch
 
 from bookkeeping import timing
-from configurator import HelpFormatter, reader_may_stop
+from cli.help import HelpFormatter, reader_may_stop
 from configurator import ConfigError, UserError, not_a_folder
 from corpora.piglatin import (PIG_LATIN_VOCAB, UNSEEN_WORDS, hyphen_parts, novel_words, pieces_of, pig_latin,
                               pig_latin_rule, source_words, split_novel, unseen_words, word_pieces)

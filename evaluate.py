@@ -54,7 +54,7 @@ import configurator
 import data
 from bookkeeping.checkpoints import CheckpointError, load_checkpoint
 from bookkeeping.timing import timed
-from configurator import reader_may_stop
+from cli.help import reader_may_stop
 from corpora import piglatin
 from evaluation.options import (ZERO_SHOT_TEMPLATE, ListSplit, check_args, check_fits, config_defaults, decode_mode,
                                 label_list, llama_tokenizer_for, parser, read_tsv, read_word_list, seq2seq_words,
@@ -63,6 +63,7 @@ from evaluation.piglatin_errors import accuracy_by
 from evaluation.seq2seq_plots import seq2seq_plots
 from evaluation.table import print_table
 from export import read_llama2c
+from hardware import devices
 from model import LlamaConfig, raw_model
 
 # -----------------------------------------------------------------------------
@@ -806,7 +807,7 @@ def parse_args(argv):
 
 def evaluate_checkpoints(args, device):
     """Each --ckpt's report (by its task, or zero-shot), the table, and --json."""
-    ctx = configurator.autocast_context(device.split(":")[0], args.dtype)
+    ctx = devices.autocast_context(device.split(":")[0], args.dtype)
     results, to_time = [], []
     for path in args.ckpt or []:
         if path in data.PRETRAINED and not os.path.exists(path):  # a name: 'stories260K'
@@ -851,10 +852,10 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = parse_args(argv)
-        device = configurator.resolve_device(args.device)
-        configurator.set_cpu_threads(device)  # one on a CPU, unless OMP_NUM_THREADS says
+        device = devices.resolve_device(args.device)
+        devices.set_cpu_threads(device)  # one on a CPU, unless OMP_NUM_THREADS says
         if args.text is not None:
-            ctx = configurator.autocast_context(device.split(":")[0], args.dtype)
+            ctx = devices.autocast_context(device.split(":")[0], args.dtype)
             return classify_text(args.ckpt, args, device, ctx)
         return evaluate_checkpoints(args, device)
     except configurator.UserError as e:

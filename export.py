@@ -24,7 +24,7 @@ import torch
 
 import data
 from bookkeeping.checkpoints import CKPT_FORMAT, CheckpointError, load_checkpoint
-from configurator import HelpFormatter, reader_may_stop
+from cli.help import HelpFormatter, reader_may_stop
 from configurator import ConfigError, UserError
 from model import Llama, LlamaConfig, merge_lora, raw_model, rope_cache
 

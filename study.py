@@ -54,7 +54,7 @@ import tempfile
 import time
 
 import data
-from configurator import HelpFormatter, reader_may_stop
+from cli.help import HelpFormatter, reader_may_stop
 from configurator import ConfigError, UserError
 from bookkeeping import records
 from evaluation.ranges import check_new_file

@@ -38,8 +38,9 @@ import evaluate
 from bookkeeping import records, timing
 from bookkeeping.checkpoints import CKPT_VERSION, CheckpointError, load_checkpoint
 from bookkeeping.checks import check_settings, check_task, check_world, run_warnings
-from configurator import reader_may_stop, resolve_device, train_bare_line, train_help
+from cli.help import reader_may_stop, train_bare_line, train_help
 from export import load_pretrained
+from hardware.devices import autocast_context, resolve_device, resolve_dtype, set_cpu_threads
 from model import FAMILIES, build_model, family_settings, from_pretrained
 
 # -----------------------------------------------------------------------------
@@ -303,8 +304,8 @@ def train(cfg, ddp=None):
             return train_ddp(cfg)
     device, rank, world = (ddp.device, ddp.rank, ddp.world) if ddp else (resolve_device(cfg["device"]), 0, 1)
     device_type = device.split(":")[0]
-    dtype = configurator.resolve_dtype(cfg["dtype"], device_type)
-    ctx = configurator.autocast_context(device_type, dtype)  # AMP: bfloat16 or float16 matmuls, or nothing
+    dtype = resolve_dtype(cfg["dtype"], device_type)
+    ctx = autocast_context(device_type, dtype)  # AMP: bfloat16 or float16 matmuls, or nothing
     if device_type == "cuda":  # TF32 tensor cores for float32 matmuls (and what autocast leaves in float32)
         torch.set_float32_matmul_precision(FLOAT32_MATMULS)
     with records.out_dir_lock(cfg, writer=rank == 0):
@@ -469,7 +470,7 @@ def main(argv):
         if argv and all(cfg[k] == defaults[k] for k in cfg if k not in records.BOOKKEEPING_KEYS):
             print(f"{' '.join(argv)} changes no setting: this run trains the defaults (`python train.py --help` "
                   f"lists them)", flush=True)
-        configurator.set_cpu_threads(configurator.resolve_device(cfg["device"]))  # one, unless OMP_NUM_THREADS says
+        set_cpu_threads(resolve_device(cfg["device"]))  # one, unless OMP_NUM_THREADS says
         summary = train(cfg)
     except configurator.UserError as e:  # bad input: one line; a bug keeps its traceback
         sys.exit(f"error: {e}")
@@ -643,7 +644,7 @@ def processes(cfg):
     process on cuda:LOCAL_RANK; gloo on the CPU; a UserError if the others have not all joined within
     DDP_JOIN_TIMEOUT seconds), silences the other ranks' prints, and at the end waits for all the processes
     (rank 0 may still be scoring the test split) and leaves the group, which it also leaves on an error."""
-    dev = configurator.resolve_device(cfg["device"])
+    dev = resolve_device(cfg["device"])
     rank, local_rank, world = torchrun_env()
     check_world(cfg, world)
     device_type = dev.split(":")[0]

@@ -44,8 +44,8 @@ check passed, 1 when one failed, 2 when this machine cannot run the check (no GP
 no mirror), 128 + the signal's number when it was stopped.
 
 This file is tooling, not the lesson: what it runs lives in kernels.py (the Triton kernels), model.py (their
-references), bench/kernel_speed.py (their timing), bench/speed.py (the generation benchmark), configurator.py (the
-device helpers) and train.py (training).
+references), bench/kernel_speed.py (their timing), bench/speed.py (the generation benchmark), hardware/devices.py
+(the device helpers) and train.py (training).
 """
 
 import argparse

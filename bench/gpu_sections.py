@@ -441,11 +441,11 @@ def counting_caches():
 def section_decode(run):
     import torch._dynamo  # (its counters)
 
-    import configurator
     import data
     import export
     import kernels
     from bench.speed import GEN_PROMPT, STORIES260K_GREEDY, generation_bench
+    from hardware import devices
     if run.cpu:  # the same static (CUDA-graph) step, captured by dynamo without code: inductor takes minutes here
         kernels.STATIC_DECODE, kernels.COMPILE_BACKEND = ("cpu", "cuda"), "eager"
         run.note("CPU: the static (CUDA-graph) step, captured by dynamo's 'eager' backend; no CUDA graphs")
@@ -509,7 +509,7 @@ def section_decode(run):
         peers = run.sizes["hf_row"] and run.extra(f"{what}: Hugging Face's row", (5 if run.cpu else 4) + 8)
         run.reach(what)
         with item(run, what):
-            with configurator.autocast_context(run.device, dtype_name):
+            with devices.autocast_context(run.device, dtype_name):
                 tables = generation_bench(args, run.device, run.sizes["gen_tokens"], run.sizes["gen_batches"],
                                           compiled=compiled_runs, peers=peers)
             speed[dtype_name] = {batch: {name: {k: f[k] for k in ("tokens_per_s", "same_tokens", "compile_s") if k in f}
@@ -534,7 +534,7 @@ def section_decode(run):
         # golden text), and a difference is reported, not failed: it is expected of bf16 rounding.
         with item(run, "bf16: the compiled step's tokens against the eager step's"):
             n = run.sizes["gen_tokens"]
-            with configurator.autocast_context(run.device, "bfloat16"):
+            with devices.autocast_context(run.device, "bfloat16"):
                 eager, fast = (m.generate([[tok.bos_id]], n, temperature=0, mode=mode)[0]
                                for mode in ("eager", "compiled"))
             first = next((i for i, (a, b) in enumerate(zip(eager, fast)) if a != b), None)
@@ -774,10 +774,10 @@ def section_mfu(run):
     AdamW) timed eagerly and compiled, MFU = 3 x the forward's analytic FLOPs per second over the GPU's dense
     bf16 peak (bookkeeping.timing.peak_flops). At SST-2's own lengths (24 tokens) a step is a few milliseconds of
     launches and MFU measures the launches, not the model."""
-    import configurator
     import data
     from bench.speed import our_model
     from bookkeeping.timing import peak_flops, timed
+    from hardware import devices
     case = baseline_case(run)
     B, T = run.sizes["mfu_shape"]
     g = torch.Generator().manual_seed(0)
@@ -785,7 +785,7 @@ def section_mfu(run):
     idx[:, 0] = data.CLS
     batch = {"idx": idx.to(run.device), "targets": torch.randint(0, 2, (B,), generator=g).to(run.device)}
     peak = peak_flops(run.device, "bfloat16")
-    ctx = configurator.autocast_context(run.device, "bfloat16")
+    ctx = devices.autocast_context(run.device, "bfloat16")
     run.figure("setup", {"model": case.name, "batch": B, "T": T, "dtype": "bfloat16 autocast",
                          "steps": run.sizes["mfu_steps"], "peak_flops": peak})
     results = {}

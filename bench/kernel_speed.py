@@ -32,7 +32,7 @@ import torch
 import configurator
 import kernels
 from bookkeeping.timing import conditions, median_ms
-from configurator import HelpFormatter
+from cli.help import HelpFormatter
 from evaluation.ranges import check_new_file
 from kernels import (SCANS, SWIGLU_BLOCK, flash_attention_triton, layer_norm_triton, rms_norm_triton, scan_sequential,
                      swiglu_triton)

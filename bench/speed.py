@@ -40,10 +40,11 @@ import configurator
 import data
 import kernels
 from bookkeeping.timing import conditions, peak_flops, sync, timed
-from configurator import HelpFormatter
+from cli.help import HelpFormatter
 from evaluation.options import llama_tokenizer_for
 from evaluation.ranges import Ranged, check_new_file, check_ranges
 from export import read_llama2c, write_llama2c
+from hardware import devices
 from model import family_settings
 
 # -----------------------------------------------------------------------------
@@ -582,7 +583,7 @@ def mamba_bench(args, device, batch=128, seq=40):
 def run_bench(args, device):
     """Every case (or those whose name contains --cases), a table each, with the conditions."""
     dtype = args.dtype
-    ctx = configurator.autocast_context(device.split(":")[0], dtype)
+    ctx = devices.autocast_context(device.split(":")[0], dtype)
     cases = [c for c in BENCH_CASES if not args.cases or any(s in c.name for s in args.cases)]
     generate = args.cases is not None and any("generate" in s for s in args.cases)
     piglatin = args.cases is not None and any("piglatin" in s for s in args.cases)
@@ -694,7 +695,7 @@ def main(argv=None):
         check_ranges(p, args)
         if args.json:
             check_new_file(args.json, "--json")
-        return run_bench(args, configurator.resolve_device(args.device))
+        return run_bench(args, devices.resolve_device(args.device))
     except configurator.UserError as e:
         sys.exit(f"error: {e}")
 

@@ -30,6 +30,7 @@ import torch
 import configurator
 from bookkeeping import timing
 from bookkeeping.checkpoints import RETIRED_FIELDS, save_checkpoint
+from hardware import devices
 from model import FAMILIES, family_settings
 
 # -----------------------------------------------------------------------------
@@ -341,7 +342,7 @@ def setup_line(model, device, dtype_name, world, peak):
     counts = model.param_counts()
     frozen = f", {counts['trainable']:,} trainable" if counts["trainable"] < counts["total"] else ""
     return (f"model: {counts['total']:,} parameters ({counts['non_embedding']:,} non-embedding{frozen}); "
-            f"device {device}" + (f" ({configurator.threads_note()})" if device == "cpu" else "")
+            f"device {device}" + (f" ({devices.threads_note()})" if device == "cpu" else "")
             + f", dtype {dtype_name}" + (", TF32 matmuls" if device.startswith("cuda") else "")
             + (f"; {world} processes (DDP, {torch.distributed.get_backend()})" if world > 1 else "")
             + (f"; MFU of a peak {peak[0] / 1e12:,.1f} TFLOP/s per device ({peak[1]})" if peak else

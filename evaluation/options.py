@@ -19,7 +19,7 @@ import torch
 
 import configurator
 import data
-from configurator import HelpFormatter
+from cli.help import HelpFormatter
 from evaluation.ranges import AT_LEAST_0, AT_LEAST_1, Ranged, check_new_file, check_ranges
 from corpora import piglatin
 from model import DECODE_MODES, LlamaConfig, build_model, raw_model

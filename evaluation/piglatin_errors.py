@@ -39,7 +39,7 @@ import numpy as np
 
 import configurator
 import data
-from configurator import HelpFormatter
+from cli.help import HelpFormatter
 from corpora import piglatin
 from evaluation.ranges import AT_LEAST_0, check_new_file, check_ranges
 

@@ -1,8 +1,8 @@
 """
 evaluate.py's command line: every option checked as it is parsed (before any data or checkpoint is read),
 the options that suit some checkpoints only checked against the one loaded (before it is evaluated), the
-devices checked in configurator.resolve_device (train.py's too, under torchrun as well), and bad input told apart from
-bugs: a UserError ends in one line `error: ...`, anything else keeps its traceback.
+devices checked in hardware.devices.resolve_device (train.py's too, under torchrun as well), and bad input told
+apart from bugs: a UserError ends in one line `error: ...`, anything else keeps its traceback.
 """
 
 import os
@@ -13,9 +13,10 @@ import torch
 import configurator
 import data
 import evaluate
-import configurator as commands_help
+from cli import help as commands_help
 from evaluation.options import seq2seq_words
 from bookkeeping.checkpoints import save_checkpoint
+from hardware import devices
 from model import GPT, EncoderClassifier, EncoderConfig, GPTConfig, Llama, LlamaConfig
 
 
@@ -201,24 +202,24 @@ def absent_gpu():
 
 
 def test_devices_this_machine_lacks(monkeypatch):
-    assert configurator.resolve_device("cpu") == "cpu"
-    assert configurator.resolve_device("auto") in ("cpu", "cuda", "mps")
+    assert devices.resolve_device("cpu") == "cpu"
+    assert devices.resolve_device("auto") in ("cpu", "cuda", "mps")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     for name in ("cuda", "cuda:0"):
         with pytest.raises(configurator.ConfigError, match=f"^device='{name}': torch sees no CUDA GPU on this machine "
                            r"\(torch .*\); the devices here: cpu$"):
-            configurator.resolve_device(name)
+            devices.resolve_device(name)
     with pytest.raises(configurator.ConfigError, match="^device='mps': this machine has no Apple GPU .*here: cpu$"):
-        configurator.resolve_device("mps")
-    assert configurator.resolve_device("auto") == "cpu"
+        devices.resolve_device("mps")
+    assert devices.resolve_device("auto") == "cpu"
     # a machine with two GPUs (as torch.cuda reports them)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert [configurator.resolve_device(d) for d in ("auto", "cuda", "cuda:1")] == ["cuda", "cuda", "cuda:1"]
+    assert [devices.resolve_device(d) for d in ("auto", "cuda", "cuda:1")] == ["cuda", "cuda", "cuda:1"]
     with pytest.raises(configurator.ConfigError, match=r"^device='cuda:2': this machine has 2 CUDA GPU\(s\); the "
                        "devices here: cpu, cuda:0, cuda:1$"):
-        configurator.resolve_device("cuda:2")
+        devices.resolve_device("cuda:2")
 
 
 def test_train_under_torchrun_stops_at_the_device(tmp_path, monkeypatch):
@@ -598,7 +599,7 @@ def test_a_reader_that_stops_early_ends_the_command_quietly():
     (status 141) and says nothing, where it printed a BrokenPipeError traceback. The pipe is closed before the
     command writes (it is still importing torch), so that the test does not depend on a race. (The commands
     whose --help is argparse's were quiet already: argparse lets an OSError of its help's write pass; each
-    main runs under the same configurator.reader_may_stop for the rest of its output.)"""
+    main runs under the same cli.help.reader_may_stop for the rest of its output.)"""
     import subprocess
     import sys
 
@@ -630,11 +631,11 @@ def test_a_command_on_the_cpu_takes_one_thread_unless_omp_num_threads_says(tmp_p
         assert torch.get_num_threads() == 1
         torch.set_num_threads(2)
         train.main(["--device=cpu"])
-        assert torch.get_num_threads() == 1 and configurator.threads_note() == "1 thread, OMP_NUM_THREADS=N sets more"
+        assert torch.get_num_threads() == 1 and devices.threads_note() == "1 thread, OMP_NUM_THREADS=N sets more"
         monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's number stays
         torch.set_num_threads(2)
         train.main(["--device=cpu"])
         refusal(["--ckpt", "missing.pt", "--device", "cpu"])
-        assert torch.get_num_threads() == 2 and configurator.threads_note() == "2 threads, from OMP_NUM_THREADS"
+        assert torch.get_num_threads() == 2 and devices.threads_note() == "2 threads, from OMP_NUM_THREADS"
     finally:
         torch.set_num_threads(had)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import bookkeeping.records
-import configurator
+from hardware import devices
 import data
 from corpora import sources
 import evaluate
@@ -398,10 +398,10 @@ def test_depth_sweep_scores_each_loop_count_and_restores_the_model(tiny_cfg):
     ds = data.load_dataset(cfg)
     m = model.build_model("encoder", {**cfg, "n_loops": 2}, ds.facts())
     split = ds.splits["test"]
-    rows = evaluate.depth_sweep(m, split, [1, 2, 3], "cpu", configurator.autocast_context("cpu", "float32"))
+    rows = evaluate.depth_sweep(m, split, [1, 2, 3], "cpu", devices.autocast_context("cpu", "float32"))
     assert [r["n_loops"] for r in rows] == [1, 2, 3] and all(r["trained_loops"] == 2 for r in rows)
     assert m.cfg.n_loops == 2 and m.depth == 2 * m.cfg.n_layer  # restored
-    as_trained = evaluate.evaluate_classification(m, split, "cpu", configurator.autocast_context("cpu", "float32"))
+    as_trained = evaluate.evaluate_classification(m, split, "cpu", devices.autocast_context("cpu", "float32"))
     assert rows[1]["accuracy"] == as_trained["accuracy"] and rows[1]["loss"] == pytest.approx(as_trained["loss"])
     assert rows[0]["flops_per_sample"] < rows[1]["flops_per_sample"] < rows[2]["flops_per_sample"]
     with torch.no_grad():  # one loop by hand: the stack once, no cross-iteration residual

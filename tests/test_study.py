@@ -466,13 +466,13 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys, runs_i
 
 # Every module of ours, by the layer it sits on: a module imports only modules of lower layers (on layer 0, any
 # other module of layer 0). The lesson's files at the bottom with the packages they import at run time (corpora/,
-# evaluation/, bookkeeping/), the tooling (bench/, lab/) above them, study.py on top. (bench.same_training
-# runs train.py in subprocesses only: it imports nothing of ours.)
-PACKAGES = ("lab", "bench", "bookkeeping", "corpora", "evaluation")
+# evaluation/, bookkeeping/, cli/, hardware/), the tooling (bench/, lab/) above them, study.py on top.
+# (bench.same_training runs train.py in subprocesses only: it imports nothing of ours.)
+PACKAGES = ("lab", "bench", "bookkeeping", "corpora", "evaluation", "cli", "hardware")
 LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "tokenizer": 0, "bookkeeping.timing": 0, "corpora.sources": 0,
-          "corpora.piglatin": 0, "evaluation.table": 0, "evaluation.seq2seq_plots": 0, "data": 1,
+          "corpora.piglatin": 0, "evaluation.table": 0, "evaluation.seq2seq_plots": 0, "cli.help": 0, "data": 1,
           "bookkeeping.checkpoints": 1, "bookkeeping.records": 2, "evaluation.ranges": 1, "export": 2,
-          "evaluation.options": 2, "bookkeeping.checks": 3,
+          "evaluation.options": 2, "bookkeeping.checks": 3, "hardware.devices": 1,
           "evaluation.piglatin_errors": 2, "evaluate": 3,
           "train": 4,
           "bench.same_training": 0, "bench.kernel_speed": 2, "bench.step_before_after": 2, "bench.speed": 4, "bench.gpu_sections": 5,
@@ -498,8 +498,8 @@ def module_imports(path, ours=LAYERS):
 
 def test_imports_run_one_way():
     """configurator, model, kernels, tokenizer, bookkeeping.timing, corpora, evaluation's table and plots,
-    <- data, bookkeeping.checkpoints, evaluation.ranges <- bookkeeping.records, export, evaluation.options,
-    evaluation.piglatin_errors <- evaluate, bookkeeping.checks <- train <- bench, lab <- study:
+    cli.help <- data, bookkeeping.checkpoints, evaluation.ranges, hardware.devices <- bookkeeping.records, export,
+    evaluation.options, evaluation.piglatin_errors <- evaluate, bookkeeping.checks <- train <- bench, lab <- study:
     a module imports only modules of a lower layer (evaluate.py never imports train.py; model.py never imports
     export.py; evaluation/ never imports evaluate.py; nothing imports study.py), and every module of ours is in
     LAYERS."""

@@ -1,0 +1,1 @@
+"""What a command runs on (devices.py): the device, the CPU threads, the precision and its autocast."""
