@@ -300,8 +300,8 @@ def train(cfg, ddp=None):
     among those that train together (the appendix); rank 0 alone prints and writes the files."""
     if ddp is None:
         check_settings(cfg, data.PRETRAINED)  # before any work: a bad setting costs nothing
-        if torchrun_env():  # one of several processes: the appendix joins them, then trains here
-            return train_ddp(cfg)
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # started by torchrun: the appendix joins the
+            return train_ddp(cfg)  # processes, then each trains here
     device, rank, world = (ddp.device, ddp.rank, ddp.world) if ddp else (resolve_device(cfg["device"]), 0, 1)
     device_type = device.split(":")[0]
     dtype = resolve_dtype(cfg["dtype"], device_type)
