@@ -53,6 +53,7 @@ import torch.nn.functional as F
 import configurator
 import data
 from bookkeeping.checkpoints import CheckpointError, load_checkpoint
+from bookkeeping.records import describe
 from bookkeeping.timing import timed
 from cli.help import reader_may_stop
 from corpora import piglatin
@@ -146,6 +147,27 @@ def score_split(model, split, task, device, ctx, eval_windows=0):
         return evaluate_lm(model, split, device, ctx, eval_windows)
     evaluator = {"classification": evaluate_classification, "seq2seq": evaluate_seq2seq, "mlm": evaluate_mlm}
     return evaluator[task](model, split, device, ctx)
+
+
+def score_held_out(best_path, dataset, cfg, device, ctx, summary, best_val):
+    """Add the kept checkpoint's figures on each held-out split (test, and Pig Latin's unseen words)
+    to a run's summary as <split>_<figure>, their labels in its `metrics`, and the per-example
+    answers for paired tests across runs (McNemar's, study.py); nothing without a test split."""
+    if "test" not in dataset.splits or not os.path.isfile(best_path):
+        return
+    best, _ = load_checkpoint(best_path, device)
+    metrics = METRICS[dataset.task]
+    for name in [s for s in dataset.splits if s not in ("train", "val")]:
+        figures = score_split(best, dataset.splits[name], dataset.task, device, ctx, cfg["eval_windows"])
+        summary.update({f"{name}_{k}": figures[k] for k in metrics if k in figures},
+                       **{f"{name}_n": figures["n"]})
+        if "predictions" in figures:
+            summary[f"{name}_predictions"] = figures["predictions"]
+        summary["metrics"].update({f"{name}_{k}": {"label": f"{name} {m.label} (best checkpoint)",
+                                                   "better": m.better}
+                                   for k, m in metrics.items() if k in figures})
+        print(f"best checkpoint: val {cfg['select_on']} {best_val:.4f}; {name} "
+              f"{describe(figures, metrics)}")
 
 
 @torch.no_grad()

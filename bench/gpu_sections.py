@@ -562,7 +562,7 @@ TRAIN_CASES = {  # name: (config file, its prepared data folder in --data, its f
                  dict(attn_impl="triton", norm_impl="triton")),  # a GELU FFN: the SwiGLU kernel does not apply
 }
 TRAIN_VARIANTS = {  # dropout is off in all: the flash kernel has none, and the runs are compared
-    "float32": dict(dtype="float32"),  # the reference: TF32 off (train.FLOAT32_MATMULS 'highest')
+    "float32": dict(dtype="float32"),  # the reference: TF32 off (devices.FLOAT32_MATMULS 'highest')
     "bf16, Triton kernels": dict(dtype="bfloat16", fast=True),
     "bf16, Triton kernels, compiled": dict(dtype="bfloat16", fast=True, compile=True),
 }
@@ -644,8 +644,9 @@ def train_run(run, case, variant, settings, overrides=None):
 def section_train(run):
     import torch._dynamo
     import train
+    from hardware import devices
     if run.cpu:
-        train.COMPILE_BACKEND = "eager"
+        devices.COMPILE_BACKEND = "eager"
         run.note("CPU: compile=True captures graphs with dynamo's 'eager' backend (no code generated), and the bf16 "
                  "runs keep PyTorch's attention, norms and SwiGLU (the interpreter takes seconds a step, and dynamo "
                  "cannot trace it): compile with the kernels runs on a GPU")
@@ -667,7 +668,7 @@ def section_train(run):
             settings = dict(TRAIN_VARIANTS[variant])
             torch._dynamo.reset()  # each compiled run from empty caches: its own graphs, its own limit
             # the float32 reference in float32 (train.py takes TF32 matmuls on CUDA, a 10-bit mantissa)
-            train.FLOAT32_MATMULS = "highest" if variant == "float32" else "high"
+            devices.FLOAT32_MATMULS = "highest" if variant == "float32" else "high"
             figures = train_run(run, case, variant, settings)
             reference = runs.get(f"{case}, float32")
             if reference is not None and variant != "float32":

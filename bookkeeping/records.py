@@ -28,7 +28,7 @@ from datetime import timedelta
 import torch
 
 import configurator
-from bookkeeping import timing
+from bookkeeping import checks, timing
 from bookkeeping.checkpoints import RETIRED_FIELDS, save_checkpoint
 from hardware import devices
 from model import FAMILIES, family_settings
@@ -355,16 +355,37 @@ def say_setup(files, model, device, dtype_name, world, peak, iter_num):
     files.log({"type": "conditions", "iter": iter_num, **run_conditions(device, dtype_name, world)})
 
 
-def eval_record(state, epoch, lr, best):
-    """An evaluation's log record: the epoch and rate it was taken at, whether it is the best so far, and the
-    validation figures (state.last_eval) as val_<figure>."""
-    return {"type": "eval", "epoch": epoch, "lr": lr, "best": best, "grad_norm": state.grad_norm,
+def progress(state, total_iters, epoch, epochs, loss, lr, speed):
+    """Print a progress line; return its log record. `epoch`: the step's 1-based epoch, printed if
+    the stream has `epochs` (random windows have none); `speed`: the Meter's reading."""
+    mfu = f" MFU {100 * speed['mfu']:.1f}%" if "mfu" in speed else ""
+    print(f"iter {state.iter_num}/{total_iters}{f' (epoch {epoch})' if epochs else ''} loss {loss:.4f} "
+          f"grad norm {state.grad_norm:.3f} lr {lr:.2e} {speed['tok_per_s']:,.0f} tok/s{mfu} "
+          f"ETA {speed['eta_min']:.1f} min", flush=True)
+    return {"type": "train", "iter": state.iter_num, "epoch": epoch, "loss": loss,
+            "grad_norm": state.grad_norm, "lr": lr, "tok_per_s": speed["tok_per_s"],
+            **({"mfu": speed["mfu"]} if "mfu" in speed else {})}
+
+
+def eval_record(state, epoch, optimizer, best):
+    """An evaluation's log record: the epoch and rate it was taken at (the optimizer's, after the plateau
+    schedule's step), whether it is the best so far, and the validation figures (state.last_eval) as val_<x>."""
+    return {"type": "eval", "epoch": epoch, "lr": optimizer.param_groups[0]["lr"], "best": best, "grad_norm": state.grad_norm,
             "iter": state.iter_num, **{f"val_{k}": v for k, v in state.last_eval.items() if k != "iter"}}
+
+
+def say_budget(cfg, total_iters, epoch_steps, eval_every, defaults):
+    """Print where the run writes and its budget (budget_line), then what its settings ask for and
+    cannot get (checks.run_warnings), a `warning: ...` line each."""
+    print(budget_line(cfg, total_iters, epoch_steps, eval_every))
+    for line in checks.run_warnings(cfg, total_iters, epoch_steps, eval_every, defaults):
+        print(f"warning: {line}")
 
 
 def budget_line(cfg, total_iters, epoch_steps, eval_every):
     """The line that says where the run writes and how long it may train: its steps, epochs and evaluations."""
-    epochs = f" ({total_iters / epoch_steps:g} epochs of {epoch_steps:,} steps)" if epoch_steps < math.inf else ""
+    n = total_iters / epoch_steps
+    epochs = f" ({n:g} epoch{'s' * (n != 1)} of {epoch_steps:,} steps)" if epoch_steps < math.inf else ""
     stop = (f", or fewer: early stopping after {cfg['early_stop_patience']} evaluations without a gain in "
             f"validation {cfg['select_on']}" if cfg["early_stop_patience"] else "")
     every = f"every {eval_every:,} steps" if eval_every < total_iters else "once, at the end"

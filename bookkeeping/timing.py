@@ -129,6 +129,14 @@ def peak_flops(device, dtype_name):
     return None
 
 
+def device_peak(peak_tflops, device, dtype_name):
+    """(one device's peak FLOP/s, its source) for the MFU, or None: the peak_tflops setting, or the
+    GPU's datasheet figure (peak_flops)."""
+    if peak_tflops > 0:
+        return peak_tflops * 1e12, "the peak_tflops setting"
+    return peak_flops(device, dtype_name)
+
+
 def step_flops(model, micro_batches, task):
     """Training FLOPs of one step: 3x the analytic forward FLOPs (the backward pass costs about twice the
     forward) of each micro-batch of token ids `idx` (B, T) at its padded length, as its task counts them: a
@@ -150,9 +158,10 @@ class Meter:
     the mean time of a step so far, and the evaluations left at the mean time of one so far (an evaluation is
     not training: the loop says when one ended, `evaluated`, and the clock of the speed restarts)."""
 
-    def __init__(self, peak, world, iter_num, total_iters, seconds_before=0.0, eval_every=math.inf):
+    def __init__(self, peak, world, state, total_iters, eval_every=math.inf):
+        """`state`: the run's (train.RunState), where it starts: its step, and a resumed run's time before."""
         self.peak, self.world, self.total_iters, self.eval_every = peak, world, total_iters, eval_every
-        self.t_start, self.iters_at_start, self.seconds_before = time.time(), iter_num, seconds_before
+        self.t_start, self.iters_at_start, self.seconds_before = time.time(), state.iter_num, state.train_seconds
         self.eval_seconds, self.evals = 0.0, 0
         self.restart()
 

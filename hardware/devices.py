@@ -76,3 +76,31 @@ def resolve_dtype(name, device_type):
 def autocast_context(device_type, dtype_name):
     """Mixed precision: matmuls in bf16/fp16, the rest (norm statistics, softmax, loss) in fp32."""
     return nullcontext() if dtype_name == "float32" else torch.autocast(device_type, getattr(torch, dtype_name))
+
+
+COMPILE_BACKEND = "inductor"  # compile=True's; tests and `gpu_check.py --cpu` take dynamo's
+# 'eager': the same graph capture and guards, no code generated (inductor takes minutes on a CPU)
+
+
+def compiled(model, compile, fixed_shape):
+    """torch.compile(model) when `compile` (the setting) is True, else the model. Batches padded to
+    their bucket's longest sequence change length: dynamic=True traces one graph with symbolic sizes,
+    where the default would specialize on the first length and recompile on the next (past dynamo's
+    limit, a shape runs uncompiled). Batches of one shape (a language model's windows) keep the
+    default, a graph specialized to that shape."""
+    if not compile:
+        return model
+    return torch.compile(model, dynamic=None if fixed_shape else True, backend=COMPILE_BACKEND)
+
+
+FLOAT32_MATMULS = "high"  # on CUDA: TF32 tensor cores; gpu_check's float32 reference sets 'highest'
+
+
+def precision(dtype, device_type):
+    """(dtype name, autocast context) of a run: the `dtype` setting resolved (resolve_dtype) and its mixed
+    precision (autocast_context). On CUDA, float32 matmuls (the float32 runs', and what autocast leaves in
+    float32) take TF32's tensor cores (FLOAT32_MATMULS), a setting of the process."""
+    name = resolve_dtype(dtype, device_type)
+    if device_type == "cuda":
+        torch.set_float32_matmul_precision(FLOAT32_MATMULS)
+    return name, autocast_context(device_type, name)

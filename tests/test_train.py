@@ -22,6 +22,7 @@ import evaluate
 import model
 import train
 from bookkeeping import checkpoints, records, timing
+from hardware import devices
 from bookkeeping import checks
 from conftest import REPO_ROOT
 
@@ -842,7 +843,7 @@ def test_compiled_run_saves_plain_weights_and_traces_bucketed_lengths_once(tiny_
     hold the plain module's names (no '_orig_mod.'), and bucketed batches of many lengths cost one graph
     for training and one for evaluation (dynamic=True), not one per length."""
     from torch._dynamo.utils import counters
-    monkeypatch.setattr(train, "COMPILE_BACKEND", "eager")
+    monkeypatch.setattr(devices, "COMPILE_BACKEND", "eager")
     torch._dynamo.reset()
     counters.clear()
     plain, compiled = (tiny_cfg(out_dir=str(tmp_path / name), max_iters=6, eval_interval=3, compile=flag)
