@@ -53,6 +53,7 @@ import torch.nn.functional as F
 import configurator
 import data
 from bookkeeping.checkpoints import CheckpointError, load_checkpoint
+from bookkeeping.flops import forward_flops
 from bookkeeping.records import describe
 from bookkeeping.timing import timed
 from cli.help import reader_may_stop
@@ -488,7 +489,7 @@ def classification_report(model, ckpt, path, args, device, ctx):
     res = {"ckpt": path, "task": "classification",
            **evaluate_classification(model, split, device, ctx, batch_size=args.batch_size)}
     res.update(size_figures(model, path))
-    res["flops_per_sample"] = float(np.mean([model.flops_per_forward(int(t)) for t in split.lengths]))
+    res["flops_per_sample"] = float(np.mean([forward_flops(model, int(t)) for t in split.lengths]))
     if timing_asked(args):
         fast = compiled_for_timing(model, device) if args.compile else model
         res["latency_ms"] = latency_ms(fast, split, device, ctx, repeats=args.repeats)
@@ -516,7 +517,7 @@ def depth_sweep(model, split, loops, device, ctx, batch_size=256):
             res = evaluate_classification(model, split, device, ctx, batch_size)
             rows.append({"n_loops": k, "trained_loops": trained,
                          **{m: res[m] for m in ("loss", "accuracy", "f1", "precision", "recall", "mcc")},
-                         "flops_per_sample": float(np.mean([raw.flops_per_forward(int(t)) for t in split.lengths]))})
+                         "flops_per_sample": float(np.mean([forward_flops(raw, int(t)) for t in split.lengths]))})
     finally:
         raw.cfg.n_loops, raw.depth = trained, raw.cfg.n_layer * trained
     return rows
@@ -602,7 +603,7 @@ def lm_report(model, ckpt, path, args, device, ctx):
         res.update(evaluate_lm(model, val, device, ctx, ckpt["config"].get("eval_windows", 0)))
     res.update(size_figures(model, path))
     T = model.cfg.block_size
-    res["flops_per_token"] = model.flops_per_forward(T) / T
+    res["flops_per_token"] = forward_flops(model, T) / T
     if timing_asked(args):
         res["latency_ms"], res["throughput"] = generation_speed(model, device, ctx, T, repeats=args.repeats)
     res["trained"] = {"dataset": ckpt["data"]["dataset"], "iter_num": ckpt["iter_num"],
@@ -716,7 +717,7 @@ def seq2seq_report(model, ckpt, path, args, device, ctx):
                    unseen_loss=res["splits"]["unseen"]["loss"])
     split = next(iter(splits.values()))
     mean_len = float(np.mean(split.lengths)) + 1  # a word and its [EOS]
-    res["flops_per_sample"] = model.flops_per_forward(round(mean_len))  # one teacher-forced word, both halves
+    res["flops_per_sample"] = forward_flops(model, round(mean_len))  # one teacher-forced word, both halves
     if timing_asked(args):
         res["latency_ms"], res["throughput"] = translation_speed(model, split, device, ctx, args.repeats)
     if args.plots:
@@ -776,7 +777,7 @@ def mlm_report(model, ckpt, path, args, device, ctx):
     val = checkpoint_dataset(ckpt, path).splits["val"]
     res = {"ckpt": path, "task": "mlm", **evaluate_mlm(model, val, device, ctx), **size_figures(model, path)}
     masked = res["n"] / len(val)  # the head's cost is linear in it: the mean over texts is the exact mean
-    res["flops_per_sample"] = float(np.mean([model.flops_per_forward(int(t), masked=masked) for t in val.lengths]))
+    res["flops_per_sample"] = float(np.mean([forward_flops(model, int(t), masked=masked) for t in val.lengths]))
     res["trained"] = {"dataset": ckpt["data"]["dataset"], "protocol": ckpt["data"].get("protocol"),
                       "iter_num": ckpt["iter_num"], "best_val_loss": ckpt["best_val_loss"]}
     return res
@@ -851,7 +852,7 @@ def evaluate_checkpoints(args, device):
         model, split = untrained(path, args.split, device)
         results.append({"ckpt": path, "task": "classification", "untrained": True,
                         **{k: v for k, v in size_figures(model, path).items() if k != "ckpt_bytes"},
-                        "flops_per_sample": float(np.mean([model.flops_per_forward(int(t)) for t in split.lengths]))})
+                        "flops_per_sample": float(np.mean([forward_flops(model, int(t)) for t in split.lengths]))})
         to_time.append((model, split))
     for r, figures in zip(results, interleaved_timing(to_time, device, ctx, args.repeats, args.batch_size)):
         r.update(figures, timed_interleaved=True)

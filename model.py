@@ -2,7 +2,7 @@
 The transformer building blocks of this lab, written out by hand, and the models built from them.
 
 Read the shared parts first, top to bottom: norms -> rotary and sinusoidal positions -> attention and its
-key/value cache -> feed-forward -> the one Block -> the table of config choices, initialization and FLOPs -> what
+key/value cache -> feed-forward -> the one Block -> the table of config choices and initialization -> what
 every model shares (`TokenModel`). Then each family, whole, in one place:
     encoder classifier  EncoderConfig, EncoderClassifier: the recurrent-vs-baseline study (and its MLM pretraining)
     (the generative models from here on share sampling and decoding: sample_next, decode, greedy_extend)
@@ -14,7 +14,8 @@ every model shares (`TokenModel`). Then each family, whole, in one place:
     bag of words        BagOfWordsConfig, BagOfWords: the logistic-regression baseline, no Block
 and last the family registry (FAMILIES, build_model, from_pretrained). The fast paths the switches pick (Triton
 kernels, the parallel and fused scans, the compiled decode step) are in kernels.py, beside their checks; the
-checkpoint format is bookkeeping/checkpoints.py's, llama2.c's file formats are export.py's.
+checkpoint format is bookkeeping/checkpoints.py's, each family's analytic FLOPs bookkeeping/flops.py's, llama2.c's
+file formats export.py's.
 
 Glossary (code name -> symbol in the study write-ups)
     B, T, C        batch size, sequence length, model width d
@@ -97,8 +98,8 @@ class RMSNorm(nn.Module):
 
 
 def make_norm(kind, cfg):
-    """The one place a norm type string becomes a module: of width cfg.n_embd, with the config's eps,
-    bias (LayerNorm only) and norm_impl."""
+    """The one place a norm type string becomes a module: of width cfg.n_embd, with the config's
+    eps, bias (LayerNorm only) and norm_impl."""
     if kind == "rms":
         return RMSNorm(cfg.n_embd, cfg.norm_eps, impl=cfg.norm_impl)
     if kind == "layer":
@@ -115,7 +116,8 @@ def rope_cache(seq_len, head_dim, theta=10000.0, device=None):
     Pair j of a head (dims 2j, 2j+1) rotates by angle p * theta_j at position p,
     with theta_j = theta^(-2j/d) (RoFormer eq. 15)."""
     assert head_dim % 2 == 0, "RoPE needs an even head size"
-    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim)
+    pairs = torch.arange(0, head_dim, 2, dtype=torch.float32, device=device)
+    inv_freq = theta ** (-pairs / head_dim)
     angles = torch.outer(torch.arange(seq_len, dtype=torch.float32, device=device), inv_freq)
     return angles.cos(), angles.sin()
 
@@ -184,21 +186,24 @@ class Attention(nn.Module):
         self.wv = nn.Linear(cfg.n_embd, self.n_kv_head * self.head_dim, bias=cfg.bias)
         self.wo = nn.Linear(self.n_head * self.head_dim, cfg.n_embd, bias=cfg.bias)
 
-    def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0, kv=None):
-        """x: (B, T, C), the tokens at positions start .. start+T-1; key_mask: bool (B, S), True for real
-        keys, False for padding, over all S keys attended to; rope: (cos, sin) or None; cache: a KVCache
-        holding the keys and values of positions 0 .. start-1, which this call extends (incremental
-        decoding), so S = start + T; kv: (B, S, C), the sequence the keys and values come from, if not
-        x (cross-attention). Returns (y, weights), weights None unless asked for. start may be a (1,) tensor (a
-        compiled decode step's position, `decode`): then S is the whole cache, key_mask hiding what is unwritten."""
+    def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0,
+                kv=None):
+        """x: (B, T, C), the tokens at positions start .. start+T-1; key_mask: bool (B, S), True for
+        real keys, False for padding, over all S keys attended to; rope: (cos, sin) or None; cache:
+        a KVCache holding the keys and values of positions 0 .. start-1, which this call extends
+        (incremental decoding), so S = start + T; kv: (B, S, C), the sequence the keys and values
+        come from, if not x (cross-attention). Returns (y, weights), weights None unless asked for.
+        start may be a (1,) tensor (a compiled decode step's position, `decode`): then S is the
+        whole cache, key_mask hiding what is unwritten."""
         B, T, C = x.shape
         q, k, v = self.project(x, x if kv is None else kv, rope, start)
         if cache is not None:
             k, v = cache.update(start, k, v)  # (B, nkv, S, hs): every key so far
-        weights, decoding = None, T == 1 and torch.compiler.is_compiling() and not (self.training and self.dropout)
+        dropping = self.training and self.dropout
+        weights, decoding = None, T == 1 and torch.compiler.is_compiling() and not dropping
         if need_weights or self.attn_impl == "manual":
             y, weights = self.reference(q, k, v, key_mask)
-        elif self.attn_impl == "triton" or decoding:  # kernels.py's: the Triton kernel, a compiled decode step's
+        elif self.attn_impl == "triton" or decoding:  # kernels.py's Triton kernel, or decode step
             y = self.kernel(q, k, v, key_mask)
         else:
             y = self.sdpa(q, k, v, key_mask)
@@ -206,40 +211,45 @@ class Attention(nn.Module):
         return self.wo(y), (weights if need_weights else None)
 
     def project(self, x, src, rope, start):
-        """The queries of x (B, T, C) and the keys and values of src (B, S', C), split into heads and, with
-        rope, rotated: (B, nh, T, hs), (B, nkv, S', hs), (B, nkv, S', hs)."""
-        B, T, _ = x.shape
-        q = self.wq(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
-        k = self.wk(src).view(B, src.size(1), self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, S', hs)
-        v = self.wv(src).view(B, src.size(1), self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, S', hs)
+        """The queries of x (B, T, C) and the keys and values of src (B, S', C), split into heads
+        and, with rope, rotated: (B, nh, T, hs), (B, nkv, S', hs), (B, nkv, S', hs)."""
+        (B, T, _), S, hs = x.shape, src.size(1), self.head_dim
+        q = self.wq(x).view(B, T, self.n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
+        k = self.wk(src).view(B, S, self.n_kv_head, hs).transpose(1, 2)  # (B, nkv, S', hs)
+        v = self.wv(src).view(B, S, self.n_kv_head, hs).transpose(1, 2)  # (B, nkv, S', hs)
         if rope is not None:
-            # queries sit at positions start .. start+T-1, keys at start .. start+S'-1: the same when they come from
-            # x, all S when a Block computes only its first queries (src: the whole sequence). Cross-attention: none
+            # queries sit at positions start .. start+T-1, keys at start .. start+S'-1: the same
+            # when they come from x, all S when a Block computes only its first queries (src: the
+            # whole sequence). Cross-attention: none
             q = apply_rope(q, *(table_rows(t, start, T) for t in rope))
             k = apply_rope(k, *(table_rows(t, start, k.size(2)) for t in rope))
         return q, k, v
 
     def mask(self, key_mask, T, S, device):
-        """Bool, broadcast to (B, nh, T, S), True = may attend (None: all): padding keys hidden; a causal layer's
-        query i (at position S - T + i) sees keys up to there (one new query, T = 1, sees every key)."""
+        """Bool, broadcast to (B, nh, T, S), True = may attend (None: all): padding keys hidden; a
+        causal layer's query i (at position S - T + i) sees keys up to there (one new query, T = 1,
+        sees every key)."""
         mask = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, S)
         if self.causal and T > 1:
             causal = torch.ones(T, S, dtype=torch.bool, device=device).tril(S - T)
             mask = causal if mask is None else (mask & causal)
             if key_mask is not None:
-                # a padding query before its sequence starts (left padding) sees no key, and a softmax over nothing
-                # is NaN, which would leak into later layers: such a row sees every key (its output is never read)
+                # a padding query before its sequence starts (left padding) sees no key, and a
+                # softmax over nothing is NaN, which would leak into later layers: such a row sees
+                # every key (its output is never read)
                 mask = mask | ~mask.any(-1, keepdim=True)
         return mask
 
     def sdpa(self, q, k, v, key_mask):
-        """The fast path (grouped-query heads without copies: enable_gqa); is_causal serves the plain causal case."""
+        """The fast path (grouped-query heads without copies: enable_gqa); is_causal serves the
+        plain causal case."""
         T, S = q.size(2), k.size(2)
         dropout_p, gqa = self.dropout if self.training else 0.0, self.n_kv_head != self.n_head
         if self.causal and key_mask is None and S == T:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, enable_gqa=gqa)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask(key_mask, T, S, q.device),
-                                              dropout_p=dropout_p, enable_gqa=gqa)
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True,
+                                                  enable_gqa=gqa)
+        mask = self.mask(key_mask, T, S, q.device)
+        return F.scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p, enable_gqa=gqa)
 
     def reference(self, q, k, v, key_mask):
         """`manual_attention` -> (y, weights), each key/value head first repeated for its n_head / n_kv_head queries."""
@@ -260,9 +270,9 @@ class Attention(nn.Module):
 
 
 def table_rows(table, start, n):
-    """Rows start .. start+n-1 of a per-position table (RoPE's cos or sin).
-    start is an int, or a (1,) tensor: a compiled decode step's position, which the graph reads as data,
-    so one graph serves every position (a Python int would be baked into it, or guarded on)."""
+    """Rows start .. start+n-1 of a per-position table (RoPE's cos or sin). start is an int, or a
+    (1,) tensor: a compiled decode step's position, which the graph reads as data, so one graph
+    serves every position (a Python int would be baked into it, or guarded on)."""
     if torch.is_tensor(start):
         return table[start + torch.arange(n, device=start.device)]
     return table[start:start + n]
@@ -314,11 +324,12 @@ class FeedForward(nn.Module):
         self.kind, self.impl = cfg.ffn, cfg.ffn_impl
         self.w1 = nn.Linear(cfg.n_embd, cfg.ffn_hidden, bias=cfg.bias)
         self.w2 = nn.Linear(cfg.ffn_hidden, cfg.n_embd, bias=cfg.bias)
-        self.w3 = nn.Linear(cfg.n_embd, cfg.ffn_hidden, bias=cfg.bias) if cfg.ffn == "swiglu" else None
+        swiglu = cfg.ffn == "swiglu"
+        self.w3 = nn.Linear(cfg.n_embd, cfg.ffn_hidden, bias=cfg.bias) if swiglu else None
 
     def forward(self, x):
         if self.kind == "swiglu" and self.impl == "triton":
-            h = kernels.swiglu_triton(self.w1(x), self.w3(x))  # one pass over (B, T, F) instead of three
+            h = kernels.swiglu_triton(self.w1(x), self.w3(x))  # one pass over (B, T, F), not three
         elif self.kind == "swiglu":
             h = F.silu(self.w1(x)) * self.w3(x)
         else:
@@ -349,13 +360,14 @@ class Block(nn.Module):
         self.ffn = FeedForward(cfg) if cfg.ffn != "none" else None
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0, memory=None,
-                memory_mask=None, queries=None):
-        """memory: (B, S, C) the encoder output a cross-attention Block reads, memory_mask: bool (B, S),
-        True on its real tokens. queries: compute only the first `queries` positions (their queries attend to
-        every key; the output is (B, queries, C)): a classifier's last Block, of which only [CLS] is read.
-        Returns (x, weights): the self-attention weights, or for a cross Block the pair (self-attention
-        weights, cross-attention weights); None unless need_weights."""
+    def forward(self, x, key_mask=None, rope=None, need_weights=False, cache=None, start=0,
+                memory=None, memory_mask=None, queries=None):
+        """memory: (B, S, C) the encoder output a cross-attention Block reads, memory_mask: bool (B,
+        S), True on its real tokens. queries: compute only the first `queries` positions (their
+        queries attend to every key; the output is (B, queries, C)): a classifier's last Block, of
+        which only [CLS] is read. Returns (x, weights): the self-attention weights, or for a cross
+        Block the pair (self-attention weights, cross-attention weights); None unless need_weights.
+        """
         mixer = self.attn if self.attn is not None else self.mamba
         if queries is None:
             a, weights = mixer(self.norm1(x), key_mask, rope, need_weights, cache, start)
@@ -365,7 +377,8 @@ class Block(nn.Module):
             x = x[:, :queries]  # every later step of the Block works position by position
         x = x + self.drop(a)
         if self.cross is not None:
-            c, cross_weights = self.cross(self.norm_cross(x), memory_mask, None, need_weights, kv=memory)
+            c, cross_weights = self.cross(self.norm_cross(x), memory_mask, None, need_weights,
+                                          kv=memory)
             x = x + self.drop(c)
             weights = (weights, cross_weights) if need_weights else None
         if self.ffn is not None:
@@ -374,7 +387,7 @@ class Block(nn.Module):
 
 
 # -----------------------------------------------------------------------------
-# Config checks, initialization and FLOPs shared by every model family
+# Config checks and initialization shared by every model family
 
 # The values each choice takes, in every config that has it as a field (what a family fixes as a class
 # attribute, such as Llama's pos or Mamba's ffn, is no choice). A config class may widen an entry with its own
@@ -447,26 +460,8 @@ def init_weights(model, n_applied_layers):
             nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_applied_layers))
 
 
-def block_flops(cfg, T, cross_len=0, queries=None):
-    """Forward FLOPs of one Block on T positions computing Q = T (or `queries`, as Block.forward), matrix
-    multiplies only, 2 per multiply-add (torch.utils.flop_counter.FlopCounterMode's convention): projections
-    2*C*(Q*2*C + T*2*C_kv), QK^T and AV 2*2*Q*T*C (the full Q x T, causal or not, as both paths compute it),
-    FFN 2*Q*C*F*(3 SwiGLU, 2 GELU), a cross-attention over cross_len states 2*T*C*2*C + 2*cross_len*C*2*C +
-    2*2*T*cross_len*C; a Mamba mixer: mamba_flops."""
-    if getattr(cfg, "mixer", "attention") == "mamba":
-        return mamba_flops(cfg, T)
-    C = cfg.n_embd
-    Q = T if queries is None else queries
-    c_kv = cfg.n_kv_head * (C // cfg.n_head)
-    proj = 2 * C * (Q * 2 * C + T * 2 * c_kv)
-    attn = 2 * 2 * Q * T * C
-    ffn = 2 * Q * C * cfg.ffn_hidden * (3 if cfg.ffn == "swiglu" else 2)
-    cross = (2 * T * C * 2 * C + 2 * cross_len * C * 2 * C + 2 * 2 * T * cross_len * C) if cross_len else 0
-    return proj + attn + ffn + cross
-
-
 # -----------------------------------------------------------------------------
-# What every model family shares: the input embedding, parameter accounting, FLOPs, weight decay
+# What every model family shares: the input embedding, parameter accounting, weight decay
 
 class TokenModel(nn.Module):
     """The pieces every family needs, written once. A subclass builds `tok_emb` (and, if its config asks
@@ -477,17 +472,18 @@ class TokenModel(nn.Module):
     emb_scale = 1.0  # the token embedding's multiplier in `embed` (the encoder-decoder's is sqrt(d))
 
     def embed(self, idx, start=0):
-        """The input to the first block, before dropout: E_tok(t) (+ E_pos(p)), normalized by emb_norm if
-        the config asks for it. idx holds positions start .. start+T-1.
-        (A family with emb_scale != 1 multiplies E_tok(t) by it first.)"""
+        """The input to the first block, before dropout: E_tok(t) (+ E_pos(p)), normalized by
+        emb_norm if the config asks for it. idx holds positions start .. start+T-1. (A family with
+        emb_scale != 1 multiplies E_tok(t) by it first.)"""
         T = idx.size(1)
-        if not torch.is_tensor(start) and start + T > self.cfg.block_size:  # (a tensor start: `decode` checked)
-            raise ValueError(f"sequence of length {start + T} is longer than block_size={self.cfg.block_size}")
+        if not torch.is_tensor(start) and start + T > self.cfg.block_size:  # (a tensor: decode's)
+            raise ValueError(f"sequence of length {start + T} is longer than "
+                             f"block_size={self.cfg.block_size}")
         h = self.tok_emb(idx)  # (B, T, C)
         if self.emb_scale != 1.0:
             h = h * self.emb_scale
         if self.pos_emb is not None:
-            h = h + self.pos_emb(torch.arange(T, device=idx.device) + start)  # (T, C) broadcast over B
+            h = h + self.pos_emb(torch.arange(T, device=idx.device) + start)  # (T, C), over B
         return self.emb_norm(h) if self.emb_norm is not None else h
 
     def rope(self):
@@ -496,10 +492,11 @@ class TokenModel(nn.Module):
 
     @staticmethod
     def cross_entropy(logits, targets):
-        """Mean cross-entropy, in float32, of logits (..., V) on targets (...): class ids (B,) or token ids
-        (B, T), -100 where not scored. None without targets."""
-        return None if targets is None else F.cross_entropy(logits.float().view(-1, logits.size(-1)),
-                                                            targets.reshape(-1))
+        """Mean cross-entropy, in float32, of logits (..., V) on targets (...): class ids (B,) or
+        token ids (B, T), -100 where not scored. None without targets."""
+        if targets is None:
+            return None
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
 
     def step(self, idx, start, key_mask, cache):
         """The next-token logits (B, V) after idx (B, T), the tokens at positions start .. start+T-1 (the
@@ -524,27 +521,12 @@ class TokenModel(nn.Module):
         trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
         return {"total": total, "embedding": emb, "non_embedding": total - emb, "trainable": trainable}
 
-    def flops_per_forward(self, seq_len, batch_size=1, **head):
-        """Analytic forward FLOPs for a batch of sequences of length seq_len: `block_flops` per applied Block
-        (the last computing `last_queries` positions) plus the head's (`head`: what head_flops takes besides the
-        length, such as the encoder's masked=k). Norms, softmax and embedding look-ups are left out."""
-        blocks = block_flops(self.cfg, seq_len) * (self.depth - 1)
-        blocks += block_flops(self.cfg, seq_len, queries=self.last_queries(**head))
-        return batch_size * (blocks + self.head_flops(seq_len, **head))
-
-    def last_queries(self, **head):
-        """How many positions the last applied Block computes: None, every one."""
-        return None
-
-    def head_flops(self, seq_len):
-        """A language model's head: logits over the vocabulary at every position (a family with another says so)."""
-        return 2 * seq_len * self.cfg.n_embd * self.cfg.vocab_size
-
     def no_weight_decay(self):
         """Names of the parameters AdamW must not decay: vectors (norm gains, biases) and embedding
-        tables. Decaying a norm gain fights the norm; decaying an embedding row pulls the rows of rare
-        tokens towards zero. A family with other such parameters (Mamba's A_log) adds them here."""
-        tables = {f"{name}.weight" for name, m in self.named_modules() if isinstance(m, nn.Embedding)}
+        tables. Decaying a norm gain fights the norm; decaying an embedding row pulls the rows of
+        rare tokens towards zero. A family with other such parameters (Mamba's A_log) adds them
+        here."""
+        tables = {f"{n}.weight" for n, m in self.named_modules() if isinstance(m, nn.Embedding)}
         return {name for name, p in self.named_parameters() if p.dim() < 2 or name in tables}
 
 
@@ -623,15 +605,18 @@ class EncoderClassifier(TokenModel):
         init_weights(self, self.depth)
 
     def forward(self, idx, key_mask=None, targets=None, mlm_targets=None):
-        """idx: (B, T) token ids with [CLS] at position 0; key_mask: bool (B, T), True for real tokens
-        (None = no padding); targets: (B,) class ids. Returns (logits (B, n_classes), loss or None), or with
-        mlm_targets instead of targets, the masked-language-model head's (MaskedLMHead)."""
+        """idx: (B, T) token ids with [CLS] at position 0; key_mask: bool (B, T), True for real
+        tokens (None = no padding); targets: (B,) class ids. Returns (logits (B, n_classes), loss or
+        None), or with mlm_targets instead of targets, the masked-language-model head's
+        (MaskedLMHead)."""
         if mlm_targets is not None:
             if targets is not None:
-                raise ValueError("give targets (classification) or mlm_targets (masked-language modelling), not both")
+                raise ValueError("give targets (classification) or mlm_targets (masked-language "
+                                 "modelling), not both")
             return self.mlm_head(self.encode(idx, key_mask), mlm_targets, self.tok_emb.weight)
-        # [CLS] pooling reads one position of the last Block, whose every step after attention is position by
-        # position: it computes [CLS] alone, attending to every key (the same logits; 14 % fewer FLOPs here)
+        # [CLS] pooling reads one position of the last Block, whose every step after attention is
+        # position by position: it computes [CLS] alone, attending to every key (the same logits; 14
+        # % fewer FLOPs here)
         h = self.encode(idx, key_mask, queries=self.last_queries())
         if self.cfg.pooling == "cls":
             pooled = h[:, 0]  # (B, C): the [CLS] position
@@ -642,9 +627,10 @@ class EncoderClassifier(TokenModel):
         return logits, self.cross_entropy(logits, targets)
 
     def encode(self, idx, key_mask=None, queries=None, weights=None):
-        """The final-normed states (B, T, C): the n_layer Blocks applied n_loops times, with the cross-iteration
-        residual. queries: the last Block computes only the first `queries` positions; weights: a list that
-        gets each applied Block's attention weights (attention maps)."""
+        """The final-normed states (B, T, C): the n_layer Blocks applied n_loops times, with the
+        cross-iteration residual. queries: the last Block computes only the first `queries`
+        positions; weights: a list that gets each applied Block's attention weights (attention
+        maps)."""
         cfg = self.cfg
         h = self.drop(self.embed(idx))
         rope = self.rope()
@@ -652,7 +638,8 @@ class EncoderClassifier(TokenModel):
             h_in = h
             for i, layer in enumerate(self.layers):
                 final = loop == cfg.n_loops - 1 and i == cfg.n_layer - 1
-                h, w = layer(h, key_mask, rope, weights is not None, queries=queries if final else None)
+                asked = weights is not None
+                h, w = layer(h, key_mask, rope, asked, queries=queries if final else None)
                 if weights is not None:
                     weights.append(w)
             if cfg.n_loops > 1:
@@ -660,16 +647,9 @@ class EncoderClassifier(TokenModel):
         return self.norm_f(h)
 
     def last_queries(self, masked=0):
-        """[CLS] pooling reads one position, which the last Block computes alone; mean pooling and MLM read all."""
+        """[CLS] pooling reads one position, which the last Block computes alone; mean pooling and
+        MLM read all."""
         return 1 if self.cfg.pooling == "cls" and not masked else None
-
-    def head_flops(self, seq_len, masked=0):
-        """The classifier reads one pooled vector per sequence; the MLM head scores `masked` positions (a batch mean
-        may be fractional) against the vocabulary: 6.3 MFLOPs a masked token for the recurrent model on SST-2."""
-        if masked:
-            return MaskedLMHead.flops(masked, self.cfg.n_embd, self.cfg.vocab_size)
-        return 2 * self.cfg.n_embd * self.cfg.n_classes
-
 
 class MaskedLMHead(nn.Module):
     """The encoder's head while it pretrains by masked-language modelling (Devlin et al. 2019, sec. 3.1): the
@@ -683,11 +663,6 @@ class MaskedLMHead(nn.Module):
         scored = mlm_targets != -100
         logits = h[scored] @ table.T  # (n_masked, vocab_size)
         return logits, TokenModel.cross_entropy(logits, mlm_targets[scored])
-
-    @staticmethod
-    def flops(masked, n_embd, vocab_size):
-        return 2 * masked * n_embd * vocab_size
-
 
 # -----------------------------------------------------------------------------
 # Sampling and decoding, shared by the generative families below (the encoder above never decodes): the next
@@ -1057,9 +1032,6 @@ class Llama(TokenModel):
         logits = self.head(h)  # (B, T, V)
         return logits, self.cross_entropy(logits, targets)
 
-    def head_flops(self, seq_len):
-        return 2 * self.cfg.n_embd * self.cfg.n_classes if self.cls_head is not None else super().head_flops(seq_len)
-
     @torch.no_grad()
     def generate(self, prompts, max_new_tokens, temperature=1.0, top_k=None, top_p=None, epsilon=None,
                  eos_id=None, generator=None, use_cache=True, mode="eager"):
@@ -1229,14 +1201,6 @@ class EncoderDecoder(TokenModel):
         self.train(was_training)
         return out
 
-    def flops_per_forward(self, seq_len, batch_size=1):
-        """Encoder on a source of seq_len, decoder on a target of seq_len reading it, and the head."""
-        cfg = self.cfg
-        enc = block_flops(cfg, seq_len) * cfg.n_layer
-        dec = block_flops(cfg, seq_len, cross_len=seq_len) * cfg.n_dec_layer
-        return batch_size * (enc + dec + self.head_flops(seq_len))
-
-
 # -----------------------------------------------------------------------------
 # Mamba (Gu & Dao 2023): the Pig Latin study's other family, the 'joined' layout. Its selective state-space
 # mixer is a Block's other token mixer (cfg.mixer = 'mamba', in place of attention); read here: the scan's
@@ -1390,15 +1354,6 @@ class MambaState:
         self.h = torch.zeros(batch_size, cfg.d_inner, cfg.d_state, device=device, dtype=torch.float32)
 
 
-def mamba_flops(cfg, T):
-    """Forward FLOPs of one Mamba Block on T tokens: its projections (in 2*C*2D, x 2*D*(R+2N), dt 2*R*D,
-    out 2*D*C), the depthwise convolution 2*D*d_conv, and the readout C_t h_t, 2*D*N, per token. The
-    discretization and the scan's elementwise multiply-adds (about 2*D*N per token more) are left out,
-    as norms and softmax are for attention."""
-    C, D, N, R = cfg.n_embd, cfg.d_inner, cfg.d_state, cfg.dt_rank
-    return 2 * T * (C * 2 * D + D * cfg.d_conv + D * (R + 2 * N) + R * D + D * C + D * N)
-
-
 @dataclass
 class MambaConfig:
     """A decoder-only Mamba (Gu & Dao 2023): token embedding -> n_layer Blocks whose mixer is the
@@ -1507,12 +1462,6 @@ class Mamba(TokenModel):
         in its word; the target still sees nothing after itself. h (B, T, C) -> (B, T, C)."""
         y, _ = layer.mamba(layer.norm1(h).gather(1, rev))  # causal over each reversed source: reads source only
         return F.pad(layer.drop(y.gather(1, rev)) * in_src[..., None], (0, 0, 0, h.size(1) - rev.size(1)))
-
-    def flops_per_forward(self, seq_len, batch_size=1, src_tokens=0):
-        """TokenModel's count, and with the bidirectional pass every layer's mixer again over the batch's
-        src_tokens source tokens (train.py's seq2seq task counts them)."""
-        back = self.depth * mamba_flops(self.cfg, src_tokens) if self.cfg.bidirectional else 0
-        return super().flops_per_forward(seq_len, batch_size) + back
 
     def new_cache(self, batch_size, max_len=None, n_layers=None):
         """One empty MambaState per layer (a recurrent state has no length: max_len is not needed)."""
@@ -1667,13 +1616,6 @@ class BagOfWords(nn.Module):
         trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
         return {"total": total, "embedding": emb, "non_embedding": total - emb, "trainable": trainable}
 
-    def flops_per_forward(self, seq_len, batch_size=1):
-        """x W as the sparse product it is: one multiply-add per class for each feature occurrence of a
-        sequence of seq_len tokens, [CLS] included: seq_len - 1 unigrams and seq_len - n n-grams of each order
-        n. Hashing, counting and normalizing are left out, as norms and softmax are for the transformers."""
-        occurrences = sum(max(0, seq_len - n) for n in range(1, self.cfg.ngrams + 1))
-        return batch_size * 2 * occurrences * self.cfg.n_classes
-
     def no_weight_decay(self):
         """Only the bias. AdamW's weight decay is this model's L2 penalty (the C of scikit-learn's
         LogisticRegression, though decoupled from the gradient: each step shrinks W by lr * weight_decay), so
@@ -1699,14 +1641,16 @@ def family_settings(family):
 
 def build_model(family, settings, facts):
     """A new model of `family` from a run's settings (any dict holding the family's keys) and the
-    dataset's facts (vocab_size, and n_classes and block_size for a labelled set). Raises ConfigError
-    naming what is wrong: an unknown family, a fact the data does not give, or a bad setting."""
+    dataset's facts (vocab_size, and n_classes and block_size for a labelled set). Raises
+    ConfigError naming what is wrong: an unknown family, a fact the data does not give, or a bad
+    setting."""
     if family not in FAMILIES:
         raise ConfigError(f"model={family!r}: expected one of {sorted(FAMILIES)}")
     cfg_cls, model_cls = FAMILIES[family]
     missing = [k for k in cfg_cls.data_fields if k not in facts]
     if missing:
-        raise ConfigError(f"model {family!r} takes {', '.join(missing)} from its dataset, which does not give it")
+        raise ConfigError(f"model {family!r} takes {', '.join(missing)} from its dataset, "
+                          f"which does not give it")
     args = {k: settings[k] for k in family_settings(family)}
     args.update({k: facts[k] for k in cfg_cls.data_fields})
     return model_cls(cfg_cls(**args))

@@ -33,6 +33,7 @@ import evaluate
 from bookkeeping import records, timing
 from bookkeeping.checkpoints import CKPT_VERSION, CheckpointError, load_checkpoint
 from bookkeeping.checks import check_settings, check_task, check_world
+from bookkeeping.flops import step_flops
 from cli.help import reader_may_stop, train_bare_line, train_help
 from export import load_pretrained
 from hardware.devices import compiled, precision, resolve_device, set_cpu_threads
@@ -218,8 +219,9 @@ def scheduled_lr(cfg, it, total_iters):
 def set_lr(optimizer, cfg, it, total_iters):
     """Apply this iteration's rate (after warm-up the plateau schedule owns it); return the rate."""
     if cfg["scheduler"] != "plateau" or it < cfg["warmup_iters"]:
+        lr = scheduled_lr(cfg, it, total_iters)
         for g in optimizer.param_groups:
-            g["lr"] = scheduled_lr(cfg, it, total_iters)
+            g["lr"] = lr
     return optimizer.param_groups[0]["lr"]
 
 
@@ -353,7 +355,7 @@ def train(cfg, ddp=None):
                 # the step's batch: [(inputs, examples, tokens)], a function of seed and position
                 batch = stream.step(state.epoch, state.step_in_epoch, device, rank, world)
                 examples, tokens = sum(n for _, n, _ in batch), sum(t for _, _, t in batch)
-                flops, asked = timing.step_flops(model, batch, dataset.task), stop.requested
+                flops, asked = step_flops(model, batch, dataset.task), stop.requested
                 if ddp:  # summed over the processes: they stop together, every example weighs alike
                     batch, asked, examples, tokens, flops = ddp.share(
                         batch, asked, examples, tokens, flops, stream, state)

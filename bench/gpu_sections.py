@@ -777,6 +777,7 @@ def section_mfu(run):
     launches and MFU measures the launches, not the model."""
     import data
     from bench.speed import our_model
+    from bookkeeping.flops import forward_flops
     from bookkeeping.timing import peak_flops, timed
     from hardware import devices
     case = baseline_case(run)
@@ -798,7 +799,7 @@ def section_mfu(run):
             torch.manual_seed(0)
             module, loss_fn = our_model(case, T, dropout=0.0)
             module = module.to(run.device)
-            flops = 3 * module.flops_per_forward(T, B)
+            flops = 3 * forward_flops(module, T, B)
             stepper = module
             if mode == "compiled":
                 torch._dynamo.reset()

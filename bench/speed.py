@@ -39,6 +39,7 @@ import torch.nn.functional as F
 import configurator
 import data
 import kernels
+from bookkeeping.flops import forward_flops
 from bookkeeping.timing import conditions, peak_flops, sync, timed
 from cli.help import HelpFormatter
 from evaluation.options import llama_tokenizer_for
@@ -612,7 +613,7 @@ def run_bench(args, device):
         rows = bench_contestants(case, seq, device, args.compile, nanogpt)
         figures = time_contestants(rows, batch, device, ctx, args.rounds, args.bench_steps)
         base = figures["ours"]
-        flops = 3 * rows[0][1].flops_per_forward(seq, batch_size)  # the analytic training FLOPs of a step
+        flops = 3 * forward_flops(rows[0][1], seq, batch_size)  # the analytic training FLOPs of a step
         tokens = batch_size * seq
         for name, module, _ in rows:
             f = figures[name]

@@ -10,7 +10,6 @@ The one timing helper of the project, and the conditions every number is printed
                                           the benchmarks)
     finite(x)                             numbers as strict JSON stores them: a float that is not finite is None
     peak_flops(device, dtype_name)        a GPU's datasheet peak, the denominator of MFU
-    step_flops(model, micro_batches, task)  a training step's FLOPs, the numerator of MFU
     Meter                                 train.py's progress lines: tokens/s, MFU and the time left
 
 The rules for honest numbers (as modded-nanogpt keeps them): warm-up runs first, the device synchronized around
@@ -135,21 +134,6 @@ def device_peak(peak_tflops, device, dtype_name):
     if peak_tflops > 0:
         return peak_tflops * 1e12, "the peak_tflops setting"
     return peak_flops(device, dtype_name)
-
-
-def step_flops(model, micro_batches, task):
-    """Training FLOPs of one step: 3x the analytic forward FLOPs (the backward pass costs about twice the
-    forward) of each micro-batch of token ids `idx` (B, T) at its padded length, as its task counts them: a
-    seq2seq batch adds its source tokens (src_len), and the masked LM's head scores only the masked positions
-    (its micro-batch's count is its masked tokens). Other inputs count 0, and so does a micro-batch of 0
-    examples (a DDP process's stand-in)."""
-    def head(x, n):
-        if task == "mlm":
-            return {"masked": n / x["idx"].size(0)}
-        return {"src_tokens": int(x["src_len"].sum())} if "src_len" in x else {}
-
-    return float(sum(3 * model.flops_per_forward(x["idx"].size(1), x["idx"].size(0), **head(x, n))
-                     for x, n, _ in micro_batches if "idx" in x and n))
 
 
 class Meter:

@@ -17,7 +17,7 @@ import data
 import evaluate
 import model
 import train
-from bookkeeping import checkpoints
+from bookkeeping import checkpoints, flops
 from model import NGRAM_HASH_PRIME, BagOfWords, BagOfWordsConfig
 
 ATOL = 1e-6
@@ -145,8 +145,8 @@ def test_flops_count_one_multiply_add_per_class_and_feature_occurrence():
     for T in (1, 2, 5, 12):
         idx, mask = padded_batch([T], T)
         occurrences = int((m.features(idx, mask)[1] > 0).sum())  # every counted occurrence weighs > 0
-        assert m.flops_per_forward(T) == 2 * 3 * occurrences == 2 * 3 * sum(max(0, T - n) for n in (1, 2, 3))
-    assert m.flops_per_forward(12, batch_size=4) == 4 * m.flops_per_forward(12)
+        assert flops.forward_flops(m, T) == 2 * 3 * occurrences == 2 * 3 * sum(max(0, T - n) for n in (1, 2, 3))
+    assert flops.forward_flops(m, 12, batch_size=4) == 4 * flops.forward_flops(m, 12)
 
 
 def test_param_counts_and_weight_decay():

@@ -15,6 +15,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import evaluate  # noqa: E402
+from bookkeeping import flops  # noqa: E402
 from bench import speed  # noqa: E402
 from evaluation.options import ListSplit, read_tsv  # noqa: E402
 from bookkeeping.checkpoints import save_checkpoint  # noqa: E402
@@ -272,7 +273,7 @@ def test_bench_times_every_contestant_and_names_the_attention_kernel(tmp_path, m
     from model import EncoderClassifier, EncoderConfig
     tiny = EncoderClassifier(EncoderConfig(vocab_size=speed.BENCH_VOCAB, n_layer=1, n_loops=2, n_embd=16, n_head=2,
                                            ffn_hidden=24))
-    assert encoder["train_flops_per_step"] == 3 * tiny.flops_per_forward(9, 4)
+    assert encoder["train_flops_per_step"] == 3 * flops.forward_flops(tiny, 9, 4)
     assert "tiny gpt: B=2, T=8" in out and re.search(r"^nanoGPT +[\d.]+", out, re.M)
     assert "number of parameters" not in out  # the peer's own printing is kept out of the table
 

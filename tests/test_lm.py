@@ -20,6 +20,7 @@ import evaluate
 import tokenizer
 import train
 from conftest import fake_downloads
+from bookkeeping import flops
 from bookkeeping.checkpoints import load_checkpoint
 from model import GPT, GPTConfig, LayerNorm, RMSNorm
 from evaluation.table import run_names
@@ -109,7 +110,7 @@ def test_flops_per_forward_matches_flop_counter(ffn):
     idx = torch.randint(0, 11, (3, 7))
     with FlopCounterMode(display=False) as fc:
         model(idx)
-    assert fc.get_total_flops() == model.flops_per_forward(7, batch_size=3)
+    assert fc.get_total_flops() == flops.forward_flops(model, 7, batch_size=3)
 
 
 def test_study_model_size():

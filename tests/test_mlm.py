@@ -22,7 +22,7 @@ import evaluate
 import model
 import tokenizer
 import train
-from bookkeeping import checkpoints, timing
+from bookkeeping import checkpoints, flops
 from conftest import need_tokenizer
 from model import EncoderClassifier, EncoderConfig
 
@@ -174,11 +174,11 @@ def test_a_dataset_without_labels_builds_the_binary_head_and_flops_count_the_mlm
     n = int((targets != -100).sum())
     with FlopCounterMode(display=False) as fc:
         m(idx, idx != data.PAD, mlm_targets=torch.from_numpy(targets))
-    assert fc.get_total_flops() == m.flops_per_forward(T, batch_size=B, masked=n / B)
+    assert fc.get_total_flops() == flops.forward_flops(m, T, batch_size=B, masked=n / B)
     # the vocabulary head at each masked position instead of 2 classes, and a last Block computing every
     # position instead of [CLS] alone
-    last_block = model.block_flops(m.cfg, T) - model.block_flops(m.cfg, T, queries=1)
-    assert m.flops_per_forward(T, masked=3) - m.flops_per_forward(T) == 2 * 3 * 16 * 50 - 2 * 16 * 2 + last_block
+    last_block = flops.block_flops(m.cfg, T) - flops.block_flops(m.cfg, T, queries=1)
+    assert flops.forward_flops(m, T, masked=3) - flops.forward_flops(m, T) == 2 * 3 * 16 * 50 - 2 * 16 * 2 + last_block
 
 
 # -----------------------------------------------------------------------------
@@ -186,7 +186,7 @@ def test_a_dataset_without_labels_builds_the_binary_head_and_flops_count_the_mlm
 
 
 def test_a_training_step_counts_the_head_at_the_masked_positions_alone(tmp_path):
-    """timing.step_flops for the mlm task: what a FLOP counter sees in the step's forward passes (the head
+    """flops.step_flops for the mlm task: what a FLOP counter sees in the step's forward passes (the head
     scores each micro-batch's masked tokens, not its every position)."""
     rng = np.random.default_rng(3)
     seqs = [row[row != data.PAD] for row in synthetic_batch(rng, 24, 10, 50)]
@@ -196,7 +196,7 @@ def test_a_training_step_counts_the_head_at_the_masked_positions_alone(tmp_path)
     with FlopCounterMode(display=False) as fc:
         for x, _, _ in micro:
             m(**x)
-    assert timing.step_flops(m, micro, "mlm") == 3 * fc.get_total_flops()
+    assert flops.step_flops(m, micro, "mlm") == 3 * fc.get_total_flops()
 
 
 def test_pretrain_then_fine_tune_from_the_checkpoint(tiny_cfg, tiny_dataset, tmp_path, monkeypatch, capsys,

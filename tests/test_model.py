@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import model
-from bookkeeping import checkpoints
+from bookkeeping import checkpoints, flops
 from model import Attention, EncoderClassifier, EncoderConfig
 
 ATOL = 1e-5  # float32 tolerance for two orderings of the same sums at these sizes
@@ -150,8 +150,8 @@ def test_last_block_computing_cls_alone_changes_nothing(kw, monkeypatch):
     T, C, F_ = 9, 24, 30
     # per position skipped: the q and o projections, its attention row, the FFN
     per_position = 2 * C * 2 * C + 2 * 2 * T * C + 2 * C * F_ * (3 if cfg.ffn == "swiglu" else 2)
-    assert full.flops_per_forward(T) - cls_only.flops_per_forward(T) == (T - 1) * per_position
-    assert cls_only.flops_per_forward(T, masked=2) == full.flops_per_forward(T, masked=2)  # MLM reads them all
+    assert flops.forward_flops(full, T) - flops.forward_flops(cls_only, T) == (T - 1) * per_position
+    assert flops.forward_flops(cls_only, T, masked=2) == flops.forward_flops(full, T, masked=2)  # MLM reads them all
 
 
 # -----------------------------------------------------------------------------
@@ -328,7 +328,7 @@ def test_flops_per_forward_matches_flop_counter(ffn):
     manual, sdpa = pair(dataclasses.replace(cfg, attn_impl="manual"), attn_impl="sdpa")
     B, T = 3, 11
     idx, mask = padded_batch([11, 8, 3], T)
-    expected = manual.flops_per_forward(T, batch_size=B)
+    expected = flops.forward_flops(manual, T, batch_size=B)
     with FlopCounterMode(display=False) as fc:
         manual(idx, mask)
     assert fc.get_total_flops() == expected

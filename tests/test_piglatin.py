@@ -25,7 +25,7 @@ import evaluate
 import model as M
 import tokenizer
 import train
-from bookkeeping import checkpoints
+from bookkeeping import checkpoints, flops
 from conftest import fake_downloads
 
 NOVEL = "pride_and_prejudice"
@@ -470,7 +470,7 @@ def test_flops_of_the_encoder_decoder():
     src, idx = torch.randint(3, 30, (1, 7)), torch.randint(3, 30, (1, 7))
     with FlopCounterMode(display=False) as counter:
         m(src, idx)
-    assert m.flops_per_forward(7) == counter.get_total_flops()
+    assert flops.forward_flops(m, 7) == counter.get_total_flops()
 
 
 @pytest.mark.parametrize("method", M.DISCRETIZATIONS)
@@ -860,9 +860,6 @@ class RuleModel(torch.nn.Module):
     def param_counts(self):
         return {"total": 0, "embedding": 0, "non_embedding": 0}
 
-    def flops_per_forward(self, seq_len, batch_size=1):
-        return 0
-
 
 def rule_model_scores(words):
     """RuleModel's teacher-forced loss per character and character accuracy on these words, in closed
@@ -957,6 +954,7 @@ def test_seq2seq_report_of_a_model_that_gets_some_words_right(pig_data, tmp_path
     path.write_bytes(b"stands for RuleModel")
     ckpt = {"data": ds.info(), "config": {"dataset": "piglatin", "data_dir": pig_data}}
     monkeypatch.setattr(evaluate, "load", lambda p, device: (RuleModel(), ckpt))
+    monkeypatch.setattr(evaluate, "forward_flops", lambda model, seq_len: 0)  # a rule has no FLOPs to count
     out = tmp_path / "report.json"
     evaluate.main(["--ckpt", str(path), "--no_timing", "--json", str(out), "--max_errors", "1000"])
     report = json.loads(out.read_text())
@@ -1077,8 +1075,7 @@ def test_bidirectional_mamba_reads_the_source_both_ways_and_the_target_causally(
 def test_bidirectional_mamba_decodes_and_counts_its_flops():
     """The bidirectional Mamba's cached translation (the source backwards once, then a token at a time through the
     state) is its full recompute's and the argmax of its own teacher forcing; its FLOPs add each layer's mixer over
-    the source tokens, which bookkeeping/timing.py's step_flops counts from the batch."""
-    from bookkeeping import timing
+    the source tokens, which bookkeeping/flops.py's step_flops counts from the batch."""
     m = mamba(bidirectional=True, d_conv=3)
     src = torch.tensor([[5, 9, 12, 2], [7, 3, 20, 2]])
     cached = m.translate(src, 10, data.SOS, data.EOS)
@@ -1091,5 +1088,5 @@ def test_bidirectional_mamba_decodes_and_counts_its_flops():
     micro = [(inp, 2, 0)]
     T = inp["idx"].size(1)
     one_way = mamba(d_conv=3)
-    assert timing.step_flops(m, micro, "seq2seq") == 3 * (one_way.flops_per_forward(T, 2) + 2 * M.mamba_flops(m.cfg, 8))
-    assert timing.step_flops(mamba(), micro, "seq2seq") == 3 * mamba().flops_per_forward(T, 2)
+    assert flops.step_flops(m, micro, "seq2seq") == 3 * (flops.forward_flops(one_way, T, 2) + 2 * flops.mamba_flops(m.cfg, 8))
+    assert flops.step_flops(mamba(), micro, "seq2seq") == 3 * flops.forward_flops(mamba(), T, 2)

@@ -21,7 +21,7 @@ import data
 import evaluate
 import model
 import train
-from bookkeeping import checkpoints, records, timing
+from bookkeeping import checkpoints, flops, records, timing
 from hardware import devices
 from bookkeeping import checks
 from conftest import REPO_ROOT
@@ -826,10 +826,10 @@ def test_mfu_is_the_steps_flops_per_second_over_the_peak(tiny_cfg, capsys):
     stream = data.training_stream(dataset, fresh.cfg, cfg)
     steps = [stream.step(0, i, "cpu") for i in range(3)]
     for r, micro in zip(records, steps):
-        per_token = timing.step_flops(fresh, micro, "classification") / sum(t for _, _, t in micro)
+        per_token = flops.step_flops(fresh, micro, "classification") / sum(t for _, _, t in micro)
         assert r["mfu"] * 0.5e12 / r["tok_per_s"] == pytest.approx(per_token, rel=1e-9)
-    flops = [timing.step_flops(fresh, micro, "classification") for micro in steps]
-    assert summary["train_flops"] == pytest.approx(sum(flops))
+    counted = [flops.step_flops(fresh, micro, "classification") for micro in steps]
+    assert summary["train_flops"] == pytest.approx(sum(counted))
     out = capsys.readouterr().out
     assert "MFU of a peak 0.5 TFLOP/s per device (the peak_tflops setting)" in out and " MFU " in out
     train.train({**cfg, "peak_tflops": 0.0, "overwrite": True})
