@@ -118,10 +118,10 @@ def confusion_matrix(y_true, y_pred, n_classes):
 
 
 def classification_metrics(y_true, y_pred, n_classes):
-    """Accuracy; precision, recall and F1 of the positive class (label 1) for binary tasks, and their
-    unweighted means over classes (macro) otherwise; Matthews correlation (Gorodkin's multi-class
-    form, which equals the usual (TP*TN - FP*FN)/sqrt(...) for two classes). Undefined ratios
-    (0/0) are reported as 0, as scikit-learn does."""
+    """Accuracy; precision, recall and F1 of the positive class (label 1) for binary tasks, and
+    their unweighted means over classes (macro) otherwise; Matthews correlation (Gorodkin's
+    multi-class form, which equals the usual (TP*TN - FP*FN)/sqrt(...) for two classes). Undefined
+    ratios (0/0) are reported as 0, as scikit-learn does."""
     cm = confusion_matrix(y_true, y_pred, n_classes).astype(np.float64)
     tp = np.diag(cm)
     predicted, actual = cm.sum(0), cm.sum(1)
@@ -132,7 +132,8 @@ def classification_metrics(y_true, y_pred, n_classes):
     cov = correct * n - predicted @ actual
     denom = math.sqrt(n * n - predicted @ predicted) * math.sqrt(n * n - actual @ actual)
     pick = (lambda a: float(a[1])) if n_classes == 2 else (lambda a: float(a.mean()))
-    return {"accuracy": float(correct / n) if n else 0.0, "precision": pick(prec), "recall": pick(rec),
+    accuracy = float(correct / n) if n else 0.0
+    return {"accuracy": accuracy, "precision": pick(prec), "recall": pick(rec),
             "f1": pick(f1), "mcc": float(cov / denom) if denom > 0 else 0.0,
             "confusion_matrix": cm.astype(np.int64).tolist()}
 
@@ -142,12 +143,14 @@ def classification_metrics(y_true, y_pred, n_classes):
 
 
 def score_split(model, split, task, device, ctx, eval_windows=0):
-    """The figures of `task` (METRICS[task], 'loss' first, with `n`) of the model on a split: what train.py
-    validates with, and scores the kept checkpoint's test split with. eval_windows: a language model's."""
+    """The figures of `task` (METRICS[task], 'loss' first, with `n`) of the model on a split: what
+    train.py validates with, and scores the kept checkpoint's test split with. eval_windows: a
+    language model's."""
     if task == "lm":
         return evaluate_lm(model, split, device, ctx, eval_windows)
-    evaluator = {"classification": evaluate_classification, "seq2seq": evaluate_seq2seq, "mlm": evaluate_mlm}
-    return evaluator[task](model, split, device, ctx)
+    evaluator = {"classification": evaluate_classification, "seq2seq": evaluate_seq2seq,
+                 "mlm": evaluate_mlm}[task]
+    return evaluator(model, split, device, ctx)
 
 
 def score_held_out(best_path, dataset, cfg, device, ctx, summary, best_val):
@@ -159,7 +162,8 @@ def score_held_out(best_path, dataset, cfg, device, ctx, summary, best_val):
     best, _ = load_checkpoint(best_path, device)
     metrics = METRICS[dataset.task]
     for name in [s for s in dataset.splits if s not in ("train", "val")]:
-        figures = score_split(best, dataset.splits[name], dataset.task, device, ctx, cfg["eval_windows"])
+        split = dataset.splits[name]
+        figures = score_split(best, split, dataset.task, device, ctx, cfg["eval_windows"])
         summary.update({f"{name}_{k}": figures[k] for k in metrics if k in figures},
                        **{f"{name}_n": figures["n"]})
         if "predictions" in figures:
@@ -180,16 +184,18 @@ def predict(model, split, batch_size, device, ctx):
     for i in range(0, len(order), batch_size):
         chunk = order[i:i + batch_size]
         idx, mask, _ = data.collate([split[j] for j in chunk], "cpu")
-        mask = data.mask_if_padded(mask)  # sorted by length, most batches have none: SDPA's flash kernel on a GPU
+        mask = data.mask_if_padded(mask)  # sorted by length, most have none: SDPA's flash kernel
         with ctx:
-            logits, _ = model(data.to_device(idx, device), None if mask is None else data.to_device(mask, device))
+            mask = None if mask is None else data.to_device(mask, device)
+            logits, _ = model(data.to_device(idx, device), mask)
         out[torch.from_numpy(chunk)] = logits.float().cpu()
     return out
 
 
 def evaluate_classification(model, split, device, ctx, batch_size=256):
-    """Mean cross-entropy and CLASSIFICATION_METRICS over a labelled split, with the confusion matrix,
-    the number of examples `n` and the per-example `predictions` (argmax class, in split order)."""
+    """Mean cross-entropy and CLASSIFICATION_METRICS over a labelled split, with the confusion
+    matrix, the number of examples `n` and the per-example `predictions` (argmax class, in split
+    order)."""
     logits = predict(model, split, batch_size, device, ctx)
     labels = torch.from_numpy(np.asarray(split.labels, dtype=np.int64))
     n_classes = logits.size(-1)

@@ -1,7 +1,7 @@
 """
 The README and the pages in docs/ cannot rot silently: every relative link names a file that exists (and, for
 a `#anchor`, a heading of that page), every `config/*.py` that a command names is a config file that exists,
-and the README's reading paths name definitions that exist, in their files' order. Reads text only; well under
+and docs/reading.md's reading paths name definitions that exist, in their files' order. Reads text only; well under
 a second. (The encoder page's results table is held to RESULTS.md by
 tests/test_claims.py, with every claim and figure of the pages.)
 """
@@ -56,7 +56,7 @@ def commands(text):
 def test_pages_exist():
     names = {os.path.relpath(p, REPO_ROOT) for p in PAGES}
     assert {"README.md", "docs/encoders.md", "docs/char_gpt.md", "docs/llama.md", "docs/piglatin_mamba.md",
-            "docs/speed.md", "docs/design.md"} <= names, names
+            "docs/speed.md", "docs/design.md", "docs/reading.md"} <= names, names
 
 
 def test_every_relative_link_and_config_exists():
@@ -80,12 +80,13 @@ def test_every_relative_link_and_config_exists():
     assert not broken, "\n".join(broken)
 
 
+READING = os.path.join(REPO_ROOT, "docs", "reading.md")  # each system's path through the code
+
+
 def reading_paths():
-    """The README's "Where to read the code": [(system, file, [names])], one entry per `- `file`: `a`, `b``
-    item (its continuation lines indented), under the bold name of its system."""
-    text = open(os.path.join(REPO_ROOT, "README.md")).read()
-    section = text.split("## Where to read the code\n", 1)[1].split("\n## ", 1)[0]
-    section = re.sub(r"\n  +", " ", section)  # a list item's continuation lines joined to it
+    """docs/reading.md's paths: [(system, file, [names])], one entry per `- `file`: `a`, `b`` item (its
+    continuation lines indented), under the bold name of its system."""
+    section = re.sub(r"\n  +", " ", open(READING).read())  # a list item's continuation lines joined to it
     out, system = [], None
     for line in section.splitlines():
         if m := re.match(r"\*\*(.+?)\*\*", line):
@@ -114,8 +115,8 @@ def definitions(path):
 
 
 def test_reading_paths_name_definitions_in_file_order():
-    """Each system's path through the code (README, "Where to read the code"): every named definition is in
-    the named file, and the names of a file come in the order they appear in it."""
+    """Each system's path through the code (docs/reading.md): every named definition is in the named file,
+    and the names of a file come in the order they appear in it."""
     paths = reading_paths()
     systems = {system for system, _, _ in paths}
     assert {"The recurrent encoder", "The char GPT", "Llama with LoRA and decoding", "The Pig Latin encoder-decoder",
