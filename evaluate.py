@@ -803,22 +803,23 @@ def translate_text(model, ckpt, path, text, device, ctx):
 
 
 def classify_text(paths, args, device, ctx):
-    """--text: each classifier's label and class probabilities for one sentence (a seq2seq model
-    translates it instead)."""
+    """--text: each classifier's label and class probabilities for each sentence given, in turn (a
+    seq2seq model translates it instead)."""
     for path in paths:
         model, ckpt = load(path, device)
         check_fits(args, model, ckpt, path)
-        if ckpt["data"]["task"] == "seq2seq":
-            translate_text(model, ckpt, path, args.text, device, ctx)
-            continue
-        enc = text_encoder(ckpt)
-        ids = torch.from_numpy(enc(args.text, truncate=args.truncate))[None].to(device)
-        with torch.no_grad(), ctx:
-            probs = F.softmax(model(ids)[0].float(), -1)[0].tolist()
-        names = ckpt["data"]["label_names"]
-        best = max(range(len(probs)), key=probs.__getitem__)
-        shown = ", ".join(f"{n} {q:.3f}" for n, q in zip(names, probs))
-        print(f"{path}: {names[best]}  ({shown})" + ("  [truncated]" if enc.was_truncated else ""))
+        for text in args.text:
+            if ckpt["data"]["task"] == "seq2seq":
+                translate_text(model, ckpt, path, text, device, ctx)
+                continue
+            enc = text_encoder(ckpt)
+            ids = torch.from_numpy(enc(text, truncate=args.truncate))[None].to(device)
+            with torch.no_grad(), ctx:
+                probs = F.softmax(model(ids)[0].float(), -1)[0].tolist()
+            names = ckpt["data"]["label_names"]
+            best = max(range(len(probs)), key=probs.__getitem__)
+            shown = ", ".join(f"{n} {q:.3f}" for n, q in zip(names, probs))
+            print(f"{path}: {names[best]}  ({shown})" + ("  [truncated]" if enc.was_truncated else ""))
 
 
 def parse_args(argv):

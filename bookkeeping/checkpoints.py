@@ -12,6 +12,7 @@ format and its versions are not. In order:
 It imports model.py (the family registry) and configurator.py, nothing above them.
 """
 
+import errno
 import os
 from dataclasses import asdict
 
@@ -51,8 +52,25 @@ def save_checkpoint(path, model, **extra):
     state = {"format": CKPT_FORMAT, "version": CKPT_VERSION, "kind": family_of(m),
              "model_args": asdict(m.cfg), "model": m.state_dict(), **extra}
     tmp = f"{path}.tmp{os.getpid()}"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:  # torch.save says a full disk as a RuntimeError ('unexpected pos')
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        if not disk_full(e):
+            raise
+        raise UserError(f"the disk is full at {os.path.dirname(os.path.abspath(path))}: {path} was not written "
+                        f"(a {os.path.basename(path)} written before is as it was); free some space and run it "
+                        f"again (--init_from=resume continues from a last.pt already there)") from None
+
+
+def disk_full(error):
+    """Whether an error writing a file is the disk's being full: ENOSPC (or EDQUOT, a quota), or torch.save's own
+    way of saying it, a RuntimeError from its zip writer."""
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, errno.EDQUOT)
+    return any(words in str(error) for words in ("unexpected pos", "No space left", "file write failed"))
 
 
 def load_checkpoint(path, device="cpu"):

@@ -47,8 +47,9 @@ def parser():
                    "test is scored with its unseen words beside it)")
     p.add_argument("--json", help="write the figures to this new file (classifiers: with per-example predictions; "
                    "a file already there is refused, never replaced)")
-    p.add_argument("--text", help="classify this sentence and print the label probabilities (seq2seq: translate "
-                   "its words, upper case read as lower case, as --words)")
+    p.add_argument("--text", action="append", help="classify this sentence and print the label probabilities "
+                   "(seq2seq: translate its words, upper case read as lower case, as --words); given again, each "
+                   "sentence in turn")
     p.add_argument("--truncate", action="store_true", help="with --text: cut an over-long sentence instead of refusing")
     p.add_argument("--file", help="evaluate on a file: a classifier's labelled sentences (sentence<TAB>label per line, "
                    "header allowed), a seq2seq model's words (one a line, optionally <TAB>its expected translation; "
@@ -122,7 +123,7 @@ def config_defaults(p, paths):
             near = configurator.closest(key, list(options))
             raise configurator.ConfigError(f"unknown option {key!r} in {source}{near} (a config file for evaluate.py "
                                            f"sets its options)")
-        out[key] = [value] if key == "ckpt" and isinstance(value, str) else value
+        out[key] = [value] if key in ("ckpt", "text") and isinstance(value, str) else value
     return out
 
 
@@ -132,7 +133,7 @@ def check_args(p, args):
     option and the values it takes (check_ranges, then the rules of a few options). What depends on the
     checkpoint is check_fits's."""
     check_ranges(p, args)
-    if args.text is not None and not str(args.text).strip():
+    if args.text is not None and not all(str(t).strip() for t in args.text):
         raise configurator.ConfigError("--text is empty: give a sentence to classify (or words to translate)")
     seq2seq_words(args.words, "--words", sep=",")
     if args.untrained and not args.interleave:

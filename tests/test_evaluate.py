@@ -84,6 +84,16 @@ def tiny_ckpt(tmp_path_factory):
     return paths, str(tsv)
 
 
+def test_text_given_twice_scores_both_sentences(tiny_ckpt, capsys):
+    """--text given twice: each sentence gets its line, in the order given (before, only the last was scored)."""
+    evaluate.main(["--ckpt", tiny_ckpt[0][0], "--text", "a gorgeous , witty film", "--text", "dull", "--device",
+                   "cpu"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if re.search(r": (negative|positive)  \(", line)]
+    assert len(lines) == 2, lines
+    evaluate.main(["--ckpt", tiny_ckpt[0][0], "--text", "a gorgeous , witty film", "--device", "cpu"])
+    assert capsys.readouterr().out.strip().splitlines()[-1] == lines[0]  # the first line is the first sentence's
+
+
 def test_text_prints_label_with_probabilities(tiny_ckpt, capsys):
     evaluate.main(["--ckpt", tiny_ckpt[0][0], "--text", "a gorgeous , witty film", "--device", "cpu"])
     out = capsys.readouterr().out

@@ -896,6 +896,107 @@ def test_a_task_s_own_key_is_refused_for_another_task(tiny_cfg):
     assert not os.path.exists(os.path.join(cfg["out_dir"], "log.jsonl"))
 
 
+@pytest.mark.parametrize("failure", [OSError(28, "No space left on device"),
+                                     RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 64 vs 0")])
+def test_a_full_disk_while_a_checkpoint_is_written_is_one_error_line(tiny_cfg, monkeypatch, failure):
+    """torch.save on a full disk (ENOSPC, or its zip writer's 'unexpected pos'): the run ends in one line that says
+    where the disk is full, no half-written file is left, and what was written before stays."""
+    cfg = tiny_cfg(max_iters=4, eval_interval=2)
+    real, calls = torch.save, []
+
+    def save(obj, path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 3:  # at the second evaluation: the first one's ckpt.pt and last.pt are on disk
+            open(path, "wb").write(b"half")
+            raise failure
+        return real(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+    with pytest.raises(configurator.UserError, match=f"the disk is full at {re.escape(cfg['out_dir'])}: .* was not "
+                                                     f"written"):
+        train.train(cfg)
+    assert sorted(os.listdir(cfg["out_dir"])) == ["ckpt.pt", "last.pt", "log.jsonl"]  # no .tmp left
+    assert torch.load(os.path.join(cfg["out_dir"], "last.pt"), weights_only=True)["iter_num"] == 2
+    monkeypatch.setattr(torch, "save", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("another failure")))
+    with pytest.raises(RuntimeError, match="another failure"):  # not a full disk: a bug keeps its traceback
+        checkpoints.save_checkpoint(os.path.join(cfg["out_dir"], "x.pt"), train.new_model(cfg, data.load_dataset(cfg)))
+
+
+# -----------------------------------------------------------------------------
+# what a run says, and what it never does to an earlier run (issue 65)
+
+
+def test_an_empty_out_dir_is_one_error_line(tmp_path):
+    r = _cli(["config/sst2_recurrent.py", "--out_dir="], tmp_path)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "error: out_dir is empty: a run writes its checkpoints and log into a folder: give one"], r.stderr
+
+
+def test_a_run_keeps_the_log_of_one_killed_before_its_first_checkpoint(tiny_cfg, capsys):
+    """An out_dir that holds only a log (a run killed before its first evaluation) is no run to resume or refuse,
+    and its log is kept beside (log-1.jsonl, then log-2.jsonl), never deleted without --overwrite."""
+    cfg = tiny_cfg(max_iters=2)
+    os.makedirs(cfg["out_dir"])
+    for k in (1, 2):
+        with open(os.path.join(cfg["out_dir"], "log.jsonl"), "w") as f:
+            f.write(f'{{"type": "start", "killed": {k}}}\n')
+        train.train(cfg)
+        kept = os.path.join(cfg["out_dir"], f"log-{k}.jsonl")
+        assert json.loads(open(kept).read()) == {"type": "start", "killed": k}
+        assert f"kept the log of an earlier run that stopped before its first checkpoint as {kept}" in \
+            capsys.readouterr().out
+        for f in ("ckpt.pt", "last.pt", "summary.json"):
+            os.remove(os.path.join(cfg["out_dir"], f))
+
+
+def test_a_config_that_changes_nothing_says_it_trains_the_defaults(tmp_path, monkeypatch, capsys):
+    empty = tmp_path / "empty.py"
+    empty.write_text("# nothing set yet\n")
+    monkeypatch.setattr(train, "train", lambda cfg: {"stopped": "max_epochs"})
+    train.main([str(empty)])
+    assert f"{empty} changes no setting: this run trains the defaults" in capsys.readouterr().out
+    train.main([str(empty), "--max_epochs=2"])
+    assert "changes no setting" not in capsys.readouterr().out
+
+
+def test_a_run_says_where_it_writes_and_its_budget(tiny_cfg, capsys):
+    cfg = tiny_cfg(max_epochs=2, eval_interval=3)
+    train.train(cfg)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("run: "))
+    assert line.startswith(f"run: writing to {cfg['out_dir']}; at most 16 steps (2 epochs of 8 steps)")
+    assert "evaluated every 3 steps" in line
+
+
+def test_the_time_left_counts_the_evaluations_at_their_measured_cost(monkeypatch):
+    """After the first evaluation the estimate is the steps left at the mean step time plus the evaluations left
+    at the mean evaluation time (the old one, the mean time per step with evaluations in, was off by up to 2.6x)."""
+    now = [100.0]
+    monkeypatch.setattr(timing.time, "time", lambda: now[0])
+    meter = timing.Meter(None, 1, train.RunState(), total_iters=100, eval_every=25)
+    for it in range(1, 26):
+        now[0] += 1.0  # a step: 1 s
+        meter.add(10, 0.0)
+    now[0] += 30.0  # the evaluation at step 25: 30 s
+    meter.evaluated()
+    now[0] += 1.0
+    meter.add(10, 0.0)
+    eta = meter.read(26)["eta_min"] * 60
+    assert eta == pytest.approx(74 * 1.0 + 3 * 30.0)  # 74 steps and the evaluations at 50, 75, 100
+
+
+def test_ctrl_c_while_the_data_is_prepared_exits_130_in_one_line(tiny_cfg, monkeypatch, capsys):
+    """A KeyboardInterrupt before the first step (preparing the data, say) ends the command with 130 and one
+    line, and leaves no out_dir behind."""
+    cfg = tiny_cfg()
+    monkeypatch.setattr(train, "make_config", lambda argv: cfg)
+    monkeypatch.setattr(data, "load_dataset", lambda c: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(SystemExit) as stop:
+        train.main(["x.py"])
+    assert stop.value.code == 130
+    assert capsys.readouterr().err.strip() == "interrupted before the first step: nothing of this run was saved"
+    assert not os.path.exists(cfg["out_dir"])
+
+
 def test_the_code_commit_counts_changes_to_the_code_not_to_the_records(tmp_path, monkeypatch):
     """A run's log names the code it ran: '+changes' when a tracked code file differs from the commit, not when
     a record under results/ or a page does (a study commits records while its other runs train)."""
