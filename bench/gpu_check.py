@@ -696,13 +696,14 @@ def table_sst2(f):
     if r:
         lines += [f"`{r['config']}` as configured ({r['steps']} steps): best checkpoint written "
                   f"{fmt(r.get('best_checkpoint_s'), '.1f')} s after the section's process started; the run took "
-                  f"{r['seconds']:.0f} s inside it; best validation loss {r['best_val_loss']:.4f}, test accuracy "
-                  f"{r.get('test_accuracy')}.", ""]
+                  f"{r['seconds']:.0f} s inside it; the kept checkpoint (best validation accuracy, the config's "
+                  f"select_on) scores test accuracy {r.get('test_accuracy')}.", ""]
     if evals:
         lines += ["Each evaluation as it landed (seconds after the section's process started; a new best is a write "
-                  "of ckpt.pt):", "", "| step | val loss | new best | s |", "|---:|---:|---|---:|"]
-        lines += [f"| {e['iter']} | {fmt(e['val_loss'], '.4f')} | {'yes' if e['best'] else ''} | {e['s']:.1f} |"
-                  for e in evals]
+                  "of ckpt.pt, by validation accuracy):", "", "| step | val loss | val accuracy | new best | s |",
+                  "|---:|---:|---:|---|---:|"]
+        lines += [f"| {e['iter']} | {fmt(e['val_loss'], '.4f')} | {fmt(e.get('val_accuracy'), '.4f')} | "
+                  f"{'yes' if e['best'] else ''} | {e['s']:.1f} |" for e in evals]
     return lines + [""]
 
 

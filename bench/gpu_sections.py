@@ -626,7 +626,7 @@ def train_run(run, case, variant, settings, overrides=None):
     logged = [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
     logged = [r for r in logged if r["type"] == "train"]
     steady = logged[1:] or logged
-    best = os.path.join(out_dir, "ckpt.pt")  # written at each new best validation loss: its last write is the best
+    best = os.path.join(out_dir, "ckpt.pt")  # written at each new best of select_on: its last write is the best
     early = max(1, summary["iters"] // 8)
     figures = {"config": config, "settings": {k: v for k, v in overrides.items() if k not in ("out_dir", "overwrite")},
                "steps": summary["iters"], "seconds": seconds,
@@ -699,8 +699,9 @@ def section_train(run):
 @contextmanager
 def evaluations_as_they_land(run, out_dir, every=0.2):
     """Follow a training run's log.jsonl from a thread while the run trains: each evaluation record, the moment it
-    is appended, becomes an entry of the section's figure `evaluations` (its step, its validation loss, whether it
-    was a new best, that is a write of ckpt.pt, and when: seconds since the section's process started, ckpt.pt's
+    is appended, becomes an entry of the section's figure `evaluations` (its step, its validation loss and accuracy,
+    whether it was a new best of the run's select_on figure, that is a write of ckpt.pt, and when: seconds since the
+    section's process started, ckpt.pt's
     write time for a new best), streamed to figures.jsonl at once. A section stopped at its budget, or a check cut
     off, keeps every evaluation the run reached. Yields the list of entries."""
     log, best = os.path.join(out_dir, "log.jsonl"), os.path.join(out_dir, "ckpt.pt")
@@ -721,7 +722,8 @@ def evaluations_as_they_land(run, out_dir, every=0.2):
         newest = max((i for i, r in enumerate(evals) if r.get("best")), default=None)
         for i, r in enumerate(evals):  # (an earlier best of the same look: its record's arrival, within `every`)
             at = os.path.getmtime(best) if i == newest and os.path.isfile(best) else now
-            entries.append({"iter": r["iter"], "val_loss": r.get("val_loss"), "best": bool(r.get("best")),
+            entries.append({"iter": r["iter"], "val_loss": r.get("val_loss"), "val_accuracy": r.get("val_accuracy"),
+                            "best": bool(r.get("best")),
                             "s": round(at - (run.started or 0), 2)})
         if evals:
             run.figure("evaluations", entries)
@@ -742,7 +744,8 @@ def evaluations_as_they_land(run, out_dir, every=0.2):
 def section_sst2(run):
     """The README's goal: SST-2's recurrent encoder to its best checkpoint in under a minute, counted from the
     start of the process that trains it (this section's: Python's start, the imports, CUDA's and the data's
-    loading, the evaluations included) to the last write of ckpt.pt (the best validation loss's), after the
+    loading, the evaluations included) to the last write of ckpt.pt (the best validation accuracy's: the config
+    selects on accuracy), after the
     run has ended (before, a later checkpoint could still be better). Each evaluation is recorded as it lands
     (evaluations_as_they_land): stopped at its budget, the section still says when each best checkpoint was
     written, and a best written at 60 s or later already fails the goal."""

@@ -238,10 +238,12 @@ def test_sst2_evaluations_land_as_they_are_written(tmp_path):
     with gpu_sections.evaluations_as_they_land(run, str(out_dir), every=0.05):
         append({"type": "train", "iter": 1, "loss": 0.7})
         (out_dir / "ckpt.pt").write_text("weights")
-        append({"type": "eval", "iter": 2, "best": True, "val_loss": 0.69}, partial='{"type": "ev')
+        append({"type": "eval", "iter": 2, "best": True, "val_loss": 0.69, "val_accuracy": 0.61},
+               partial='{"type": "ev')
         time.sleep(0.5)
         first = streamed()
-        assert first and first[-1] == [{"iter": 2, "val_loss": 0.69, "best": True, "s": first[-1][0]["s"]}]
+        assert first and first[-1] == [{"iter": 2, "val_loss": 0.69, "val_accuracy": 0.61, "best": True,
+                                        "s": first[-1][0]["s"]}]
         assert 5 <= first[-1][0]["s"] < 7  # ckpt.pt's write, counted from the section's process start
         with open(out_dir / "log.jsonl", "a") as f:  # the rest of the line that was being written
             f.write('al", "iter": 4, "best": false, "val_loss": 0.71}\n')
@@ -433,14 +435,14 @@ def test_sst2_cut_before_its_end_is_judged_from_the_evaluations_it_reached(tmp_p
     a best written at 60 s or later fails the goal already; one written before may still be followed by a
     better one (not measured, with what it reached); none reached, not measured. The table shows each."""
     results = gpu_results()
-    results["sections"]["sst2"]["figures"] = {"evaluations": [{"iter": i, "val_loss": 0.5, "best": b, "s": t}
-                                                              for i, b, t in evaluations]}
+    results["sections"]["sst2"]["figures"] = {"evaluations": [{"iter": i, "val_loss": 0.5, "val_accuracy": 0.75,
+                                                               "best": b, "s": t} for i, b, t in evaluations]}
     results["verdicts"] = gpu_check.verdicts(results, "gpu")
     v = next(r for r in results["verdicts"] if r["target"].startswith("config/sst2_recurrent.py"))
     assert (v["verdict"], v["figure"]) == (verdict, figure)
     gpu_check.write_results(str(tmp_path), results)
     md = open(tmp_path / "gpu_check.md").read()
-    assert all(f"| {i} | 0.5000 | {'yes' if b else ''} | {t:.1f} |" in md for i, b, t in evaluations)
+    assert all(f"| {i} | 0.5000 | 0.7500 | {'yes' if b else ''} | {t:.1f} |" in md for i, b, t in evaluations)
 
 
 def test_the_check_reads_sst2_where_and_as_the_config_trains_it():
