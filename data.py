@@ -60,9 +60,10 @@ from configurator import HelpFormatter, reader_may_stop
 from configurator import UserError, not_a_folder
 from corpora.piglatin import (PIG_LATIN_VOCAB, UNSEEN_WORDS, hyphen_parts, novel_words, pieces_of, pig_latin,
                               pig_latin_rule, source_words, split_novel, unseen_words, word_pieces)
-from corpora.sources import SOURCES, archive_file, fetch, source_file
+from corpora.llama2c import PRETRAINED, load_llama_tokenizer, pretrained_file  # noqa: F401 (train.py's)
+from corpora.sources import SOURCES, archive_file, fetch
 from tokenizer import (CLS, N_SPECIAL, PAD, PREPROCESSING, UNK, CharCodec, DataError, LlamaTextEncoder,
-                       LlamaTokenizer, TextEncoder, bpe, clean_text, cls_ids, get_tokenizer, id_map_from_vocab)
+                       TextEncoder, bpe, clean_text, cls_ids, get_tokenizer, id_map_from_vocab)
 
 # -----------------------------------------------------------------------------
 # The .bin array format
@@ -227,34 +228,7 @@ class PairList:
 
 
 # -----------------------------------------------------------------------------
-# The Llama tokenizers and checkpoints that are read by name (their files are sources: corpora/sources.py)
-
-LLAMA_TOKENIZERS = {  # name -> (source, file): the tokenizers of llama2.c's models
-    "tok512": ("tok512", "tinyllamas/stories260K/tok512.bin"),  # stories260K's 512 pieces
-    "llama2": ("llama2_tokenizer", "llama2_tokenizer/tokenizer.bin"),  # Llama 2's 32,000 (stories15M/42M/110M)
-}
-
-
-PRETRAINED = {  # name -> (source, file): checkpoints a run may start from by name (init_from)
-    "stories260K": ("stories260K", "tinyllamas/stories260K/stories260K.bin"),
-}
-
-
-def pretrained_file(name, mirror=None):
-    """The path of a named pretrained checkpoint (PRETRAINED), from the mirror or downloaded and checked."""
-    source, rel = PRETRAINED[name]
-    return source_file(source, rel, mirror or os.environ.get("DATA_MIRROR"))
-
-
-def load_llama_tokenizer(name, mirror=None):
-    """A LlamaTokenizer by name (LLAMA_TOKENIZERS: from the mirror, $DATA_MIRROR, or downloaded once
-    and checked) or from the path of a tokenizer.bin."""
-    if name in LLAMA_TOKENIZERS:
-        source, rel = LLAMA_TOKENIZERS[name]
-        return LlamaTokenizer.from_file(source_file(source, rel, mirror or os.environ.get("DATA_MIRROR")))
-    if not os.path.isfile(name):
-        raise DataError(f"tokenizer {name!r}: expected one of {sorted(LLAMA_TOKENIZERS)} or a tokenizer.bin file")
-    return LlamaTokenizer.from_file(name)
+# The text -> ids function a dataset was made with (llama2.c's tokenizers, by name: corpora/llama2c.py)
 
 
 def text_encoder(meta):

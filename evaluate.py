@@ -55,7 +55,7 @@ import data
 from bookkeeping.checkpoints import CheckpointError, load_checkpoint
 from bookkeeping.timing import timed
 from configurator import reader_may_stop
-from corpora import piglatin
+from corpora import llama2c, piglatin
 from evaluation.options import (ZERO_SHOT_TEMPLATE, ListSplit, check_args, check_fits, config_defaults, decode_mode,
                                 label_list, llama_tokenizer_for, parser, read_tsv, read_word_list, seq2seq_words,
                                 untrained, zero_shot_inputs)
@@ -797,8 +797,8 @@ def evaluate_checkpoints(args, device):
     ctx = configurator.autocast_context(device.split(":")[0], args.dtype)
     results, to_time = [], []
     for path in args.ckpt or []:
-        if path in data.PRETRAINED and not os.path.exists(path):  # a name: 'stories260K'
-            path = data.pretrained_file(path)
+        if path in llama2c.PRETRAINED and not os.path.exists(path):  # a name: 'stories260K'
+            path = llama2c.pretrained_file(path)
         model, ckpt = load(path, device)
         check_fits(args, model, ckpt, path)
         report = zero_shot_report if args.zero_shot else REPORTS[ckpt["data"]["task"]]

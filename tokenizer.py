@@ -267,7 +267,7 @@ class LlamaTokenizer:
 class LlamaTextEncoder:
     """Text -> [BOS] + the Llama tokenizer's ids, cut to max_len; the counterpart of TextEncoder for
     a dataset tokenized for a Llama (meta["tokenizer"] = 'llama2c:<name>', the LlamaTokenizer that
-    data.load_llama_tokenizer loads by that name)."""
+    corpora/llama2c.py's load_llama_tokenizer loads by that name)."""
 
     def __init__(self, meta, tokenizer):
         self.tok = tokenizer

@@ -642,7 +642,7 @@ import tarfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import data  # noqa: E402
-from corpora import sources  # noqa: E402
+from corpora import llama2c, sources  # noqa: E402
 import evaluate  # noqa: E402
 from evaluation import options as evaluate_options  # noqa: E402
 
@@ -693,7 +693,7 @@ def test_imdb_lm_corpus_from_the_test_half(review_mirror, tmp_path):
     meta = data.prepare_imdb_lm(tokenizer="tok512", mirror=review_mirror, out_dir="lm", n_val=3, verbose=False)
     assert meta["task"] == "lm" and meta["vocab_size"] == 512 and meta["tokenizer"] == "llama2c:tok512"
     assert {k: c["reviews"] for k, c in meta["counts"].items()} == {"train": 9, "val": 3}
-    tok = data.load_llama_tokenizer("tok512", review_mirror)
+    tok = llama2c.load_llama_tokenizer("tok512", review_mirror)
     texts = []
     for k in ("train", "val"):
         ids = data.TokenSplit("lm", k).tokens.tolist()
@@ -764,7 +764,7 @@ def test_pretrain_a_llama_then_sample_and_prompt_it(review_mirror, capsys):
     assert r["accuracy"] == sum(p == y for p, y in zip(r["predictions"], r["labels"])) / 10
     assert r["prompt"] == "<text> Is this movie bad or good? This movie is"
     m, _ = checkpoints.load_checkpoint("run/ckpt.pt")
-    tok = data.load_llama_tokenizer("tok512")
+    tok = llama2c.load_llama_tokenizer("tok512")
     test = data.load_dataset({"dataset": "cfimdb", "tokenizer": "tok512"}).splits["test"]
     with pytest.raises(data.DataError, match="prepared with max_len 256, the run asks for 64; delete the folder"):
         data.load_dataset({"dataset": "cfimdb", "tokenizer": "tok512", "max_len": 64})  # data/ holds one folder
@@ -788,7 +788,7 @@ def test_zero_shot_counts_the_texts_cut_at_preparation_and_for_the_context(revie
     fits the model's context. The test split here: 3 reviews far over 256 tokens (cut at preparation, and
     then again: 255 tokens of text do not fit a context of 64), 2 of about 100 (cut for the context only)
     and 5 short ones (never cut). The report states both counts."""
-    tok = data.load_llama_tokenizer("tok512", review_mirror)
+    tok = llama2c.load_llama_tokenizer("tok512", review_mirror)
     lengths = [300] * 3 + [100] * 2 + [3] * 5  # words; 'the' is one token of tok512 (checked below)
     dev = "".join(f"{i % 2} ||| {' '.join(['the'] * n)}\n" for i, n in enumerate(lengths))
     assert [len(tok.encode(line.split(" ||| ")[1], bos=True)) for line in dev.splitlines()] == [n + 1 for n in lengths]

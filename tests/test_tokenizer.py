@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import data
-from corpora import sources
+from corpora import llama2c, sources
 import tokenizer
 
 FILES = {
@@ -385,7 +385,7 @@ def test_sst5_from_the_real_mirror_with_tok512(tmp_path):
     ids, label = train[0]
     first = open(os.path.join(mirror, "minllama_sst_cfimdb", "sst-train.txt")).readline()
     assert f"{label} ||| " in first and ids[0] == 1 and len(ids) <= 64
-    tok = data.load_llama_tokenizer("tok512", mirror)
+    tok = llama2c.load_llama_tokenizer("tok512", mirror)
     full = tok.encode(first.split(" ||| ", 1)[1].strip())
     assert list(ids) == full[:64]
     enc = data.text_encoder(meta)  # the same encoding at inference
@@ -424,7 +424,7 @@ def test_cfimdb_splits_keep_the_test_set_out_of_model_selection(minllama_mirror,
     splits = {k: data.ClassificationSplit(out, k) for k in ("train", "val", "test")}
     seqs = {k: {tuple(s[i][0]) for i in range(len(s))} for k, s in splits.items()}
     assert not (seqs["train"] & seqs["val"]) and not (seqs["train"] & seqs["test"]) and len(seqs["train"]) == 30
-    tok = data.load_llama_tokenizer("tok512", minllama_mirror)
+    tok = llama2c.load_llama_tokenizer("tok512", minllama_mirror)
     assert tok.decode(splits["test"][3][0]) == "a dev review 3"
     again = data.prepare_minllama("cfimdb", tokenizer="tok512", max_len=32, mirror=minllama_mirror,
                                   out_dir=str(tmp_path / "again"), verbose=False)
