@@ -333,14 +333,23 @@ def sst2_splits(protocol, seed, mirror=None):
     return split_sst2(train, dev, protocol, seed)
 
 
-def prepare_sst2(protocol="glue_heldout", vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
-                 verbose=True, **_ignored):
-    """Build the SST-2 dataset folder and return its meta dict."""
-    out_dir = out_dir or dataset_dir("sst2", protocol, vocab, subset=subset, max_len=max_len)
+def build_sst2(protocol="glue_heldout", vocab="compact", max_len=256, subset="", mirror=None, out_dir=None,
+               seed=1337, verbose=True, **_ignored):
+    """SST-2's split under a protocol, cut to a subset, in GPT-2 BPE ids: ({split: (ids, labels)}, meta.json's
+    dict), for `prepare` to write."""
     splits = subset_splits(sst2_splits(protocol, seed, mirror), subset, seed)
-    return write_classification(out_dir, splits, ["negative", "positive"], vocab, max_len, verbose,
-                                dataset="sst2", protocol=protocol, seed=seed, subset=subset, sources=SOURCES["sst2"])
+    return classification_set(splits, ["negative", "positive"], vocab, max_len, out_dir, verbose, dataset="sst2",
+                              protocol=protocol, seed=seed, subset=subset, sources=SOURCES["sst2"])
 
+
+def build_sst2_mlm(protocol="glue_heldout", vocab="compact", mirror=None, seed=1337, verbose=True, **settings):
+    """The encoder's MLM corpus (mlm_corpus) in the ids of the SST-2 folder of the same protocol and vocab,
+    prepared first if missing: a checkpoint pretrained on it fine-tunes on SST-2 as it is."""
+    sst2_dir = dataset_dir("sst2", protocol, vocab)
+    if not os.path.isfile(os.path.join(sst2_dir, "meta.json")):
+        prepare("sst2", protocol=protocol, vocab=vocab, mirror=mirror, out_dir=sst2_dir, seed=seed, verbose=verbose)
+    return mlm_corpus(sst2_splits(protocol, seed, mirror), load_meta(sst2_dir), sst2_dir, protocol=protocol,
+                      vocab=vocab, mirror=mirror, seed=seed, verbose=verbose, **settings)
 
 # -----------------------------------------------------------------------------
 # Subsets of a labelled dataset (the study's data-size and length sensitivity) and the one writer of
@@ -380,9 +389,10 @@ def subset_splits(splits, subset, seed):
     return out
 
 
-def write_classification(out_dir, splits, label_names, vocab, max_len, verbose=True, **record):
-    """Tokenize {split: (texts, labels)} (tokenizer.cls_ids of the GPT-2 BPE ids), write the splits and
-    meta.json (with `record`: dataset, protocol, seed, sources ...) into out_dir and return the meta."""
+def classification_set(splits, label_names, vocab, max_len, out_dir, verbose=True, **record):
+    """Tokenize {split: (texts, labels)} (tokenizer.cls_ids of the GPT-2 BPE ids) into
+    ({split: (ids, labels)}, meta.json's dict with `record`: dataset, protocol, seed, sources ...), for
+    data.py to write into out_dir (named in the report printed with verbose)."""
     enc = get_tokenizer()
     bpe_ids = {k: [bpe(enc, s) for s in texts] for k, (texts, _) in splits.items()}
     if vocab == "compact":
@@ -394,8 +404,7 @@ def write_classification(out_dir, splits, label_names, vocab, max_len, verbose=T
     id_map = id_map_from_vocab(kept, enc.n_vocab)
     vocab_size = N_SPECIAL + len(kept)
 
-    os.makedirs(out_dir, exist_ok=True)
-    counts = {}
+    out, counts = {}, {}
     for k, (_, labels) in splits.items():
         seqs, keep_labels, truncated, dropped = [], [], 0, 0
         for ids, lab in zip(bpe_ids[k], labels):
@@ -407,7 +416,7 @@ def write_classification(out_dir, splits, label_names, vocab, max_len, verbose=T
             keep_labels.append(lab)
         if not seqs:
             raise DataError(f"the {k} split is empty; choose a larger subset")
-        write_split(out_dir, k, seqs, keep_labels, np.uint16 if vocab_size <= 65535 else np.uint32)
+        out[k] = (seqs, keep_labels)
         lengths = [len(s) for s in seqs]
         counts[k] = {"n": len(seqs), "labels": np.bincount(keep_labels, minlength=len(label_names)).tolist(),
                      "tokens": int(sum(lengths)), "max_len": int(max(lengths)), "truncated": int(truncated),
@@ -416,7 +425,6 @@ def write_classification(out_dir, splits, label_names, vocab, max_len, verbose=T
             "max_len": max_len, "specials": {"pad": PAD, "unk": UNK, "cls": CLS}, "vocab_mode": vocab,
             "vocab_size": vocab_size, "vocab": "full" if vocab == "full" else kept, "label_names": label_names,
             "counts": counts}
-    write_meta(out_dir, meta)
     if verbose:
         what = ", ".join(f"{k} {meta[k]}" for k in ("protocol", "subset") if meta.get(k))
         print(f"{meta.get('dataset')} ({what + ', ' if what else ''}{vocab} vocab: {vocab_size:,} ids, "
@@ -424,7 +432,7 @@ def write_classification(out_dir, splits, label_names, vocab, max_len, verbose=T
         for k, c in counts.items():
             print(f"  {k:5s} {c['n']:6,d} texts  labels {'/'.join(f'{x:,}' for x in c['labels'])}  "
                   f"{c['tokens']:,} tokens  max {c['max_len']}  truncated {c['truncated']:,}  [UNK] {c['unk']:,}")
-    return meta
+    return out, meta
 
 
 # -----------------------------------------------------------------------------
@@ -458,19 +466,18 @@ def holdout(n, n_val, seed):
     return sorted(order[n_val:]), sorted(order[:n_val])
 
 
-def prepare_imdb(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337, n_val=2500,
-                 verbose=True, **_ignored):
-    """IMDB movie reviews (Maas et al. 2011) as a sentiment task of long texts: train = the archive's
-    train half less a seeded n_val for val, test = its test half (25,000 each half)."""
-    out_dir = out_dir or dataset_dir("imdb", vocab=vocab, subset=subset, max_len=max_len)
+def build_imdb(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337, n_val=2500,
+               verbose=True, **_ignored):
+    """IMDB movie reviews as a sentiment task of long texts: train = the archive's train half less a seeded
+    n_val for val, test = its test half (25,000 each half)."""
     path = archive_file("imdb", mirror)
     train, test = (read_imdb(path, half) for half in ("train", "test"))
     fit, val = holdout(len(train), n_val, seed)
     splits = {"train": [train[i] for i in fit], "val": [train[i] for i in val], "test": test}
     splits = {k: ([text for text, _, _ in rows], [label for _, label, _ in rows]) for k, rows in splits.items()}
-    return write_classification(out_dir, subset_splits(splits, subset, seed), ["negative", "positive"], vocab,
-                                max_len, verbose, dataset="imdb", seed=seed, subset=subset,
-                                sources=SOURCES["imdb"])
+    return classification_set(subset_splits(splits, subset, seed), ["negative", "positive"], vocab, max_len,
+                              out_dir, verbose, dataset="imdb", seed=seed, subset=subset,
+                              sources=SOURCES["imdb"])
 
 
 def read_zhang_csv(path, member, fields):
@@ -512,30 +519,29 @@ def standard_draw(train_rows, test_rows, seed, sizes=None):
             "test": draw(test_rows, sizes["test"], rng)}
 
 
-def prepare_yelp_polarity(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
-                          verbose=True, **_ignored):
+def build_yelp_polarity(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
+                        verbose=True, **_ignored):
     """Yelp review polarity (Zhang et al. 2015: 560,000 train / 38,000 test reviews, 1-2 stars negative,
     4-5 positive), standardized to the source paper's 54,576 / 6,822 / 6,823 by a seeded draw."""
-    out_dir = out_dir or dataset_dir("yelp_polarity", vocab=vocab, subset=subset, max_len=max_len)
     path = archive_file("yelp_polarity", mirror)
     rows = {half: read_zhang_csv(path, f"yelp_review_polarity_csv/{half}.csv", 2) for half in ("train", "test")}
     splits = {k: ([t for t, _ in r], [lab for _, lab in r])
               for k, r in standard_draw(rows["train"], rows["test"], seed).items()}
-    return write_classification(out_dir, subset_splits(splits, subset, seed), ["negative", "positive"], vocab,
-                                max_len, verbose, dataset="yelp_polarity", seed=seed, subset=subset,
-                                sources=SOURCES["yelp_polarity"])
+    return classification_set(subset_splits(splits, subset, seed), ["negative", "positive"], vocab, max_len,
+                              out_dir, verbose, dataset="yelp_polarity", seed=seed, subset=subset,
+                              sources=SOURCES["yelp_polarity"])
 
 
 DOMAINS = ["movie", "local business", "online shopping"]  # the three-domain task's labels, in this order
 
 
-def prepare_multidomain(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
-                        verbose=True, **_ignored):
-    """The source paper's three-domain task: which kind of review is it, a movie's (IMDB), a local business's
-    (Yelp polarity) or an online purchase's (Amazon polarity)? Each split draws a third of the source paper's
-    standardized size from each source (its train file for train and val, its test file for test). The
-    Yelp and Amazon archives (166 MB and 688 MB) are downloaded; offline, multidomain_uci is the same task."""
-    out_dir = out_dir or dataset_dir("multidomain", vocab=vocab, subset=subset, max_len=max_len)
+def build_multidomain(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
+                      verbose=True, **_ignored):
+    """The source paper's three-domain task: which kind of review is it, a movie's (IMDB), a local
+    business's (Yelp polarity) or an online purchase's (Amazon polarity)? Each split draws a third of the
+    source paper's standardized size from each source (its train file for train and val, its test file for
+    test). The Yelp and Amazon archives (166 MB and 688 MB) are downloaded; offline, multidomain_uci
+    (corpora/uci.py) is the same task."""
     imdb = archive_file("imdb", mirror)
     yelp, amazon = archive_file("yelp_polarity", mirror), archive_file("amazon_polarity", mirror)
     sources = [([r[:2] for r in read_imdb(imdb, "train")], [r[:2] for r in read_imdb(imdb, "test")]),
@@ -547,23 +553,22 @@ def prepare_multidomain(vocab="compact", max_len=256, subset="", mirror=None, ou
         for k, rows in standard_draw(train_rows, test_rows, seed + domain, sizes).items():
             splits[k][0].extend(text for text, _ in rows)
             splits[k][1].extend([domain] * len(rows))
-    return write_classification(out_dir, subset_splits(splits, subset, seed), DOMAINS, vocab, max_len, verbose,
-                                dataset="multidomain", seed=seed, subset=subset,
-                                sources={k: SOURCES[k] for k in ("imdb", "yelp_polarity", "amazon_polarity")})
+    return classification_set(subset_splits(splits, subset, seed), DOMAINS, vocab, max_len, out_dir, verbose,
+                              dataset="multidomain", seed=seed, subset=subset,
+                              sources={k: SOURCES[k] for k in ("imdb", "yelp_polarity", "amazon_polarity")})
 
 
 _UCI_DOMAINS = {"uci_sentiment_sentences/imdb_labelled.txt": 0, "uci_sentiment_sentences/yelp_labelled.txt": 1,
                 "uci_sentiment_sentences/amazon_cells_labelled.txt": 2}  # file -> its index in DOMAINS
 
 
-def prepare_multidomain_uci(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
-                            verbose=True, **_ignored):
+def build_multidomain_uci(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
+                          verbose=True, **_ignored):
     """The three-domain task from the UCI sentiment sentences (Kotzias et al. 2015): 1,000 review
     sentences each from IMDB (movie), Yelp (local business) and Amazon (online shopping), split 80/10/10
     within each domain (stratified, seeded): 2,400 / 300 / 300. Each line is `sentence<TAB>0|1`; the
     sentiment is dropped, the domain is the label. Lines are split on '\\n' alone (the IMDB file holds
     U+0085, which str.splitlines also breaks at) and on their last tab (it has unbalanced quotes)."""
-    out_dir = out_dir or dataset_dir("multidomain_uci", vocab=vocab, subset=subset, max_len=max_len)
     files = fetch("uci_sentences", mirror)
     splits = {"train": ([], []), "val": ([], []), "test": ([], [])}
     for rel, domain in _UCI_DOMAINS.items():
@@ -574,35 +579,31 @@ def prepare_multidomain_uci(vocab="compact", max_len=256, subset="", mirror=None
         for k, idx in parts.items():
             splits[k][0].extend(texts[i] for i in sorted(idx))
             splits[k][1].extend([domain] * len(idx))
-    return write_classification(out_dir, subset_splits(splits, subset, seed), DOMAINS, vocab, max_len, verbose,
-                                dataset="multidomain_uci", seed=seed, subset=subset, sources=SOURCES["uci_sentences"])
+    return classification_set(subset_splits(splits, subset, seed), DOMAINS, vocab, max_len, out_dir, verbose,
+                              dataset="multidomain_uci", seed=seed, subset=subset,
+                              sources=SOURCES["uci_sentences"])
 
 
 # -----------------------------------------------------------------------------
 # Tiny Shakespeare, characters as tokens (the char-level GPT study)
 
 
-def prepare_shakespeare_char(mirror=None, out_dir=None, verbose=True, **_ignored):
-    """Build data/shakespeare_char: the sorted set of characters is the vocabulary (65 of them), the
-    first 90 % of the text is train.bin and the rest val.bin, uint16 ids. Returns the meta dict."""
-    out_dir = out_dir or dataset_dir("shakespeare_char")
+def build_shakespeare_char(mirror=None, out_dir=None, verbose=True, **_ignored):
+    """The sorted set of characters is the vocabulary (65 of them), the first 90 % of the text is the train
+    split and the rest val."""
     (raw,) = fetch("shakespeare_char", mirror).values()
     text = raw.decode("utf-8")
     chars = sorted(set(text))
     codec = CharCodec(chars)
     n_train = int(0.9 * len(text))
-    splits = {"train": text[:n_train], "val": text[n_train:]}
-    os.makedirs(out_dir, exist_ok=True)
-    for k, part in splits.items():
-        write_bin(os.path.join(out_dir, f"{k}.bin"), codec.encode(part).astype(np.uint16))
+    parts = {"train": text[:n_train], "val": text[n_train:]}
     meta = {"dataset": "shakespeare_char", "task": "lm", "tokenizer": "char", "vocab": chars,
-            "vocab_size": len(chars), "counts": {k: len(v) for k, v in splits.items()},
+            "vocab_size": len(chars), "counts": {k: len(v) for k, v in parts.items()},
             "sources": SOURCES["shakespeare_char"]}
-    write_meta(out_dir, meta)
     if verbose:
         print(f"Tiny Shakespeare: {len(text):,} characters, vocabulary {len(chars)} -> {out_dir}")
-        print(f"  train {len(splits['train']):,} tokens, val {len(splits['val']):,} tokens")
-    return meta
+        print(f"  train {len(parts['train']):,} tokens, val {len(parts['val']):,} tokens")
+    return {k: codec.encode(part) for k, part in parts.items()}, meta
 
 
 # -----------------------------------------------------------------------------
@@ -642,13 +643,12 @@ def hyphen_compounds(train, share, seed, block_size, exclude=()):
     return PairList([(codec.encode(w), codec.encode(t)) for w, t in pairs + made], train.vocab)
 
 
-def prepare_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS, verbose=True, **_ignored):
-    """Build data/piglatin from the distinct words of Pride and Prejudice: each word with its Pig Latin,
+def build_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS, verbose=True, **_ignored):
+    """The piglatin dataset from the distinct words of Pride and Prejudice: each word with its Pig Latin,
     split 80/10/10 by word (split_novel), and `unseen`, n_unseen IMDB review words the novel lacks
     (unseen_words), to tell a model that learnt the rules from one that learnt the novel's words.
     block_size in meta.json is the longest sequence a model reads: word [EOS] [SOS] translation, the
-    decoder-only layout. Returns the meta dict."""
-    out_dir = out_dir or dataset_dir("piglatin")
+    decoder-only layout. Returns ({split: (word ids, translation ids)}, meta.json's dict)."""
     (raw,) = fetch("pride_and_prejudice", mirror).values()
     words = novel_words(raw.decode("utf-8"))
     block_size = max(len(w) + len(pig_latin(w)) + 2 for w in words)
@@ -659,12 +659,10 @@ def prepare_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS
     split["unseen"], n_candidates = unseen_words(reviews, words, block_size, n_unseen, seed)
     taught = pieces_of(split["train"])
     codec = CharCodec(PIG_LATIN_VOCAB)
-    os.makedirs(out_dir, exist_ok=True)
-    counts = {}
+    splits, counts = {}, {}
     for k, chosen in split.items():
         pairs = [(w, pig_latin(w)) for w in chosen]
-        write_seqs(out_dir, f"{k}_src", [codec.encode(w) for w, _ in pairs], np.uint16)
-        write_seqs(out_dir, f"{k}_tgt", [codec.encode(t) for _, t in pairs], np.uint16)
+        splits[k] = ([codec.encode(w) for w, _ in pairs], [codec.encode(t) for _, t in pairs])
         rules = [pig_latin_rule(w) for w, _ in pairs]
         counts[k] = {"n": len(pairs), "rules": {r: rules.count(r) for r in sorted(set(rules))},
                      "max_word": max(len(w) for w, _ in pairs), "max_translation": max(len(t) for _, t in pairs)}
@@ -675,25 +673,24 @@ def prepare_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS
     meta = {"dataset": "piglatin", "task": "seq2seq", "tokenizer": "char", "vocab": PIG_LATIN_VOCAB,
             "vocab_size": len(PIG_LATIN_VOCAB), "block_size": block_size, "seed": seed,
             "specials": {"pad": PAD, "sos": SOS, "eos": EOS}, "words": len(words), "counts": counts,
-            "split": {"rule": "a word that is part of another word of the novel always trains; val and test are "
-                              "drawn at random from the rest; unseen words occur nowhere in the novel, not even "
-                              "inside a hyphenated word", "parts_always_train": n_inside},
+            "split": {"rule": "a word that is part of another word of the novel always trains; val and test "
+                              "are drawn at random from the rest; unseen words occur nowhere in the novel, not "
+                              "even inside a hyphenated word", "parts_always_train": n_inside},
             "unseen": {"from": f"the IMDB reviews, both halves ({len(reviews):,})", "qualified": n_candidates,
                        "sample": len(split["unseen"])},
-            "rules": "vowel-initial +way; else the consonants before the first vowel (y a vowel after the first "
-                     "letter; qu together) to the end +ay; no vowel +ay; hyphenated words part by part",
+            "rules": "vowel-initial +way; else the consonants before the first vowel (y a vowel after the "
+                     "first letter; qu together) to the end +ay; no vowel +ay; hyphenated words part by part",
             "sources": {"pride_and_prejudice": SOURCES["pride_and_prejudice"], "imdb": SOURCES["imdb"]}}
-    write_meta(out_dir, meta)
     if verbose:
         print(f"piglatin: {len(words):,} distinct words -> {out_dir} (30 tokens, block_size {block_size}); "
               f"{n_inside} are parts of other words and always train; unseen: {len(split['unseen']):,} of the "
-              f"{n_candidates:,} words of {len(reviews):,} IMDB reviews that occur nowhere in the novel (not even "
-              f"inside a word) and fit block_size")
+              f"{n_candidates:,} words of {len(reviews):,} IMDB reviews that occur nowhere in the novel (not "
+              f"even inside a word) and fit block_size")
         for k, c in counts.items():
             parts = f"  hyphenated: {c['hyphenated_parts']}" if "hyphenated_parts" in c else ""
             print(f"  {k:6s} {c['n']:5,d} words  {c['rules']}  longest word {c['max_word']}, "
                   f"translation {c['max_translation']}{parts}")
-    return meta
+    return splits, meta
 
 
 # -----------------------------------------------------------------------------
@@ -716,79 +713,74 @@ def parse_minllama(raw, name):
     return texts, labels
 
 
-def prepare_minllama(dataset, tokenizer="llama2", max_len=256, mirror=None, out_dir=None, seed=1337, verbose=True,
-                     **_ignored):
-    """Build data/<sst5|cfimdb>_<tokenizer>: each text as [BOS] + Llama token ids, cut to max_len.
+def build_minllama(dataset, tokenizer="llama2", max_len=256, mirror=None, out_dir=None, seed=1337,
+                   verbose=True, **_ignored):
+    """SST-5 or CFIMDB (dataset 'sst5' or 'cfimdb'), each text as [BOS] + Llama token ids, cut to max_len.
     SST-5: the course's train / dev / test as train / val / test (8,544 / 1,101 / 2,210).
     CFIMDB: the course's test file has no labels, so its dev set (245) is our test split, and a
     seeded 245 of its train set (1,707) our validation split: model selection never sees the test."""
-    out_dir = out_dir or dataset_dir(dataset, tokenizer=tokenizer)
     files = {os.path.basename(k): v for k, v in fetch(dataset, mirror).items()}
     prefix = "sst" if dataset == "sst5" else "cfimdb"
     label_names = json.loads(files[f"{prefix}-label-mapping.json"])
     parts = {k: parse_minllama(files[f"{prefix}-{k}.txt"], f"{prefix}-{k}.txt")
              for k in ("train", "dev", "test") if f"{prefix}-{k}.txt" in files}
     if dataset == "sst5":
-        splits = {"train": parts["train"], "val": parts["dev"], "test": parts["test"]}
+        parts = {"train": parts["train"], "val": parts["dev"], "test": parts["test"]}
     else:
         texts, labels = parts["train"]
         fit, val = holdout(len(texts), len(parts["dev"][0]), seed)
         pick = lambda idx: ([texts[i] for i in idx], [labels[i] for i in idx])  # noqa: E731
-        splits = {"train": pick(fit), "val": pick(val), "test": parts["dev"]}
+        parts = {"train": pick(fit), "val": pick(val), "test": parts["dev"]}
     tok = load_llama_tokenizer(tokenizer, mirror)
-    os.makedirs(out_dir, exist_ok=True)
-    counts = {}
-    for k, (texts, labels) in splits.items():
+    splits, counts = {}, {}
+    for k, (texts, labels) in parts.items():
         seqs = [tok.encode(t, bos=True) for t in texts]
         truncated = sum(len(q) > max_len for q in seqs)
         seqs = [np.asarray(q[:max_len]) for q in seqs]
         if min(labels) < 0 or max(labels) >= len(label_names):
             raise DataError(f"{dataset} {k}: labels must be 0..{len(label_names) - 1}")
-        write_split(out_dir, k, seqs, labels, np.uint16)
+        splits[k] = (seqs, labels)
         counts[k] = {"n": len(seqs), "labels": np.bincount(labels, minlength=len(label_names)).tolist(),
                      "tokens": int(sum(len(q) for q in seqs)), "max_len": int(max(len(q) for q in seqs)),
                      "truncated": int(truncated)}
-    meta = {"dataset": dataset, "task": "classification", "tokenizer": f"llama2c:{tokenizer}", "vocab": tokenizer,
-            "vocab_size": tok.vocab_size, "max_len": max_len, "seed": seed, "preprocessing": "none (text as shipped)",
-            "specials": {"pad": PAD, "bos": tok.bos_id}, "label_names": label_names, "counts": counts,
-            "sources": SOURCES[dataset]}
-    write_meta(out_dir, meta)
+    meta = {"dataset": dataset, "task": "classification", "tokenizer": f"llama2c:{tokenizer}",
+            "vocab": tokenizer, "vocab_size": tok.vocab_size, "max_len": max_len, "seed": seed,
+            "preprocessing": "none (text as shipped)", "specials": {"pad": PAD, "bos": tok.bos_id},
+            "label_names": label_names, "counts": counts, "sources": SOURCES[dataset]}
     if verbose:
         print(f"{dataset} ({tokenizer} tokenizer, {tok.vocab_size:,} ids, max_len {max_len}) -> {out_dir}")
         for k, c in counts.items():
-            print(f"  {k:5s} {c['n']:6,d} texts  labels {c['labels']}  {c['tokens']:,} tokens  max {c['max_len']}  "
-                  f"truncated {c['truncated']:,}")
-    return meta
+            print(f"  {k:5s} {c['n']:6,d} texts  labels {c['labels']}  {c['tokens']:,} tokens  "
+                  f"max {c['max_len']}  truncated {c['truncated']:,}")
+    return splits, meta
 
 
-def prepare_imdb_lm(tokenizer="tok512", mirror=None, out_dir=None, seed=1337, n_val=500, verbose=True, **_ignored):
-    """Build data/imdb_lm_<tokenizer>, a language-modelling corpus of movie reviews for pretraining a Llama:
-    each review as [BOS] + its Llama token ids, one after another (as llama2.c pretokenizes), a seeded
-    n_val reviews for val.bin and the rest for train.bin. The reviews are IMDB's test half (25,000), not
-    its train half: CFIMDB's reviews come from the train half (286 of its train and dev texts appear
-    there verbatim, one of its unscored test texts in the test half), so a model pretrained here has
-    not read the texts it is later fine-tuned and scored on."""
-    out_dir = out_dir or dataset_dir("imdb_lm", tokenizer=tokenizer)
+def build_imdb_lm(tokenizer="tok512", mirror=None, out_dir=None, seed=1337, n_val=500, verbose=True,
+                  **_ignored):
+    """A language-modelling corpus of movie reviews for pretraining a Llama: each review as [BOS] + its
+    Llama token ids, one after another (as llama2.c pretokenizes), a seeded n_val reviews for val and the
+    rest for train. The reviews are IMDB's test half (25,000), not its train half: CFIMDB's reviews come
+    from the train half (286 of its train and dev texts appear there verbatim, one of its unscored test
+    texts in the test half), so a model pretrained here has not read the texts it is later fine-tuned and
+    scored on."""
     reviews = [text for text, _, _ in read_imdb(archive_file("imdb", mirror), "test")]
     if not 0 < n_val < len(reviews):
-        raise DataError(f"n_val={n_val}: the archive holds {len(reviews)} test-half reviews; keep some for training")
-    splits = dict(zip(("train", "val"), holdout(len(reviews), n_val, seed)))
+        raise DataError(f"n_val={n_val}: the archive holds {len(reviews)} test-half reviews; keep some for "
+                        f"training")
+    parts = dict(zip(("train", "val"), holdout(len(reviews), n_val, seed)))
     tok = load_llama_tokenizer(tokenizer, mirror)
-    os.makedirs(out_dir, exist_ok=True)
-    counts = {}
-    for k, idx in splits.items():
-        ids = np.fromiter((t for i in idx for t in tok.encode(reviews[i], bos=True)), dtype=np.uint16)
-        write_bin(os.path.join(out_dir, f"{k}.bin"), ids)
-        counts[k] = {"reviews": len(idx), "tokens": len(ids)}
+    splits, counts = {}, {}
+    for k, idx in parts.items():
+        splits[k] = np.fromiter((t for i in idx for t in tok.encode(reviews[i], bos=True)), dtype=np.uint16)
+        counts[k] = {"reviews": len(idx), "tokens": len(splits[k])}
     meta = {"dataset": "imdb_lm", "task": "lm", "tokenizer": f"llama2c:{tokenizer}", "vocab": tokenizer,
             "vocab_size": tok.vocab_size, "seed": seed, "preprocessing": "'<br />' -> newline",
             "specials": {"bos": tok.bos_id}, "counts": counts, "sources": SOURCES["imdb"]}
-    write_meta(out_dir, meta)
     if verbose:
         print(f"imdb_lm ({tokenizer} tokenizer, {tok.vocab_size:,} ids) -> {out_dir}")
         for k, c in counts.items():
             print(f"  {k:5s} {c['reviews']:6,d} reviews  {c['tokens']:,} tokens")
-    return meta
+    return splits, meta
 
 
 # -----------------------------------------------------------------------------
@@ -802,28 +794,22 @@ MASK = UNK
 MLM_RATE = 0.15  # the share of word tokens a masked-language model predicts (Devlin et al. 2019, sec. 3.1)
 
 
-def prepare_sst2_mlm(protocol="glue_heldout", vocab="compact", max_len=128, mirror=None, out_dir=None, seed=1337, n_val=1000,
-                     verbose=True, **_ignored):
-    """Build data/sst2_mlm_<protocol>_<vocab>, unlabelled text to pretrain the encoder on by masked-language
-    modelling (MLMStream) before it is fine-tuned on SST-2: the training sentences of SST-2's split of the
-    same protocol and seed and the reviews of IMDB's train half (its test half is a classification test set
-    elsewhere), a seeded n_val texts held out for val (labels all 0). A text whose cleaned form is an SST-2
-    val or test sentence is left out: GLUE's train file repeats some sentences, so 47 of the glue protocol's
-    train sentences are also val or test sentences. The ids are those of the SST-2 folder of the same
-    protocol and vocab (prepared first if missing), so a pretrained checkpoint fine-tunes on SST-2 as it is
-    (a word outside that vocabulary is [UNK]). Returns the meta dict."""
-    out_dir = out_dir or dataset_dir("sst2_mlm", protocol, vocab)
-    sst2_dir = dataset_dir("sst2", protocol, vocab)
-    if not os.path.isfile(os.path.join(sst2_dir, "meta.json")):
-        prepare_sst2(protocol=protocol, vocab=vocab, mirror=mirror, out_dir=sst2_dir, seed=seed, verbose=verbose)
-    sst2_meta = load_meta(sst2_dir)
+def mlm_corpus(sst2, sst2_meta, sst2_dir, protocol="glue_heldout", vocab="compact", max_len=128, mirror=None,
+               out_dir=None, seed=1337, n_val=1000, verbose=True, **_ignored):
+    """Unlabelled text to pretrain the encoder on by masked-language modelling (data.py's MLMStream): the
+    training sentences of SST-2's split of the same protocol and seed (`sst2`: {split: (sentences, labels)})
+    and the reviews of IMDB's train half (its test half is a classification test set elsewhere), a seeded
+    n_val texts held out for val (labels all 0). A text whose cleaned form is an SST-2 val or test sentence
+    is left out: GLUE's train file repeats some sentences, so 47 of the glue protocol's train sentences are
+    also val or test sentences. The ids are those of the SST-2 folder sst2_dir (its meta.json: sst2_meta),
+    which must hold the same split, so a pretrained checkpoint fine-tunes on SST-2 as it is (a word outside
+    that vocabulary is [UNK])."""
     if sst2_meta.get("seed") != seed or sst2_meta.get("protocol") != protocol:
         raise DataError(f"{sst2_dir} was split with protocol {sst2_meta.get('protocol')!r}, seed "
-                        f"{sst2_meta.get('seed')}; this corpus asks for {protocol!r}, {seed}, and needs the same "
-                        f"split (its train sentences must be the classifier's)")
-    splits = sst2_splits(protocol, seed, mirror)
-    held_out = {clean_text(s) for k in ("val", "test") for s in splits[k][0]}
-    texts = [("sst2", s) for s in splits["train"][0]]
+                        f"{sst2_meta.get('seed')}; this corpus asks for {protocol!r}, {seed}, and needs the "
+                        f"same split (its train sentences must be the classifier's)")
+    held_out = {clean_text(s) for k in ("val", "test") for s in sst2[k][0]}
+    texts = [("sst2", s) for s in sst2["train"][0]]
     texts += [("imdb", text) for text, _, _ in read_imdb(archive_file("imdb", mirror), "train")]
 
     enc = get_tokenizer()
@@ -842,11 +828,10 @@ def prepare_sst2_mlm(protocol="glue_heldout", vocab="compact", max_len=128, mirr
     parts = dict(zip(("train", "val"), holdout(len(rows), n_val, seed)))
 
     vocab_size = sst2_meta["vocab_size"]
-    os.makedirs(out_dir, exist_ok=True)
-    counts = {}
+    splits, counts = {}, {}
     for k, idx in parts.items():
         seqs = [cls_ids(id_map, rows[i][1], max_len) for i in idx]
-        write_split(out_dir, k, seqs, np.zeros(len(seqs), np.int64), np.uint16 if vocab_size <= 65535 else np.uint32)
+        splits[k] = (seqs, np.zeros(len(seqs), np.int64))
         by_source = {src: {"texts": 0, "tokens": 0} for src in ("sst2", "imdb")}
         for i, s in zip(idx, seqs):
             by_source[rows[i][0]]["texts"] += 1
@@ -854,30 +839,31 @@ def prepare_sst2_mlm(protocol="glue_heldout", vocab="compact", max_len=128, mirr
         counts[k] = {"texts": len(seqs), "tokens": int(sum(len(s) for s in seqs)), "by_source": by_source,
                      "truncated": int(sum(len(rows[i][1]) > max_len - 1 for i in idx)),
                      "unk": int(sum(int((s == UNK).sum()) for s in seqs))}
-    meta = {"dataset": "sst2_mlm", "task": "mlm", "protocol": protocol, "seed": seed, "tokenizer": "tiktoken:gpt2",
-            "preprocessing": PREPROCESSING, "max_len": max_len,
+    meta = {"dataset": "sst2_mlm", "task": "mlm", "protocol": protocol, "seed": seed,
+            "tokenizer": "tiktoken:gpt2", "preprocessing": PREPROCESSING, "max_len": max_len,
             "specials": {"pad": PAD, "unk": UNK, "cls": CLS, "mask": MASK}, "vocab_mode": vocab,
             "vocab_size": vocab_size, "vocab": kept, "vocab_from": sst2_dir, "left_out": left_out,
             "counts": counts, "sources": {"sst2": SOURCES["sst2"], "imdb": SOURCES["imdb"]}}
-    write_meta(out_dir, meta)
     if verbose:
-        print(f"sst2_mlm ({protocol} protocol, {vocab} vocab of {sst2_dir}: {vocab_size:,} ids, max_len {max_len}) "
-              f"-> {out_dir}; left out: {left_out}")
+        print(f"sst2_mlm ({protocol} protocol, {vocab} vocab of {sst2_dir}: {vocab_size:,} ids, "
+              f"max_len {max_len}) -> {out_dir}; left out: {left_out}")
         for k, c in counts.items():
-            src = "  ".join(f"{s} {b['texts']:,} texts / {b['tokens']:,} tokens" for s, b in c["by_source"].items())
-            print(f"  {k:5s} {c['texts']:6,d} texts  {c['tokens']:,} tokens ({src})  truncated {c['truncated']:,}  "
-                  f"[UNK] {c['unk']:,}")
-    return meta
+            src = "  ".join(f"{s} {b['texts']:,} texts / {b['tokens']:,} tokens"
+                            for s, b in c["by_source"].items())
+            print(f"  {k:5s} {c['texts']:6,d} texts  {c['tokens']:,} tokens ({src})  "
+                  f"truncated {c['truncated']:,}  [UNK] {c['unk']:,}")
+    return splits, meta
 
 
 # -----------------------------------------------------------------------------
-# The dataset registry: each name has a preparer and a task. The task says how the prepared folder
-# is read (which splits, which files) and which batch stream and evaluator a run uses.
+# The dataset registry: each name has a builder and a task. The builder reads the source and tokenizes it
+# (SST-2's above, the others' in corpora/); `prepare` writes what it returns. The task says how the prepared
+# folder is read (which splits, which files) and which batch stream and evaluator a run uses.
 
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    prepare: Callable  # (protocol, vocab, tokenizer, max_len, mirror, out_dir) -> meta; writes the folder
+    build: Callable  # (settings as keywords) -> ({split: its ids}, meta.json's dict): the folder, unwritten
     task: str  # 'classification' | 'lm' | 'seq2seq' | 'mlm'
     variant: tuple = ()  # the settings that name its folder: data/<name>[_<setting>...]
     tokenizers: tuple = ("",)  # the values `tokenizer` may take ('' = the dataset's own; the first is the default)
@@ -885,19 +871,19 @@ class DatasetSpec:
 
 
 DATASETS = {
-    "sst2": DatasetSpec(prepare_sst2, "classification", ("protocol", "vocab"), subsets=True),  # GPT-2 BPE
-    "imdb": DatasetSpec(prepare_imdb, "classification", ("vocab",), subsets=True),  # long movie reviews
-    "yelp_polarity": DatasetSpec(prepare_yelp_polarity, "classification", ("vocab",), subsets=True),
-    "multidomain": DatasetSpec(prepare_multidomain, "classification", ("vocab",), subsets=True),  # 3 domains
-    "multidomain_uci": DatasetSpec(prepare_multidomain_uci, "classification", ("vocab",), subsets=True),
-    "shakespeare_char": DatasetSpec(prepare_shakespeare_char, "lm"),  # characters
-    "sst5": DatasetSpec(lambda **kw: prepare_minllama("sst5", **kw), "classification", ("tokenizer",),
+    "sst2": DatasetSpec(build_sst2, "classification", ("protocol", "vocab"), subsets=True),  # GPT-2 BPE
+    "imdb": DatasetSpec(build_imdb, "classification", ("vocab",), subsets=True),  # long movie reviews
+    "yelp_polarity": DatasetSpec(build_yelp_polarity, "classification", ("vocab",), subsets=True),
+    "multidomain": DatasetSpec(build_multidomain, "classification", ("vocab",), subsets=True),  # 3 domains
+    "multidomain_uci": DatasetSpec(build_multidomain_uci, "classification", ("vocab",), subsets=True),
+    "shakespeare_char": DatasetSpec(build_shakespeare_char, "lm"),  # characters
+    "sst5": DatasetSpec(lambda **kw: build_minllama("sst5", **kw), "classification", ("tokenizer",),
                         ("llama2", "tok512")),
-    "cfimdb": DatasetSpec(lambda **kw: prepare_minllama("cfimdb", **kw), "classification", ("tokenizer",),
+    "cfimdb": DatasetSpec(lambda **kw: build_minllama("cfimdb", **kw), "classification", ("tokenizer",),
                           ("llama2", "tok512")),
-    "imdb_lm": DatasetSpec(prepare_imdb_lm, "lm", ("tokenizer",), ("tok512", "llama2")),  # Llama pretraining
-    "piglatin": DatasetSpec(prepare_piglatin, "seq2seq"),  # word -> Pig Latin, characters
-    "sst2_mlm": DatasetSpec(prepare_sst2_mlm, "mlm", ("protocol", "vocab")),  # the encoder's MLM pretraining
+    "imdb_lm": DatasetSpec(build_imdb_lm, "lm", ("tokenizer",), ("tok512", "llama2")),  # Llama pretraining
+    "piglatin": DatasetSpec(build_piglatin, "seq2seq"),  # word -> Pig Latin, characters
+    "sst2_mlm": DatasetSpec(build_sst2_mlm, "mlm", ("protocol", "vocab")),  # the encoder's MLM pretraining
 }
 TASK_SPLITS = {"classification": (ClassificationSplit, ("train", "val", "test")), "lm": (TokenSplit, ("train", "val")),
                "seq2seq": (PairSplit, ("train", "val", "test")), "mlm": (ClassificationSplit, ("train", "val"))}
@@ -998,6 +984,30 @@ def check_out_folder(folder, option):
                         f"existing one")
 
 
+def prepare(dataset, protocol="glue_heldout", vocab="compact", tokenizer="", subset="", out_dir=None,
+            **settings):
+    """Prepare a registered dataset into out_dir (default: dataset_dir's) and return its meta.json: its builder
+    reads and tokenizes the source, then each split is written in the files its task's split class reads
+    (ids as uint16, or uint32 for a vocabulary past 65,535), and meta.json last."""
+    spec = DATASETS[dataset]
+    tokenizer = tokenizer or spec.tokenizers[0]
+    out_dir = out_dir or dataset_dir(dataset, protocol, vocab, tokenizer, subset, settings.get("max_len"))
+    splits, meta = spec.build(protocol=protocol, vocab=vocab, tokenizer=tokenizer, subset=subset,
+                              out_dir=out_dir, **settings)
+    dtype = np.uint16 if meta["vocab_size"] <= 65535 else np.uint32
+    os.makedirs(out_dir, exist_ok=True)
+    for name, split in splits.items():
+        if spec.task == "lm":  # the ids, one after another
+            write_bin(os.path.join(out_dir, f"{name}.bin"), np.asarray(split, dtype))
+        elif spec.task == "seq2seq":  # (sources, targets)
+            write_seqs(out_dir, f"{name}_src", split[0], dtype)
+            write_seqs(out_dir, f"{name}_tgt", split[1], dtype)
+        else:  # classification and mlm: (sequences, labels)
+            write_split(out_dir, name, *split, dtype)
+    write_meta(out_dir, meta)
+    return meta
+
+
 def load_dataset(cfg):
     """The Dataset a run config names (keys dataset, data_dir, protocol, vocab, tokenizer, subset, max_len),
     prepared first if its folder is missing (from $DATA_MIRROR when set, else downloaded). A data_dir
@@ -1015,8 +1025,8 @@ def load_dataset(cfg):
                             f"(known: {', '.join(sorted(DATASETS))})")
         print(f"{folder} not found: preparing {name}")
         length = {"max_len": cfg["max_len"]} if cfg.get("max_len") else {}  # else the preparer's default
-        DATASETS[name].prepare(protocol=cfg.get("protocol"), vocab=cfg.get("vocab"), tokenizer=tokenizer,
-                               subset=subset, mirror=os.environ.get("DATA_MIRROR"), out_dir=folder, **length)
+        prepare(name, protocol=cfg.get("protocol"), vocab=cfg.get("vocab"), tokenizer=tokenizer, subset=subset,
+                mirror=os.environ.get("DATA_MIRROR"), out_dir=folder, **length)
     dataset = Dataset(folder)
     if not cfg.get("data_dir") and cfg.get("max_len") and dataset.meta.get("max_len", cfg["max_len"]) != cfg["max_len"]:
         raise DataError(f"{folder} was prepared with max_len {dataset.meta['max_len']}, the run asks for "
@@ -1276,8 +1286,8 @@ def main(argv=None):
         check_subset(a.dataset, a.subset)
         if a.out_dir is not None:
             check_out_folder(a.out_dir, "--out_dir")
-        DATASETS[a.dataset].prepare(protocol=a.protocol, vocab=a.vocab, tokenizer=tokenizer, max_len=a.max_len,
-                                    subset=a.subset, mirror=a.mirror, out_dir=a.out_dir, seed=a.seed)
+        prepare(a.dataset, protocol=a.protocol, vocab=a.vocab, tokenizer=tokenizer, max_len=a.max_len,
+                subset=a.subset, mirror=a.mirror, out_dir=a.out_dir, seed=a.seed)
     except UserError as e:  # bad input: one line; a bug keeps its traceback
         sys.exit(f"error: {e}")
 

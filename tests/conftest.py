@@ -152,7 +152,7 @@ def tiny_dataset(tmp_path_factory, fixture_mirror, fixture_digests):
     need_tokenizer()
     out = str(tmp_path_factory.mktemp("tiny_sst2"))
     with fixture_digests():
-        data.prepare_sst2(protocol="standard", mirror=fixture_mirror, out_dir=out, verbose=False)
+        data.prepare("sst2", protocol="standard", mirror=fixture_mirror, out_dir=out, verbose=False)
     return out
 
 

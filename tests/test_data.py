@@ -366,8 +366,8 @@ def _bin_bytes(folder):
 
 def test_prepare_fixture_is_reproducible(fixture_mirror, fixture_digests, tiny_dataset, tmp_path):
     with fixture_digests():
-        data.prepare_sst2(protocol="standard", mirror=fixture_mirror, out_dir=str(tmp_path / "same"), verbose=False)
-        data.prepare_sst2(protocol="standard", mirror=fixture_mirror, out_dir=str(tmp_path / "other"), seed=1,
+        data.prepare("sst2", protocol="standard", mirror=fixture_mirror, out_dir=str(tmp_path / "same"), verbose=False)
+        data.prepare("sst2", protocol="standard", mirror=fixture_mirror, out_dir=str(tmp_path / "other"), seed=1,
                           verbose=False)
     same, first = _bin_bytes(tmp_path / "same"), _bin_bytes(tiny_dataset)
     assert same == first  # same seed: identical bytes, meta.json included
@@ -405,7 +405,8 @@ def real_prepared(real_mirror, tmp_path_factory):
     def get(protocol):
         if protocol not in cache:
             out = str(tmp_path_factory.mktemp(f"sst2_{protocol}"))
-            cache[protocol] = (out, data.prepare_sst2(protocol=protocol, mirror=real_mirror, out_dir=out, verbose=False))
+            cache[protocol] = (out, data.prepare("sst2", protocol=protocol, mirror=real_mirror, out_dir=out,
+                                                 verbose=False))
         return cache[protocol]
 
     return get
@@ -442,7 +443,7 @@ def test_real_sst2_splits(real_prepared, real_mirror, protocol):
 
 def test_real_sst2_same_seed_same_bytes(real_prepared, real_mirror, tmp_path):
     folder, _ = real_prepared("glue")
-    data.prepare_sst2(protocol="glue", mirror=real_mirror, out_dir=str(tmp_path / "again"), verbose=False)
+    data.prepare("sst2", protocol="glue", mirror=real_mirror, out_dir=str(tmp_path / "again"), verbose=False)
     assert _bin_bytes(tmp_path / "again") == _bin_bytes(folder)
 
 

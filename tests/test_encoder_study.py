@@ -237,8 +237,8 @@ def test_a_subset_of_a_dataset_without_subsets_is_an_error(tmp_path):
 def test_sst2_subsets_on_the_fake_mirror(fixture_mirror, fixture_digests, tmp_path):
     need_tokenizer()
     with fixture_digests():
-        full = data.prepare_sst2("standard", mirror=fixture_mirror, out_dir=str(tmp_path / "all"), verbose=False)
-        short = data.prepare_sst2("standard", subset="short30", mirror=fixture_mirror, out_dir=str(tmp_path / "s"),
+        full = data.prepare("sst2", "standard", mirror=fixture_mirror, out_dir=str(tmp_path / "all"), verbose=False)
+        short = data.prepare("sst2", "standard", subset="short30", mirror=fixture_mirror, out_dir=str(tmp_path / "s"),
                                   verbose=False)
     assert short["subset"] == "short30"
     for k in ("train", "val", "test"):
@@ -297,22 +297,22 @@ def test_yelp_polarity_downloads_checks_and_standardizes(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "STANDARD_SIZES", {"train": 24, "val": 6, "test": 10})
     calls = fake_downloads(monkeypatch, payload)
     monkeypatch.chdir(tmp_path)
-    meta = data.prepare_yelp_polarity(verbose=False)
+    meta = data.prepare("yelp_polarity", verbose=False)
     assert calls == ["https://s3.amazonaws.com/fast-ai-nlp/yelp_review_polarity_csv.tgz"]
     assert {k: c["n"] for k, c in meta["counts"].items()} == {"train": 24, "val": 6, "test": 10}
     assert meta["label_names"] == ["negative", "positive"] and meta["dataset"] == "yelp_polarity"
     ds = data.Dataset(os.path.join("data", "yelp_polarity_compact"))
     assert set(ds.splits["train"].labels) == {0, 1}
-    data.prepare_yelp_polarity(verbose=False, out_dir=str(tmp_path / "again"))
+    data.prepare("yelp_polarity", verbose=False, out_dir=str(tmp_path / "again"))
     assert len(calls) == 1  # downloaded once
     monkeypatch.setitem(sources.SOURCES["yelp_polarity"], "sha256", "0" * 64)
     with pytest.raises(data.DataError, match="expected 0000"):
-        data.prepare_yelp_polarity(verbose=False, out_dir=str(tmp_path / "bad"))
+        data.prepare("yelp_polarity", verbose=False, out_dir=str(tmp_path / "bad"))
 
 
 def test_yelp_polarity_not_in_the_mirror_says_what_to_do(tmp_path):
     with pytest.raises(data.DataError, match="yelp_review_polarity_csv.tgz: put a copy of https://s3"):
-        data.prepare_yelp_polarity(mirror=str(tmp_path), out_dir=str(tmp_path / "out"), verbose=False)
+        data.prepare("yelp_polarity", mirror=str(tmp_path), out_dir=str(tmp_path / "out"), verbose=False)
 
 
 def imdb_archive(n=12):
@@ -343,7 +343,7 @@ def test_multidomain_from_three_downloaded_archives(tmp_path, monkeypatch):
     monkeypatch.setattr(sources, "download", download)
     monkeypatch.setattr(data, "STANDARD_SIZES", {"train": 15, "val": 6, "test": 9})
     monkeypatch.chdir(tmp_path)
-    meta = data.prepare_multidomain(verbose=False)
+    meta = data.prepare("multidomain", verbose=False)
     assert meta["label_names"] == data.DOMAINS
     assert {k: c["labels"] for k, c in meta["counts"].items()} == {"train": [5, 5, 5], "val": [2, 2, 2],
                                                                    "test": [3, 3, 3]}
@@ -352,7 +352,7 @@ def test_multidomain_from_three_downloaded_archives(tmp_path, monkeypatch):
 
 
 def test_multidomain_uci_on_the_real_mirror(real_mirror, tmp_path):
-    meta = data.prepare_multidomain_uci(mirror=real_mirror, out_dir=str(tmp_path / "uci"), verbose=False)
+    meta = data.prepare("multidomain_uci", mirror=real_mirror, out_dir=str(tmp_path / "uci"), verbose=False)
     assert {k: c["labels"] for k, c in meta["counts"].items()} == {"train": [800, 800, 800], "val": [100] * 3,
                                                                    "test": [100] * 3}
     # the three splits partition each file's 1,000 lines
@@ -381,7 +381,7 @@ def test_imdb_classification_from_an_archive(tmp_path, monkeypatch):
     payload = imdb_archive(20)
     (tmp_path / "aclImdb_labelled.tar.gz").write_bytes(payload)
     monkeypatch.setitem(sources.SOURCES["imdb"], "mirror_sha256", sources.sha256(payload))
-    meta = data.prepare_imdb(mirror=str(tmp_path), n_val=4, max_len=8, out_dir=str(tmp_path / "imdb"), verbose=False)
+    meta = data.prepare("imdb", mirror=str(tmp_path), n_val=4, max_len=8, out_dir=str(tmp_path / "imdb"), verbose=False)
     assert {k: c["n"] for k, c in meta["counts"].items()} == {"train": 16, "val": 4, "test": 20}
     assert meta["max_len"] == 8 and meta["counts"]["test"]["truncated"] == 20  # every review cut to 8 tokens
     ds = data.Dataset(str(tmp_path / "imdb"))

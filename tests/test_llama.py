@@ -690,7 +690,7 @@ def review_mirror(tmp_path, monkeypatch):
 def test_imdb_lm_corpus_from_the_test_half(review_mirror, tmp_path):
     """Each review of IMDB's test half, '<br />' read as a newline, as [BOS] + its ids, a seeded few held
     out for validation; no train-half review is read."""
-    meta = data.prepare_imdb_lm(tokenizer="tok512", mirror=review_mirror, out_dir="lm", n_val=3, verbose=False)
+    meta = data.prepare("imdb_lm", tokenizer="tok512", mirror=review_mirror, out_dir="lm", n_val=3, verbose=False)
     assert meta["task"] == "lm" and meta["vocab_size"] == 512 and meta["tokenizer"] == "llama2c:tok512"
     assert {k: c["reviews"] for k, c in meta["counts"].items()} == {"train": 9, "val": 3}
     tok = llama2c.load_llama_tokenizer("tok512", review_mirror)
@@ -702,10 +702,10 @@ def test_imdb_lm_corpus_from_the_test_half(review_mirror, tmp_path):
         texts += [tok.decode(ids[a:b]) for a, b in zip(starts, starts[1:])]
     assert sorted(texts) == sorted(f"Review {i} of the test half.\n\nIt was fine and {'pos' if i % 2 else 'neg'}."
                                    for i in range(12))
-    again = data.prepare_imdb_lm(tokenizer="tok512", mirror=review_mirror, out_dir="again", n_val=3, verbose=False)
+    again = data.prepare("imdb_lm", tokenizer="tok512", mirror=review_mirror, out_dir="again", n_val=3, verbose=False)
     assert again["counts"] == meta["counts"]  # the split is seeded
     with pytest.raises(data.DataError, match="n_val=12: the archive holds 12 test-half reviews"):
-        data.prepare_imdb_lm(tokenizer="tok512", mirror=review_mirror, out_dir="lm", n_val=12, verbose=False)
+        data.prepare("imdb_lm", tokenizer="tok512", mirror=review_mirror, out_dir="lm", n_val=12, verbose=False)
     train_half = data.read_imdb(sources.archive_file("imdb", review_mirror), "train")  # neg 0, 2, .., then pos 1, 3, ..
     assert train_half[1] == ("Review 2 of the train half.\n\nIt was trainhalf and neg.", 0, 3)
     assert train_half[6] == ("Review 1 of the train half.\n\nIt was trainhalf and pos.", 1, 9)
@@ -747,7 +747,7 @@ def test_pretrain_a_llama_then_sample_and_prompt_it(review_mirror, capsys):
            "device": "cpu", "dtype": "float32", "block_size": 48, "n_layer": 1, "n_embd": 16, "n_head": 2,
            "n_kv_head": 1, "multiple_of": 8, "batch_size": 4, "max_iters": 6, "eval_interval": 3,
            "scheduler": "constant", "learning_rate": 1e-2, "early_stop_patience": 0}
-    data.prepare_imdb_lm(tokenizer="tok512", mirror=review_mirror, out_dir="data/imdb_lm_tok512", n_val=4,
+    data.prepare("imdb_lm", tokenizer="tok512", mirror=review_mirror, out_dir="data/imdb_lm_tok512", n_val=4,
                          verbose=False)  # where train.py looks (500 validation reviews would be all of them)
     summary = train.train(cfg)
     assert summary["iters"] == 6 and summary["best_val_loss"] < 6.0  # ln 512 = 6.24: it learnt something

@@ -289,7 +289,7 @@ def corpus_mirror(tmp_path, monkeypatch):
 
 def test_corpus_is_sst2_train_and_imdb_train_in_the_classifiers_vocabulary(corpus_mirror):
     mirror, _, _ = corpus_mirror
-    meta = data.prepare_sst2_mlm(protocol="glue", vocab="compact", max_len=64, mirror=mirror, n_val=5, verbose=False)
+    meta = data.prepare("sst2_mlm", protocol="glue", vocab="compact", max_len=64, mirror=mirror, n_val=5, verbose=False)
     sst2 = data.load_meta(os.path.join("data", "sst2_glue_compact"))  # prepared first, as it was missing
     assert meta["vocab_size"] == sst2["vocab_size"] and meta["vocab"] == sst2["vocab"] and meta["task"] == "mlm"
     corpus = data.Dataset(os.path.join("data", "sst2_mlm_glue_compact"))
@@ -314,4 +314,4 @@ def test_corpus_is_sst2_train_and_imdb_train_in_the_classifiers_vocabulary(corpu
     assert all((split.labels == 0).all() for split in corpus.splits.values())
 
     with pytest.raises(data.DataError, match="seed 1337; this corpus asks for 'glue', 7"):
-        data.prepare_sst2_mlm(protocol="glue", mirror=mirror, out_dir="other", seed=7, n_val=5, verbose=False)
+        data.prepare("sst2_mlm", protocol="glue", mirror=mirror, out_dir="other", seed=7, n_val=5, verbose=False)

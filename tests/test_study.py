@@ -437,7 +437,7 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys, runs_i
     """The embedding-norm configs x 2 seeds on a fake corpus, then collected; the metrics and their
     directions come from the runs' summaries."""
     folder = str(tmp_path / "chars")
-    data.prepare_shakespeare_char(mirror=char_mirror, out_dir=folder, verbose=False)
+    data.prepare("shakespeare_char", mirror=char_mirror, out_dir=folder, verbose=False)
     configs = [os.path.join(REPO_ROOT, "config", f"shakespeare_char_{v}.py") for v in ("baseline", "rmsnorm")]
     sets = [f"data_dir={folder!r}", "device='cpu'", "max_iters=3", "eval_interval=3", "block_size=16", "n_layer=1",
             "n_embd=16", "n_head=2", "log_interval=1"]
