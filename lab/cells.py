@@ -13,6 +13,7 @@ import re
 import numpy as np
 
 import data
+from corpora.classification import subset_splits
 from lab.plan import StudyError, TEST_METRICS
 from lab.stats import mean_ci
 
@@ -62,7 +63,7 @@ def sst2_test_texts(cfg, seed=1337):
     or None (with a line saying why) if the source files cannot be had here."""
     try:
         splits = data.sst2_splits(cfg["protocol"], seed, os.environ.get("DATA_MIRROR"))
-        return data.subset_splits(splits, cfg.get("subset", ""), seed)["test"][0]
+        return subset_splits(splits, cfg.get("subset", ""), seed)["test"][0]
     except (data.DataError, OSError) as e:
         print(f"  the test subsets need SST-2's sentences: {e}")
         return None

@@ -20,7 +20,7 @@ import torch
 import bookkeeping.records
 import configurator
 import data
-from corpora import sources
+from corpora import classification, sources
 import evaluate
 import model
 import lab.plan
@@ -173,12 +173,12 @@ def synthetic_splits():
 
 def test_fractions_are_seeded_nested_and_leave_val_and_test_whole():
     splits = synthetic_splits()
-    half, tenth = (data.subset_splits(splits, s, seed=7) for s in ("frac50", "frac10"))
+    half, tenth = (classification.subset_splits(splits, s, seed=7) for s in ("frac50", "frac10"))
     assert len(half["train"][0]) == 100 and len(tenth["train"][0]) == 20
     assert set(tenth["train"][0]) <= set(half["train"][0]) <= set(splits["train"][0])  # nested
     assert half["val"] == splits["val"] and tenth["test"] == splits["test"]
-    assert data.subset_splits(splits, "frac10", seed=7) == tenth  # seeded
-    assert data.subset_splits(splits, "frac10", seed=8)["train"] != tenth["train"]
+    assert classification.subset_splits(splits, "frac10", seed=7) == tenth  # seeded
+    assert classification.subset_splits(splits, "frac10", seed=8)["train"] != tenth["train"]
     order = [splits["train"][0].index(t) for t in tenth["train"][0]]
     assert order == sorted(order)  # the split's own order is kept
     labels = dict(zip(*splits["train"]))
@@ -195,7 +195,7 @@ def test_length_subsets_take_each_split_from_one_regime(kind):
     splits = {k: ([" ".join(rng.choice(words, size=int(rng.integers(1, 30)))) for _ in range(n)], list(range(n)))
               for k, n in (("train", 200), ("val", 40), ("test", 40))}
     splits["test"][0][:3] = splits["train"][0][:3]  # three test texts occur verbatim in train
-    sub = data.subset_splits(splits, f"{kind}30", seed=7)
+    sub = classification.subset_splits(splits, f"{kind}30", seed=7)
     for k, (texts, labels) in splits.items():
         kept, kept_labels = sub[k]
         assert len(kept) == round(0.3 * len(texts))
@@ -215,7 +215,7 @@ def test_length_subsets_take_each_split_from_one_regime(kind):
 @pytest.mark.parametrize("bad", ["frac0", "frac101", "half", "short", "sample0"])
 def test_bad_subsets_are_refused(bad):
     with pytest.raises(data.DataError, match="expected"):
-        data.subset_splits(synthetic_splits(), bad, seed=1)
+        classification.subset_splits(synthetic_splits(), bad, seed=1)
 
 
 def test_folder_names_hold_subset_and_length():
