@@ -44,7 +44,6 @@ import io
 import json
 import math
 import os
-import re
 import struct
 import sys
 import tarfile
@@ -61,6 +60,7 @@ from configurator import UserError, not_a_folder
 from corpora.classification import SUBSETS, classification_set, holdout, subset_splits
 from corpora.piglatin import (PIG_LATIN_VOCAB, UNSEEN_WORDS, hyphen_parts, novel_words, pieces_of, pig_latin,
                               pig_latin_rule, source_words, split_novel, unseen_words, word_pieces)
+from corpora.imdb import build_imdb, build_imdb_lm, read_imdb
 from corpora.llama2c import PRETRAINED, load_llama_tokenizer, pretrained_file  # noqa: F401 (train.py's)
 from corpora.sources import SOURCES, archive_file, fetch
 from tokenizer import (CLS, N_SPECIAL, PAD, PREPROCESSING, UNK, CharCodec, DataError, LlamaTextEncoder,
@@ -356,40 +356,7 @@ def build_sst2_mlm(protocol="glue_heldout", vocab="compact", mirror=None, seed=1
 # -----------------------------------------------------------------------------
 # The encoder study's other datasets: IMDB (long reviews), Yelp polarity, and the three-domain task
 
-def read_imdb(path, half):
-    """The labelled reviews of one half ('train' or 'test') of an IMDB archive: [(text, label, rating)],
-    label 1 = pos (rating >= 7), 0 = neg (rating <= 4), sorted by (label, review id) so the order does
-    not depend on the archive's. '<br />' line breaks become newlines."""
-    found = re.compile(rf"aclImdb/{half}/(pos|neg)/(\d+)_(\d+)\.txt")
-    rows = []
-    try:
-        with tarfile.open(path, "r:gz") as tar:
-            for member in tar:
-                if member.isfile() and (m := found.fullmatch(member.name)):
-                    text = tar.extractfile(member).read().decode("utf-8").replace("<br />", "\n")
-                    rows.append((m[1] == "pos", int(m[2]), text, int(m[3])))
-    except (tarfile.TarError, EOFError, OSError) as e:
-        raise DataError(f"{path} is not a readable IMDB archive ({e}); delete it and run again") from None
-    if not rows:
-        raise DataError(f"{path} holds no aclImdb/{half}/{{pos,neg}}/<id>_<rating>.txt reviews")
-    return [(text, int(pos), rating) for pos, _, text, rating in sorted(rows)]
-
-
 STANDARD_SIZES = {"train": 54_576, "val": 6_822, "test": 6_823}  # the source paper's sizes: SST-2's standard protocol
-
-
-def build_imdb(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337, n_val=2500,
-               verbose=True, **_ignored):
-    """IMDB movie reviews as a sentiment task of long texts: train = the archive's train half less a seeded
-    n_val for val, test = its test half (25,000 each half)."""
-    path = archive_file("imdb", mirror)
-    train, test = (read_imdb(path, half) for half in ("train", "test"))
-    fit, val = holdout(len(train), n_val, seed)
-    splits = {"train": [train[i] for i in fit], "val": [train[i] for i in val], "test": test}
-    splits = {k: ([text for text, _, _ in rows], [label for _, label, _ in rows]) for k, rows in splits.items()}
-    return classification_set(subset_splits(splits, subset, seed), ["negative", "positive"], vocab, max_len,
-                              out_dir, verbose, dataset="imdb", seed=seed, subset=subset,
-                              sources=SOURCES["imdb"])
 
 
 def read_zhang_csv(path, member, fields):
@@ -664,34 +631,6 @@ def build_minllama(dataset, tokenizer="llama2", max_len=256, mirror=None, out_di
         for k, c in counts.items():
             print(f"  {k:5s} {c['n']:6,d} texts  labels {c['labels']}  {c['tokens']:,} tokens  "
                   f"max {c['max_len']}  truncated {c['truncated']:,}")
-    return splits, meta
-
-
-def build_imdb_lm(tokenizer="tok512", mirror=None, out_dir=None, seed=1337, n_val=500, verbose=True,
-                  **_ignored):
-    """A language-modelling corpus of movie reviews for pretraining a Llama: each review as [BOS] + its
-    Llama token ids, one after another (as llama2.c pretokenizes), a seeded n_val reviews for val and the
-    rest for train. The reviews are IMDB's test half (25,000), not its train half: CFIMDB's reviews come
-    from the train half (286 of its train and dev texts appear there verbatim, one of its unscored test
-    texts in the test half), so a model pretrained here has not read the texts it is later fine-tuned and
-    scored on."""
-    reviews = [text for text, _, _ in read_imdb(archive_file("imdb", mirror), "test")]
-    if not 0 < n_val < len(reviews):
-        raise DataError(f"n_val={n_val}: the archive holds {len(reviews)} test-half reviews; keep some for "
-                        f"training")
-    parts = dict(zip(("train", "val"), holdout(len(reviews), n_val, seed)))
-    tok = load_llama_tokenizer(tokenizer, mirror)
-    splits, counts = {}, {}
-    for k, idx in parts.items():
-        splits[k] = np.fromiter((t for i in idx for t in tok.encode(reviews[i], bos=True)), dtype=np.uint16)
-        counts[k] = {"reviews": len(idx), "tokens": len(splits[k])}
-    meta = {"dataset": "imdb_lm", "task": "lm", "tokenizer": f"llama2c:{tokenizer}", "vocab": tokenizer,
-            "vocab_size": tok.vocab_size, "seed": seed, "preprocessing": "'<br />' -> newline",
-            "specials": {"bos": tok.bos_id}, "counts": counts, "sources": SOURCES["imdb"]}
-    if verbose:
-        print(f"imdb_lm ({tokenizer} tokenizer, {tok.vocab_size:,} ids) -> {out_dir}")
-        for k, c in counts.items():
-            print(f"  {k:5s} {c['reviews']:6,d} reviews  {c['tokens']:,} tokens")
     return splits, meta
 
 

@@ -642,7 +642,7 @@ import tarfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import data  # noqa: E402
-from corpora import llama2c, sources  # noqa: E402
+from corpora import imdb, llama2c, sources  # noqa: E402
 import evaluate  # noqa: E402
 from evaluation import options as evaluate_options  # noqa: E402
 
@@ -706,10 +706,10 @@ def test_imdb_lm_corpus_from_the_test_half(review_mirror, tmp_path):
     assert again["counts"] == meta["counts"]  # the split is seeded
     with pytest.raises(data.DataError, match="n_val=12: the archive holds 12 test-half reviews"):
         data.prepare("imdb_lm", tokenizer="tok512", mirror=review_mirror, out_dir="lm", n_val=12, verbose=False)
-    train_half = data.read_imdb(sources.archive_file("imdb", review_mirror), "train")  # neg 0, 2, .., then pos 1, 3, ..
+    train_half = imdb.read_imdb(sources.archive_file("imdb", review_mirror), "train")  # neg 0, 2, .., then pos 1, 3, ..
     assert train_half[1] == ("Review 2 of the train half.\n\nIt was trainhalf and neg.", 0, 3)
     assert train_half[6] == ("Review 1 of the train half.\n\nIt was trainhalf and pos.", 1, 9)
-    assert [r[1:] for r in data.read_imdb(sources.archive_file("imdb", review_mirror), "test")][:2] == [(0, 1), (0, 3)]
+    assert [r[1:] for r in imdb.read_imdb(sources.archive_file("imdb", review_mirror), "test")][:2] == [(0, 1), (0, 3)]
 
 
 def test_imdb_archive_is_checked_whole_and_downloaded_once(review_mirror, tmp_path, monkeypatch):
@@ -734,7 +734,7 @@ def test_imdb_archive_is_checked_whole_and_downloaded_once(review_mirror, tmp_pa
     assert path == str(tmp_path / "cache" / "aclImdb_v1.tar.gz")
     (tmp_path / "junk.tar.gz").write_bytes(b"not a tar")
     with pytest.raises(data.DataError, match="not a readable IMDB archive"):
-        data.read_imdb(str(tmp_path / "junk.tar.gz"), "test")
+        imdb.read_imdb(str(tmp_path / "junk.tar.gz"), "test")
 
 
 def test_pretrain_a_llama_then_sample_and_prompt_it(review_mirror, capsys):

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import data
-from corpora import sources
+from corpora import imdb, sources
 import evaluate
 import model
 import tokenizer
@@ -300,7 +300,7 @@ def test_corpus_is_sst2_train_and_imdb_train_in_the_classifiers_vocabulary(corpu
     splits = data.split_sst2(*(data.parse_sst2_tsv(open(os.path.join(mirror, f"SST-2/{f}.tsv"), "rb").read())
                                for f in ("train", "dev")), "glue", 1337)
     held_out = set(splits["val"][0]) | set(splits["test"][0])
-    reviews = [t for t, _, _ in data.read_imdb(os.path.join(mirror, "aclImdb_labelled.tar.gz"), "train")]
+    reviews = [t for t, _, _ in imdb.read_imdb(os.path.join(mirror, "aclImdb_labelled.tar.gz"), "train")]
     encode = tokenizer.TextEncoder({**sst2, "max_len": 64})
     expected = sorted(encode(s).tolist() for s in splits["train"][0] + reviews if s not in held_out)
     got = sorted(split[i][0].tolist() for split in corpus.splits.values() for i in range(len(split)))
