@@ -20,6 +20,7 @@ import torch
 import bookkeeping.records
 import configurator
 import data
+import corpora.zhang_csv
 from corpora import classification, sources
 import evaluate
 import model
@@ -279,13 +280,13 @@ def yelp_archive(n_train=40, n_test=20):
 def test_zhang_csv_reader(tmp_path):
     path = tmp_path / "yelp.tgz"
     path.write_bytes(yelp_archive(4, 2))
-    rows = data.read_zhang_csv(str(path), "yelp_review_polarity_csv/train.csv", 2)
+    rows = corpora.zhang_csv.read_zhang_csv(str(path), "yelp_review_polarity_csv/train.csv", 2)
     assert rows[0] == ('awful place number 0 in train, "quoted"\nsecond line', 0)
     assert [lab for _, lab in rows] == [0, 1, 0, 1]
     with pytest.raises(data.DataError, match="expected 3 quoted fields"):
-        data.read_zhang_csv(str(path), "yelp_review_polarity_csv/train.csv", 3)
+        corpora.zhang_csv.read_zhang_csv(str(path), "yelp_review_polarity_csv/train.csv", 3)
     with pytest.raises(data.DataError, match="no readable"):
-        data.read_zhang_csv(str(path), "yelp_review_polarity_csv/nothing.csv", 2)
+        corpora.zhang_csv.read_zhang_csv(str(path), "yelp_review_polarity_csv/nothing.csv", 2)
 
 
 def test_yelp_polarity_downloads_checks_and_standardizes(tmp_path, monkeypatch):
@@ -294,7 +295,7 @@ def test_yelp_polarity_downloads_checks_and_standardizes(tmp_path, monkeypatch):
     need_tokenizer()
     payload = yelp_archive()
     monkeypatch.setitem(sources.SOURCES["yelp_polarity"], "sha256", sources.sha256(payload))
-    monkeypatch.setattr(data, "STANDARD_SIZES", {"train": 24, "val": 6, "test": 10})
+    monkeypatch.setattr(corpora.zhang_csv, "STANDARD_SIZES", {"train": 24, "val": 6, "test": 10})
     calls = fake_downloads(monkeypatch, payload)
     monkeypatch.chdir(tmp_path)
     meta = data.prepare("yelp_polarity", verbose=False)
@@ -341,10 +342,10 @@ def test_multidomain_from_three_downloaded_archives(tmp_path, monkeypatch):
             f.write(payloads[url])
 
     monkeypatch.setattr(sources, "download", download)
-    monkeypatch.setattr(data, "STANDARD_SIZES", {"train": 15, "val": 6, "test": 9})
+    monkeypatch.setattr(corpora.zhang_csv, "STANDARD_SIZES", {"train": 15, "val": 6, "test": 9})
     monkeypatch.chdir(tmp_path)
     meta = data.prepare("multidomain", verbose=False)
-    assert meta["label_names"] == data.DOMAINS
+    assert meta["label_names"] == corpora.zhang_csv.DOMAINS
     assert {k: c["labels"] for k, c in meta["counts"].items()} == {"train": [5, 5, 5], "val": [2, 2, 2],
                                                                    "test": [3, 3, 3]}
     test = data.ClassificationSplit(os.path.join("data", "multidomain_compact"), "test")
