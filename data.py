@@ -60,7 +60,8 @@ from corpora.llama2c import PRETRAINED, load_llama_tokenizer, pretrained_file  #
 from corpora.piglatin import (PIG_LATIN_VOCAB, UNSEEN_WORDS, hyphen_parts, novel_words, pieces_of, pig_latin,
                               pig_latin_rule, source_words, split_novel, unseen_words, word_pieces)
 from corpora.sources import SOURCES, archive_file, fetch
-from corpora.zhang_csv import DOMAINS, build_multidomain, build_yelp_polarity
+from corpora.uci import build_multidomain_uci
+from corpora.zhang_csv import build_multidomain, build_yelp_polarity
 from tokenizer import (CLS, N_SPECIAL, PAD, PREPROCESSING, UNK, CharCodec, DataError, LlamaTextEncoder,
                        TextEncoder, bpe, clean_text, cls_ids, get_tokenizer, id_map_from_vocab)
 
@@ -349,35 +350,6 @@ def build_sst2_mlm(protocol="glue_heldout", vocab="compact", mirror=None, seed=1
         prepare("sst2", protocol=protocol, vocab=vocab, mirror=mirror, out_dir=sst2_dir, seed=seed, verbose=verbose)
     return mlm_corpus(sst2_splits(protocol, seed, mirror), load_meta(sst2_dir), sst2_dir, protocol=protocol,
                       vocab=vocab, mirror=mirror, seed=seed, verbose=verbose, **settings)
-
-
-# -----------------------------------------------------------------------------
-# The encoder study's other datasets: IMDB (long reviews), Yelp polarity, and the three-domain task
-
-_UCI_DOMAINS = {"uci_sentiment_sentences/imdb_labelled.txt": 0, "uci_sentiment_sentences/yelp_labelled.txt": 1,
-                "uci_sentiment_sentences/amazon_cells_labelled.txt": 2}  # file -> its index in DOMAINS
-
-
-def build_multidomain_uci(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
-                          verbose=True, **_ignored):
-    """The three-domain task from the UCI sentiment sentences (Kotzias et al. 2015): 1,000 review
-    sentences each from IMDB (movie), Yelp (local business) and Amazon (online shopping), split 80/10/10
-    within each domain (stratified, seeded): 2,400 / 300 / 300. Each line is `sentence<TAB>0|1`; the
-    sentiment is dropped, the domain is the label. Lines are split on '\\n' alone (the IMDB file holds
-    U+0085, which str.splitlines also breaks at) and on their last tab (it has unbalanced quotes)."""
-    files = fetch("uci_sentences", mirror)
-    splits = {"train": ([], []), "val": ([], []), "test": ([], [])}
-    for rel, domain in _UCI_DOMAINS.items():
-        texts = [line.rpartition("\t")[0] for line in files[rel].decode("utf-8").split("\n") if line.strip()]
-        order = np.random.default_rng([seed, domain]).permutation(len(texts))
-        n_val = n_test = len(texts) // 10
-        parts = {"train": order[n_val + n_test:], "val": order[:n_val], "test": order[n_val:n_val + n_test]}
-        for k, idx in parts.items():
-            splits[k][0].extend(texts[i] for i in sorted(idx))
-            splits[k][1].extend([domain] * len(idx))
-    return classification_set(subset_splits(splits, subset, seed), DOMAINS, vocab, max_len, out_dir, verbose,
-                              dataset="multidomain_uci", seed=seed, subset=subset,
-                              sources=SOURCES["uci_sentences"])
 
 
 # -----------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import bookkeeping.records
 import configurator
 import data
 import corpora.zhang_csv
-from corpora import classification, sources
+from corpora import classification, sources, uci
 import evaluate
 import model
 import lab.plan
@@ -358,7 +358,7 @@ def test_multidomain_uci_on_the_real_mirror(real_mirror, tmp_path):
                                                                    "test": [100] * 3}
     # the three splits partition each file's 1,000 lines
     files = sources.fetch("uci_sentences", real_mirror)
-    per_file = [len([x for x in files[rel].decode().split("\n") if x.strip()]) for rel in data._UCI_DOMAINS]
+    per_file = [len([x for x in files[rel].decode().split("\n") if x.strip()]) for rel in uci._UCI_DOMAINS]
     assert per_file == [1000, 1000, 1000]
 
 
