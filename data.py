@@ -59,6 +59,7 @@ from corpora.imdb import build_imdb, build_imdb_lm, read_imdb
 from corpora.llama2c import PRETRAINED, load_llama_tokenizer, pretrained_file  # noqa: F401 (train.py's)
 from corpora.piglatin import (PIG_LATIN_VOCAB, UNSEEN_WORDS, hyphen_parts, novel_words, pieces_of, pig_latin,
                               pig_latin_rule, source_words, split_novel, unseen_words, word_pieces)
+from corpora.shakespeare import build_shakespeare_char
 from corpora.sources import SOURCES, archive_file, fetch
 from corpora.uci import build_multidomain_uci
 from corpora.zhang_csv import build_multidomain, build_yelp_polarity
@@ -350,28 +351,6 @@ def build_sst2_mlm(protocol="glue_heldout", vocab="compact", mirror=None, seed=1
         prepare("sst2", protocol=protocol, vocab=vocab, mirror=mirror, out_dir=sst2_dir, seed=seed, verbose=verbose)
     return mlm_corpus(sst2_splits(protocol, seed, mirror), load_meta(sst2_dir), sst2_dir, protocol=protocol,
                       vocab=vocab, mirror=mirror, seed=seed, verbose=verbose, **settings)
-
-
-# -----------------------------------------------------------------------------
-# Tiny Shakespeare, characters as tokens (the char-level GPT study)
-
-
-def build_shakespeare_char(mirror=None, out_dir=None, verbose=True, **_ignored):
-    """The sorted set of characters is the vocabulary (65 of them), the first 90 % of the text is the train
-    split and the rest val."""
-    (raw,) = fetch("shakespeare_char", mirror).values()
-    text = raw.decode("utf-8")
-    chars = sorted(set(text))
-    codec = CharCodec(chars)
-    n_train = int(0.9 * len(text))
-    parts = {"train": text[:n_train], "val": text[n_train:]}
-    meta = {"dataset": "shakespeare_char", "task": "lm", "tokenizer": "char", "vocab": chars,
-            "vocab_size": len(chars), "counts": {k: len(v) for k, v in parts.items()},
-            "sources": SOURCES["shakespeare_char"]}
-    if verbose:
-        print(f"Tiny Shakespeare: {len(text):,} characters, vocabulary {len(chars)} -> {out_dir}")
-        print(f"  train {len(parts['train']):,} tokens, val {len(parts['val']):,} tokens")
-    return {k: codec.encode(part) for k, part in parts.items()}, meta
 
 
 # -----------------------------------------------------------------------------
