@@ -57,8 +57,7 @@ from configurator import UserError, not_a_folder
 from corpora.classification import SUBSETS, classification_set, holdout, subset_splits
 from corpora.imdb import build_imdb, build_imdb_lm, read_imdb
 from corpora.llama2c import PRETRAINED, load_llama_tokenizer, pretrained_file  # noqa: F401 (train.py's)
-from corpora.piglatin import (PIG_LATIN_VOCAB, UNSEEN_WORDS, hyphen_parts, novel_words, pieces_of, pig_latin,
-                              pig_latin_rule, source_words, split_novel, unseen_words, word_pieces)
+from corpora.piglatin import EOS, PIG_LATIN_VOCAB, SOS, build_piglatin, pieces_of, source_words, word_pieces
 from corpora.shakespeare import build_shakespeare_char
 from corpora.sources import SOURCES, archive_file, fetch
 from corpora.uci import build_multidomain_uci
@@ -354,11 +353,8 @@ def build_sst2_mlm(protocol="glue_heldout", vocab="compact", mirror=None, seed=1
 
 
 # -----------------------------------------------------------------------------
-# Pig Latin: English words and their translations, characters as tokens (the seq2seq study). The rules, the
-# novel's words and how they are split are corpora/piglatin.py's; here the pairs are written, and a training
-# split is given compounds of its own words.
-
-SOS, EOS = 1, 2  # PIG_LATIN_VOCAB's [SOS] and [EOS]; PAD is 0, as everywhere
+# Pig Latin's training split given compounds of its own words (the seq2seq study; the rules, the novel's
+# words, their split and the dataset's pairs are corpora/piglatin.py's)
 
 
 def hyphen_compounds(train, share, seed, block_size, exclude=()):
@@ -388,56 +384,6 @@ def hyphen_compounds(train, share, seed, block_size, exclude=()):
         taken.add(word)
         made.append((word, translation))
     return PairList([(codec.encode(w), codec.encode(t)) for w, t in pairs + made], train.vocab)
-
-
-def build_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS, verbose=True, **_ignored):
-    """The piglatin dataset from the distinct words of Pride and Prejudice: each word with its Pig Latin,
-    split 80/10/10 by word (split_novel), and `unseen`, n_unseen IMDB review words the novel lacks
-    (unseen_words), to tell a model that learnt the rules from one that learnt the novel's words.
-    block_size in meta.json is the longest sequence a model reads: word [EOS] [SOS] translation, the
-    decoder-only layout. Returns ({split: (word ids, translation ids)}, meta.json's dict)."""
-    (raw,) = fetch("pride_and_prejudice", mirror).values()
-    words = novel_words(raw.decode("utf-8"))
-    block_size = max(len(w) + len(pig_latin(w)) + 2 for w in words)
-    n_val = n_test = len(words) // 10
-    split = split_novel(words, seed, n_val, n_test)
-    imdb = archive_file("imdb", mirror)
-    reviews = [text for half in ("train", "test") for text, _, _ in read_imdb(imdb, half)]
-    split["unseen"], n_candidates = unseen_words(reviews, words, block_size, n_unseen, seed)
-    taught = pieces_of(split["train"])
-    codec = CharCodec(PIG_LATIN_VOCAB)
-    splits, counts = {}, {}
-    for k, chosen in split.items():
-        pairs = [(w, pig_latin(w)) for w in chosen]
-        splits[k] = ([codec.encode(w) for w, _ in pairs], [codec.encode(t) for _, t in pairs])
-        rules = [pig_latin_rule(w) for w, _ in pairs]
-        counts[k] = {"n": len(pairs), "rules": {r: rules.count(r) for r in sorted(set(rules))},
-                     "max_word": max(len(w) for w, _ in pairs), "max_translation": max(len(t) for _, t in pairs)}
-        if k != "train":  # the held-out compounds by whether their parts were taught (hyphen_parts)
-            groups = [g for g in (hyphen_parts(w, taught) for w in chosen) if g]
-            counts[k]["hyphenated_parts"] = {g: groups.count(g) for g in ("known parts", "new parts")}
-    n_inside = len(set(words) & {p for w in words for p in word_pieces(w) if p != w})  # split_novel's `inside`
-    meta = {"dataset": "piglatin", "task": "seq2seq", "tokenizer": "char", "vocab": PIG_LATIN_VOCAB,
-            "vocab_size": len(PIG_LATIN_VOCAB), "block_size": block_size, "seed": seed,
-            "specials": {"pad": PAD, "sos": SOS, "eos": EOS}, "words": len(words), "counts": counts,
-            "split": {"rule": "a word that is part of another word of the novel always trains; val and test "
-                              "are drawn at random from the rest; unseen words occur nowhere in the novel, not "
-                              "even inside a hyphenated word", "parts_always_train": n_inside},
-            "unseen": {"from": f"the IMDB reviews, both halves ({len(reviews):,})", "qualified": n_candidates,
-                       "sample": len(split["unseen"])},
-            "rules": "vowel-initial +way; else the consonants before the first vowel (y a vowel after the "
-                     "first letter; qu together) to the end +ay; no vowel +ay; hyphenated words part by part",
-            "sources": {"pride_and_prejudice": SOURCES["pride_and_prejudice"], "imdb": SOURCES["imdb"]}}
-    if verbose:
-        print(f"piglatin: {len(words):,} distinct words -> {out_dir} (30 tokens, block_size {block_size}); "
-              f"{n_inside} are parts of other words and always train; unseen: {len(split['unseen']):,} of the "
-              f"{n_candidates:,} words of {len(reviews):,} IMDB reviews that occur nowhere in the novel (not "
-              f"even inside a word) and fit block_size")
-        for k, c in counts.items():
-            parts = f"  hyphenated: {c['hyphenated_parts']}" if "hyphenated_parts" in c else ""
-            print(f"  {k:6s} {c['n']:5,d} words  {c['rules']}  longest word {c['max_word']}, "
-                  f"translation {c['max_translation']}{parts}")
-    return splits, meta
 
 
 # -----------------------------------------------------------------------------

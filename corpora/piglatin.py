@@ -1,7 +1,8 @@
 """
-Pig Latin's words (the seq2seq study): the rules, the words of a novel, and the held-out splits that make the
-test one of the rules rather than of memory. data.py's prepare_piglatin writes the pairs into .bin files;
-evaluate.py groups a model's errors by rule and by compound with pig_latin_rules and hyphen_part_groups.
+Pig Latin's words (the seq2seq study): the rules, the words of a novel, the held-out splits that make the
+test one of the rules rather than of memory, and the pairs of the piglatin dataset (build_piglatin, which
+data.py writes into .bin files); evaluate.py groups a model's errors by rule and by compound with
+pig_latin_rules and hyphen_part_groups.
 
 The rules (one common form of the game; the source write-up's examples all follow it):
   - a word starting with a vowel (a, e, i, o, u) gets "way":            is -> isway, equal -> equalway
@@ -16,16 +17,20 @@ The rules (one common form of the game; the source write-up's examples all follo
 Read top to bottom: the characters and the rules (pig_latin_pieces, pig_latin, pig_latin_rule) -> the novel's
 words and a split's words read back (novel_words, source_words) -> the pieces of hyphenated words (word_pieces)
 -> the unseen words and the novel's split (unseen_words, split_novel) -> held-out compounds by whether their
-parts were taught (hyphen_parts). data.py's hyphen_compounds makes training compounds of these words.
+parts were taught (hyphen_parts) -> the dataset's pairs (build_piglatin). data.py's hyphen_compounds makes
+training compounds of these words.
 """
 
 import re
 
 import numpy as np
 
-from tokenizer import CharCodec
+from corpora.imdb import read_imdb
+from corpora.sources import SOURCES, archive_file, fetch
+from tokenizer import PAD, CharCodec
 
 PIG_LATIN_VOCAB = ["[PAD]", "[SOS]", "[EOS]", "-", *"abcdefghijklmnopqrstuvwxyz"]  # ids 0, 1, 2, then characters
+SOS, EOS = 1, 2  # PIG_LATIN_VOCAB's [SOS] and [EOS]; PAD is 0, as everywhere
 _PIG_WORD = re.compile(r"[a-z]+(?:-[a-z]+)*")  # what the study translates: letters, single inner hyphens
 
 
@@ -152,3 +157,53 @@ def hyphen_part_groups(split):
     if taught is None or getattr(split, "vocab", None) != PIG_LATIN_VOCAB:
         return None
     return [hyphen_parts(w, taught) for w in source_words(split)]
+
+
+def build_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS, verbose=True, **_ignored):
+    """The piglatin dataset from the distinct words of Pride and Prejudice: each word with its Pig Latin,
+    split 80/10/10 by word (split_novel), and `unseen`, n_unseen IMDB review words the novel lacks
+    (unseen_words), to tell a model that learnt the rules from one that learnt the novel's words.
+    block_size in meta.json is the longest sequence a model reads: word [EOS] [SOS] translation, the
+    decoder-only layout. Returns ({split: (word ids, translation ids)}, meta.json's dict)."""
+    (raw,) = fetch("pride_and_prejudice", mirror).values()
+    words = novel_words(raw.decode("utf-8"))
+    block_size = max(len(w) + len(pig_latin(w)) + 2 for w in words)
+    n_val = n_test = len(words) // 10
+    split = split_novel(words, seed, n_val, n_test)
+    imdb = archive_file("imdb", mirror)
+    reviews = [text for half in ("train", "test") for text, _, _ in read_imdb(imdb, half)]
+    split["unseen"], n_candidates = unseen_words(reviews, words, block_size, n_unseen, seed)
+    taught = pieces_of(split["train"])
+    codec = CharCodec(PIG_LATIN_VOCAB)
+    splits, counts = {}, {}
+    for k, chosen in split.items():
+        pairs = [(w, pig_latin(w)) for w in chosen]
+        splits[k] = ([codec.encode(w) for w, _ in pairs], [codec.encode(t) for _, t in pairs])
+        rules = [pig_latin_rule(w) for w, _ in pairs]
+        counts[k] = {"n": len(pairs), "rules": {r: rules.count(r) for r in sorted(set(rules))},
+                     "max_word": max(len(w) for w, _ in pairs), "max_translation": max(len(t) for _, t in pairs)}
+        if k != "train":  # the held-out compounds by whether their parts were taught (hyphen_parts)
+            groups = [g for g in (hyphen_parts(w, taught) for w in chosen) if g]
+            counts[k]["hyphenated_parts"] = {g: groups.count(g) for g in ("known parts", "new parts")}
+    n_inside = len(set(words) & {p for w in words for p in word_pieces(w) if p != w})  # split_novel's `inside`
+    meta = {"dataset": "piglatin", "task": "seq2seq", "tokenizer": "char", "vocab": PIG_LATIN_VOCAB,
+            "vocab_size": len(PIG_LATIN_VOCAB), "block_size": block_size, "seed": seed,
+            "specials": {"pad": PAD, "sos": SOS, "eos": EOS}, "words": len(words), "counts": counts,
+            "split": {"rule": "a word that is part of another word of the novel always trains; val and test "
+                              "are drawn at random from the rest; unseen words occur nowhere in the novel, not "
+                              "even inside a hyphenated word", "parts_always_train": n_inside},
+            "unseen": {"from": f"the IMDB reviews, both halves ({len(reviews):,})", "qualified": n_candidates,
+                       "sample": len(split["unseen"])},
+            "rules": "vowel-initial +way; else the consonants before the first vowel (y a vowel after the "
+                     "first letter; qu together) to the end +ay; no vowel +ay; hyphenated words part by part",
+            "sources": {"pride_and_prejudice": SOURCES["pride_and_prejudice"], "imdb": SOURCES["imdb"]}}
+    if verbose:
+        print(f"piglatin: {len(words):,} distinct words -> {out_dir} (30 tokens, block_size {block_size}); "
+              f"{n_inside} are parts of other words and always train; unseen: {len(split['unseen']):,} of the "
+              f"{n_candidates:,} words of {len(reviews):,} IMDB reviews that occur nowhere in the novel (not "
+              f"even inside a word) and fit block_size")
+        for k, c in counts.items():
+            parts = f"  hyphenated: {c['hyphenated_parts']}" if "hyphenated_parts" in c else ""
+            print(f"  {k:6s} {c['n']:5,d} words  {c['rules']}  longest word {c['max_word']}, "
+                  f"translation {c['max_translation']}{parts}")
+    return splits, meta
