@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import data
-from corpora import llama2c, sources
+from corpora import llama2c, minllama, sources
 import tokenizer
 
 FILES = {
@@ -449,7 +449,7 @@ def test_minllama_download_path_and_bad_lines(minllama_mirror, tmp_path, monkeyp
     assert len(files) == 3 and len(calls) == 3
     assert all(u.startswith("https://raw.githubusercontent.com/neubig/minllama-assignment/") for u in calls)
     with pytest.raises(data.DataError, match="line 2: expected `<label> \\|\\|\\| <text>`"):
-        data.parse_minllama(b"1 ||| fine\nno separator here\n", "x.txt")
+        minllama.parse_minllama(b"1 ||| fine\nno separator here\n", "x.txt")
     with pytest.raises(data.DataError, match="does not apply to sst2"):
         data.resolve_tokenizer("sst2", "tok512")
     assert data.resolve_tokenizer("cfimdb", "") == "llama2" and data.dataset_dir("sst5", tokenizer="tok512") == \
