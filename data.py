@@ -59,7 +59,7 @@ from corpora.imdb import build_imdb, build_imdb_lm
 from corpora.llama2c import PRETRAINED, load_llama_tokenizer, pretrained_file  # noqa: F401 (train.py's)
 from corpora.minllama import build_minllama
 from corpora.mlm import MASK, mlm_corpus
-from corpora.piglatin import EOS, PIG_LATIN_VOCAB, SOS, build_piglatin, pieces_of, source_words, word_pieces
+from corpora.piglatin import EOS, PIG_LATIN_VOCAB, SOS, build_piglatin, compounds_of, pieces_of, source_words
 from corpora.shakespeare import build_shakespeare_char
 from corpora.sources import SOURCES, fetch
 from corpora.uci import build_multidomain_uci
@@ -229,6 +229,16 @@ class PairList:
         return self.pairs[i]
 
 
+def hyphen_compounds(train, share, seed, block_size, exclude=()):
+    """A Pig Latin training split with hyphenated compounds of its own words added (piglatin.compounds_of:
+    seeded, none a training word or holding a word of `exclude`): a PairList of train's pairs, then the
+    compounds."""
+    codec = CharCodec(train.vocab)
+    pairs = [(codec.decode(s), codec.decode(t)) for s, t in (train[i] for i in range(len(train)))]
+    made = compounds_of(pairs, share, seed, block_size, exclude)
+    return PairList([(codec.encode(w), codec.encode(t)) for w, t in pairs + made], train.vocab)
+
+
 # -----------------------------------------------------------------------------
 # The text -> ids function a dataset was made with (llama2.c's tokenizers, by name: corpora/llama2c.py)
 
@@ -352,40 +362,6 @@ def build_sst2_mlm(protocol="glue_heldout", vocab="compact", mirror=None, seed=1
         prepare("sst2", protocol=protocol, vocab=vocab, mirror=mirror, out_dir=sst2_dir, seed=seed, verbose=verbose)
     return mlm_corpus(sst2_splits(protocol, seed, mirror), load_meta(sst2_dir), sst2_dir, protocol=protocol,
                       vocab=vocab, mirror=mirror, seed=seed, verbose=verbose, **settings)
-
-
-# -----------------------------------------------------------------------------
-# Pig Latin's training split given compounds of its own words (the seq2seq study; the rules, the novel's
-# words, their split and the dataset's pairs are corpora/piglatin.py's)
-
-
-def hyphen_compounds(train, share, seed, block_size, exclude=()):
-    """The training split with hyphenated compounds of its own words added: round(share * len(train))
-    of them, each 2 (three times in four) or 3 plain training words joined by hyphens, source to source
-    and translation to translation. Nothing here knows the rules: that a compound's translation is its
-    parts' translations joined is what the model is to learn from these pairs (the hyphenated words of
-    the novel alone are too few: 138 in training). Seeded; a compound must fit block_size (as the data's
-    words do), be no training word, and hold none of the words in `exclude` (val, test, unseen: no held-out
-    word is taught), whole or inside it (brand-new-house would teach a held-out brand-new). Returns a
-    PairList: train's pairs, then the compounds."""
-    codec = CharCodec(train.vocab)
-    pairs = [(codec.decode(s), codec.decode(t)) for s, t in (train[i] for i in range(len(train)))]
-    plain = [p for p in pairs if "-" not in p[0]]
-    taken, excluded = {w for w, _ in pairs}, set(exclude)
-    rng = np.random.default_rng([seed, 1342])
-    want, made, tries = round(share * len(pairs)), [], 0
-    while len(made) < want:
-        tries += 1
-        if tries > 100 * want + 1000:
-            raise DataError(f"hyphen_compounds: only {len(made)} of {want} compounds fit block_size {block_size} "
-                            f"and hold no excluded word")
-        parts = [plain[i] for i in rng.choice(len(plain), size=2 if rng.random() < 0.75 else 3)]
-        word, translation = "-".join(w for w, _ in parts), "-".join(t for _, t in parts)
-        if word in taken or word_pieces(word) & excluded or len(word) + len(translation) + 2 > block_size:
-            continue
-        taken.add(word)
-        made.append((word, translation))
-    return PairList([(codec.encode(w), codec.encode(t)) for w, t in pairs + made], train.vocab)
 
 
 # -----------------------------------------------------------------------------

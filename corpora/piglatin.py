@@ -17,8 +17,8 @@ The rules (one common form of the game; the source write-up's examples all follo
 Read top to bottom: the characters and the rules (pig_latin_pieces, pig_latin, pig_latin_rule) -> the novel's
 words and a split's words read back (novel_words, source_words) -> the pieces of hyphenated words (word_pieces)
 -> the unseen words and the novel's split (unseen_words, split_novel) -> held-out compounds by whether their
-parts were taught (hyphen_parts) -> the dataset's pairs (build_piglatin). data.py's hyphen_compounds makes
-training compounds of these words.
+parts were taught (hyphen_parts) -> compounds of training words to teach hyphens by (compounds_of: data.py's
+hyphen_compounds adds them to a run's training split) -> the dataset's pairs (build_piglatin).
 """
 
 import re
@@ -27,7 +27,7 @@ import numpy as np
 
 from corpora.imdb import read_imdb
 from corpora.sources import SOURCES, archive_file, fetch
-from tokenizer import PAD, CharCodec
+from tokenizer import PAD, CharCodec, DataError
 
 PIG_LATIN_VOCAB = ["[PAD]", "[SOS]", "[EOS]", "-", *"abcdefghijklmnopqrstuvwxyz"]  # ids 0, 1, 2, then characters
 SOS, EOS = 1, 2  # PIG_LATIN_VOCAB's [SOS] and [EOS]; PAD is 0, as everywhere
@@ -157,6 +157,33 @@ def hyphen_part_groups(split):
     if taught is None or getattr(split, "vocab", None) != PIG_LATIN_VOCAB:
         return None
     return [hyphen_parts(w, taught) for w in source_words(split)]
+
+
+def compounds_of(pairs, share, seed, block_size, exclude=()):
+    """Hyphenated compounds of the plain words of a training split's pairs [(word, translation)], to add to
+    it: round(share * len(pairs)) of them, each 2 (three times in four) or 3 plain training words joined by
+    hyphens, source to source and translation to translation. Nothing here knows the rules: that a
+    compound's translation is its parts' translations joined is what the model is to learn from these pairs
+    (the hyphenated words of the novel alone are too few: 138 in training). Seeded; a compound must fit
+    block_size (as the data's words do), be no training word, and hold none of the words in `exclude` (val,
+    test, unseen: no held-out word is taught), whole or inside it (brand-new-house would teach a held-out
+    brand-new). Returns [(compound, its translation)]."""
+    plain = [p for p in pairs if "-" not in p[0]]
+    taken, excluded = {w for w, _ in pairs}, set(exclude)
+    rng = np.random.default_rng([seed, 1342])
+    want, made, tries = round(share * len(pairs)), [], 0
+    while len(made) < want:
+        tries += 1
+        if tries > 100 * want + 1000:
+            raise DataError(f"hyphen_compounds: only {len(made)} of {want} compounds fit block_size "
+                            f"{block_size} and hold no excluded word")
+        parts = [plain[i] for i in rng.choice(len(plain), size=2 if rng.random() < 0.75 else 3)]
+        word, translation = "-".join(w for w, _ in parts), "-".join(t for _, t in parts)
+        if word in taken or word_pieces(word) & excluded or len(word) + len(translation) + 2 > block_size:
+            continue
+        taken.add(word)
+        made.append((word, translation))
+    return made
 
 
 def build_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS, verbose=True, **_ignored):
