@@ -18,6 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import data
 from corpora import imdb, sources
+from corpora.sst2 import parse_sst2_tsv, split_sst2
 import evaluate
 import model
 import tokenizer
@@ -297,8 +298,8 @@ def test_corpus_is_sst2_train_and_imdb_train_in_the_classifiers_vocabulary(corpu
     assert sorted(corpus.splits) == ["train", "val"] and len(corpus.splits["val"]) == 5
 
     # exactly the SST-2 train sentences that are not val or test sentences, and IMDB's train half
-    splits = data.split_sst2(*(data.parse_sst2_tsv(open(os.path.join(mirror, f"SST-2/{f}.tsv"), "rb").read())
-                               for f in ("train", "dev")), "glue", 1337)
+    splits = split_sst2(*(parse_sst2_tsv(open(os.path.join(mirror, f"SST-2/{f}.tsv"), "rb").read())
+                          for f in ("train", "dev")), "glue", 1337)
     held_out = set(splits["val"][0]) | set(splits["test"][0])
     reviews = [t for t, _, _ in imdb.read_imdb(os.path.join(mirror, "aclImdb_labelled.tar.gz"), "train")]
     encode = tokenizer.TextEncoder({**sst2, "max_len": 64})

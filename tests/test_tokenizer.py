@@ -21,6 +21,7 @@ import pytest
 
 import data
 from corpora import llama2c, minllama, sources
+from corpora.sst2 import parse_sst2_tsv
 import tokenizer
 
 FILES = {
@@ -277,7 +278,7 @@ def test_encode_equals_the_compiled_run_c(vocab_size, run_c_harness):
     tok = real(vocab_size)
     path = os.path.join(os.environ["DATA_MIRROR"], FILES[vocab_size])
     files = sources.fetch("sst2", os.environ["DATA_MIRROR"])  # as data.py reads them (sha256 checked)
-    sst2 = [s for f in ("SST-2/train.tsv", "SST-2/dev.tsv") for s in data.parse_sst2_tsv(files[f])[0]]
+    sst2 = [s for f in ("SST-2/train.tsv", "SST-2/dev.tsv") for s in parse_sst2_tsv(files[f])[0]]
     assert len(sst2) == N_SST2  # so that the test cannot pass on no texts
     # SST-2 as run.c's generate encodes a prompt (BOS, no EOS); the random strings with all four flag pairs
     flags = [(1, 0), (0, 0), (1, 1), (0, 1)]
