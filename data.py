@@ -30,8 +30,7 @@ Each preparer names the source files it reads; corpora/sources.py says where the
 sha256) and fetches them (downloaded once, or read from a local mirror), and corpora/piglatin.py holds Pig
 Latin's rules and the words of its splits.
 
-Read top to bottom: the .bin format and the splits written in it -> the Llama tokenizers and checkpoints read
-by name -> SST-2 -> subsets and the one classification writer -> IMDB, Yelp polarity and the three-domain
+Read top to bottom: the .bin format and the splits written in it -> SST-2 -> subsets and the one classification writer -> IMDB, Yelp polarity and the three-domain
 sets -> Tiny Shakespeare -> Pig Latin -> the Llama's sets (SST-5, CFIMDB, IMDB reviews) -> the encoder's MLM
 corpus -> the dataset registry (DATASETS: name -> preparer and task) and `load_dataset` -> batch streams (one
 per task; each batch a pure function of the seed and its position, so a resumed run sees exactly the batches
@@ -56,7 +55,7 @@ from configurator import HelpFormatter, reader_may_stop
 from configurator import UserError, not_a_folder
 from corpora.classification import SUBSETS, classification_set, subset_splits
 from corpora.imdb import build_imdb, build_imdb_lm
-from corpora.llama2c import PRETRAINED, load_llama_tokenizer, pretrained_file  # noqa: F401 (train.py's)
+from corpora.llama2c import PRETRAINED, pretrained_file  # noqa: F401 (train.py's data.PRETRAINED)
 from corpora.minllama import build_minllama
 from corpora.mlm import MASK, mlm_corpus
 from corpora.piglatin import EOS, PIG_LATIN_VOCAB, SOS, build_piglatin, compounds_of, pieces_of, source_words
@@ -65,8 +64,8 @@ from corpora.sources import SOURCES
 from corpora.sst2 import PROTOCOLS, sst2_splits
 from corpora.uci import build_multidomain_uci
 from corpora.zhang_csv import build_multidomain, build_yelp_polarity
-from tokenizer import CLS, N_SPECIAL, PAD, UNK, CharCodec, DataError, LlamaTextEncoder, TextEncoder  # noqa: F401
-# (CLS and UNK unused here: the special ids are read as data.CLS, data.UNK beside data.PAD, data.N_SPECIAL)
+from tokenizer import N_SPECIAL, PAD, CharCodec, DataError
+from tokenizer import CLS, UNK  # noqa: F401 (the benchmarks and tests read data.CLS, data.UNK)
 
 # -----------------------------------------------------------------------------
 # The .bin array format
@@ -238,18 +237,6 @@ def hyphen_compounds(train, share, seed, block_size, exclude=()):
     pairs = [(codec.decode(s), codec.decode(t)) for s, t in (train[i] for i in range(len(train)))]
     made = compounds_of(pairs, share, seed, block_size, exclude)
     return PairList([(codec.encode(w), codec.encode(t)) for w, t in pairs + made], train.vocab)
-
-
-# -----------------------------------------------------------------------------
-# The text -> ids function a dataset was made with (llama2.c's tokenizers, by name: corpora/llama2c.py)
-
-
-def text_encoder(meta):
-    """The text -> token ids function a classification dataset (or a checkpoint's record of it) was
-    made with: GPT-2 BPE with our vocabulary, or a Llama tokenizer."""
-    if str(meta.get("tokenizer", "")).startswith("llama2c:"):
-        return LlamaTextEncoder(meta, load_llama_tokenizer(meta["tokenizer"].removeprefix("llama2c:")))
-    return TextEncoder(meta)
 
 
 # -----------------------------------------------------------------------------

@@ -64,6 +64,7 @@ from evaluation.seq2seq_plots import seq2seq_plots
 from evaluation.table import print_table
 from export import read_llama2c
 from model import LlamaConfig, raw_model
+from tokenizer import LlamaTextEncoder, TextEncoder
 
 # -----------------------------------------------------------------------------
 # metrics: what each evaluator reports, how tables name it, and which way is better
@@ -411,8 +412,12 @@ def checkpoint_dataset(ckpt, path):
 
 
 def text_encoder(ckpt):
-    """The checkpoint's own preprocessing, tokenizer and vocabulary, as a text -> token ids function."""
-    return data.text_encoder(ckpt["data"])
+    """The checkpoint's own preprocessing, tokenizer and vocabulary, as a text -> token ids function: GPT-2
+    BPE with its dataset's vocabulary, or the Llama tokenizer its dataset was made with."""
+    meta = ckpt["data"]
+    if str(meta.get("tokenizer", "")).startswith("llama2c:"):
+        return LlamaTextEncoder(meta, llama2c.load_llama_tokenizer(meta["tokenizer"].removeprefix("llama2c:")))
+    return TextEncoder(meta)
 
 
 # -----------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """
-llama2.c's released files, read by name: its tokenizers (tok512, stories260K's 512 pieces; llama2, Llama 2's
-32,000) and the checkpoints a run may start from (stories260K). Their sources, URLs and sha256 are in
-sources.py; this module maps each name to its file and returns the path or a LlamaTokenizer. data.py's SST-5,
-CFIMDB and IMDB LM sets are tokenized with these, and data.text_encoder encodes a Llama run's texts with them.
+llama2.c's released files, read by name: its tokenizers (tok512, stories260K's 512 pieces; llama2,
+Llama 2's 32,000) and the checkpoints a run may start from (stories260K). Their sources, URLs and
+sha256 are in sources.py; this module maps each name to its file and returns the path or a
+LlamaTokenizer. minllama.py and imdb.py tokenize SST-5, CFIMDB and the IMDB LM corpus with these, and
+evaluate.text_encoder encodes a Llama run's texts with them.
 """
 
 import os

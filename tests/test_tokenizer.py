@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import data
+import evaluate
 from corpora import llama2c, minllama, sources
 from corpora.sst2 import parse_sst2_tsv
 import tokenizer
@@ -389,7 +390,7 @@ def test_sst5_from_the_real_mirror_with_tok512(tmp_path):
     tok = llama2c.load_llama_tokenizer("tok512", mirror)
     full = tok.encode(first.split(" ||| ", 1)[1].strip())
     assert list(ids) == full[:64]
-    enc = data.text_encoder(meta)  # the same encoding at inference
+    enc = evaluate.text_encoder({"data": meta})  # the same encoding at inference
     assert list(enc(first.split(" ||| ", 1)[1])) == full[:64] and enc.was_truncated == (len(full) > 64)
 
 
