@@ -58,7 +58,7 @@ from corpora.imdb import build_imdb, build_imdb_lm
 from corpora.llama2c import PRETRAINED, pretrained_file  # noqa: F401 (train.py's data.PRETRAINED)
 from corpora.minllama import build_minllama
 from corpora.mlm import MASK, mlm_corpus
-from corpora.piglatin import EOS, PIG_LATIN_VOCAB, SOS, build_piglatin, compounds_of, pieces_of, source_words
+from corpora.piglatin import EOS, PIG_LATIN_VOCAB, SOS, build_piglatin, compounds_of, mark_taught
 from corpora.shakespeare import build_shakespeare_char
 from corpora.sources import SOURCES
 from corpora.sst2 import PROTOCOLS, sst2_splits
@@ -352,12 +352,8 @@ class Dataset:
         reader, names = TASK_SPLITS[self.task]
         names += tuple(s for s in EXTRA_SPLITS.get(self.task, ()) if has_split(folder, s))
         self.splits = {s: reader(folder, s) for s in names}
-        if self.meta.get("vocab") == PIG_LATIN_VOCAB:  # each held-out split knows what was taught, to group its
-            # compounds by whether their parts occur in training (hyphen_part_groups)
-            taught = pieces_of(source_words(self.splits["train"]))
-            for name, split in self.splits.items():
-                if name != "train":
-                    split.taught = taught
+        if self.meta.get("vocab") == PIG_LATIN_VOCAB:  # each held-out split knows what was taught, to
+            mark_taught(self.splits)  # group its compounds by whether their parts occur in training
 
     def facts(self):
         """What the data fixes about a model: the vocabulary size, the number of classes (0 for a

@@ -17,8 +17,9 @@ The rules (one common form of the game; the source write-up's examples all follo
 Read top to bottom: the characters and the rules (pig_latin_pieces, pig_latin, pig_latin_rule) -> the novel's
 words and a split's words read back (novel_words, source_words) -> the pieces of hyphenated words (word_pieces)
 -> the unseen words and the novel's split (unseen_words, split_novel) -> held-out compounds by whether their
-parts were taught (hyphen_parts) -> compounds of training words to teach hyphens by (compounds_of: data.py's
-hyphen_compounds adds them to a run's training split) -> the dataset's pairs (build_piglatin).
+parts were taught (hyphen_parts, hyphen_part_groups; mark_taught tells a dataset's held-out splits what was)
+-> compounds of training words to teach hyphens by (compounds_of: data.py's hyphen_compounds adds them to a
+run's training split) -> the dataset's pairs (build_piglatin).
 """
 
 import re
@@ -152,11 +153,20 @@ def hyphen_parts(word, taught):
 
 def hyphen_part_groups(split):
     """hyphen_parts of each source word of a Pig Latin split that knows what was taught (`taught`, set by
-    Dataset on the held-out splits); else None."""
+    mark_taught on the held-out splits); else None."""
     taught = getattr(split, "taught", None)
     if taught is None or getattr(split, "vocab", None) != PIG_LATIN_VOCAB:
         return None
     return [hyphen_parts(w, taught) for w in source_words(split)]
+
+
+def mark_taught(splits):
+    """Give each held-out split of a Pig Latin dataset ({name: split}, data.Dataset's) `taught`, the pieces
+    of the training words, so hyphen_part_groups can tell compounds of taught parts from the others."""
+    taught = pieces_of(source_words(splits["train"]))
+    for name, split in splits.items():
+        if name != "train":
+            split.taught = taught
 
 
 def compounds_of(pairs, share, seed, block_size, exclude=()):
