@@ -1,7 +1,7 @@
 """
-Datasets and batches: download (or read from a local mirror), verify, preprocess, tokenize, split,
-and write `.bin` token files; read them back; and cut them into the batches that train.py and
-evaluate.py feed to a model.
+Datasets and batches: the `.bin` token files of a prepared dataset, written and read back; the
+registry of datasets and the `prepare` that writes any of them; and the batches that train.py and
+evaluate.py cut from a prepared folder and feed to a model.
 
     python data.py sst2 [--protocol glue_heldout|glue|standard] [--vocab compact|full] [--max_len 256]
                         [--subset frac10|short30|...] [--mirror DIR] [--out_dir DIR] [--seed 1337]
@@ -26,15 +26,17 @@ masked-language-model split is a classification split whose labels are all 0.
 
 Text becomes token ids by tokenizer.py's functions (the special ids, the text cleaning, GPT-2 BPE with
 our compact or full vocabulary, the Llama tokenizer, characters), the same in preparation and at inference.
-Each preparer names the source files it reads; corpora/sources.py says where they come from (canonical URL,
-sha256) and fetches them (downloaded once, or read from a local mirror), and corpora/piglatin.py holds Pig
-Latin's rules and the words of its splits.
+Each source's download and parsing is its own module of corpora/, which hands `prepare` a dataset's
+splits and meta.json's dict and never imports this file: sources.py fetches the files (canonical URL,
+sha256; downloaded once or read from a mirror), sst2.py parses SST-2 and splits it by protocol,
+classification.py holds what the GPT-2 BPE sets share, then imdb.py, zhang_csv.py (Yelp, Amazon),
+uci.py, shakespeare.py, piglatin.py, minllama.py (SST-5, CFIMDB), mlm.py (the encoder's MLM corpus)
+and llama2c.py (llama2.c's tokenizers and checkpoints by name).
 
-Read top to bottom: the .bin format and the splits written in it -> SST-2 -> subsets and the one classification writer -> IMDB, Yelp polarity and the three-domain
-sets -> Tiny Shakespeare -> Pig Latin -> the Llama's sets (SST-5, CFIMDB, IMDB reviews) -> the encoder's MLM
-corpus -> the dataset registry (DATASETS: name -> preparer and task) and `load_dataset` -> batch streams (one
-per task; each batch a pure function of the seed and its position, so a resumed run sees exactly the batches
-it would have seen).
+Read top to bottom: the .bin format and the splits written in it -> the registry (SST-2's builder,
+DATASETS: name -> builder and task), `prepare` and `load_dataset` -> batch streams (one per task;
+each batch a pure function of the seed and its position, so a resumed run sees exactly the batches
+it would have seen) -> the command line.
 """
 
 import argparse
@@ -51,8 +53,7 @@ import numpy as np
 import torch
 
 from bookkeeping import timing
-from configurator import HelpFormatter, reader_may_stop
-from configurator import UserError, not_a_folder
+from configurator import HelpFormatter, UserError, not_a_folder, reader_may_stop
 from corpora.classification import SUBSETS, classification_set, subset_splits
 from corpora.imdb import build_imdb, build_imdb_lm
 from corpora.llama2c import PRETRAINED, pretrained_file  # noqa: F401 (train.py's data.PRETRAINED)
@@ -230,9 +231,9 @@ class PairList:
 
 
 def hyphen_compounds(train, share, seed, block_size, exclude=()):
-    """A Pig Latin training split with hyphenated compounds of its own words added (piglatin.compounds_of:
-    seeded, none a training word or holding a word of `exclude`): a PairList of train's pairs, then the
-    compounds."""
+    """A Pig Latin training split with hyphenated compounds of its own words added
+    (piglatin.compounds_of: seeded, none a training word or holding a word of `exclude`): a PairList of
+    train's pairs, then the compounds."""
     codec = CharCodec(train.vocab)
     pairs = [(codec.decode(s), codec.decode(t)) for s, t in (train[i] for i in range(len(train)))]
     made = compounds_of(pairs, share, seed, block_size, exclude)
@@ -240,37 +241,38 @@ def hyphen_compounds(train, share, seed, block_size, exclude=()):
 
 
 # -----------------------------------------------------------------------------
-# SST-2
+# The dataset registry: each name has a builder and a task. A builder reads the source and tokenizes
+# it: SST-2's are here (the study's own dataset, and the encoder's MLM corpus in its ids), the others'
+# in corpora/; `prepare` writes what it returns. The task says how the prepared folder is read (which
+# splits, which files) and which batch stream and evaluator a run uses.
 
 
-def build_sst2(protocol="glue_heldout", vocab="compact", max_len=256, subset="", mirror=None, out_dir=None,
-               seed=1337, verbose=True, **_ignored):
-    """SST-2's split under a protocol, cut to a subset, in GPT-2 BPE ids: ({split: (ids, labels)}, meta.json's
-    dict), for `prepare` to write."""
+def build_sst2(protocol="glue_heldout", vocab="compact", max_len=256, subset="", mirror=None,
+               out_dir=None, seed=1337, verbose=True, **_ignored):
+    """SST-2's split under a protocol (corpora/sst2.py), cut to a subset, in GPT-2 BPE ids:
+    ({split: (ids, labels)}, meta.json's dict), for `prepare` to write."""
     splits = subset_splits(sst2_splits(protocol, seed, mirror), subset, seed)
-    return classification_set(splits, ["negative", "positive"], vocab, max_len, out_dir, verbose, dataset="sst2",
-                              protocol=protocol, seed=seed, subset=subset, sources=SOURCES["sst2"])
+    return classification_set(splits, ["negative", "positive"], vocab, max_len, out_dir, verbose,
+                              dataset="sst2", protocol=protocol, seed=seed, subset=subset,
+                              sources=SOURCES["sst2"])
 
 
-def build_sst2_mlm(protocol="glue_heldout", vocab="compact", mirror=None, seed=1337, verbose=True, **settings):
-    """The encoder's MLM corpus (mlm_corpus) in the ids of the SST-2 folder of the same protocol and vocab,
-    prepared first if missing: a checkpoint pretrained on it fine-tunes on SST-2 as it is."""
+def build_sst2_mlm(protocol="glue_heldout", vocab="compact", mirror=None, seed=1337, verbose=True,
+                   **settings):
+    """The encoder's MLM corpus (corpora/mlm.py) in the ids of the SST-2 folder of the same protocol and
+    vocab, prepared first if missing: a checkpoint pretrained on it fine-tunes on SST-2 as it is."""
     sst2_dir = dataset_dir("sst2", protocol, vocab)
     if not os.path.isfile(os.path.join(sst2_dir, "meta.json")):
-        prepare("sst2", protocol=protocol, vocab=vocab, mirror=mirror, out_dir=sst2_dir, seed=seed, verbose=verbose)
-    return mlm_corpus(sst2_splits(protocol, seed, mirror), load_meta(sst2_dir), sst2_dir, protocol=protocol,
-                      vocab=vocab, mirror=mirror, seed=seed, verbose=verbose, **settings)
-
-
-# -----------------------------------------------------------------------------
-# The dataset registry: each name has a builder and a task. The builder reads the source and tokenizes it
-# (SST-2's above, the others' in corpora/); `prepare` writes what it returns. The task says how the prepared
-# folder is read (which splits, which files) and which batch stream and evaluator a run uses.
+        prepare("sst2", protocol=protocol, vocab=vocab, mirror=mirror, out_dir=sst2_dir, seed=seed,
+                verbose=verbose)
+    sst2 = sst2_splits(protocol, seed, mirror)
+    return mlm_corpus(sst2, load_meta(sst2_dir), sst2_dir, protocol=protocol, vocab=vocab, mirror=mirror,
+                      seed=seed, verbose=verbose, **settings)
 
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    build: Callable  # (settings as keywords) -> ({split: its ids}, meta.json's dict): the folder, unwritten
+    build: Callable  # (settings as keywords) -> ({split: its ids}, meta.json's dict), unwritten
     task: str  # 'classification' | 'lm' | 'seq2seq' | 'mlm'
     variant: tuple = ()  # the settings that name its folder: data/<name>[_<setting>...]
     tokenizers: tuple = ("",)  # the values `tokenizer` may take ('' = the dataset's own; the first is the default)
@@ -389,12 +391,13 @@ def check_out_folder(folder, option):
 
 def prepare(dataset, protocol="glue_heldout", vocab="compact", tokenizer="", subset="", out_dir=None,
             **settings):
-    """Prepare a registered dataset into out_dir (default: dataset_dir's) and return its meta.json: its builder
-    reads and tokenizes the source, then each split is written in the files its task's split class reads
-    (ids as uint16, or uint32 for a vocabulary past 65,535), and meta.json last."""
+    """Prepare a registered dataset into out_dir (default: dataset_dir's) and return its meta.json: its
+    builder reads and tokenizes the source, then each split is written in the files its task's split
+    class reads (ids as uint16, or uint32 for a vocabulary past 65,535), and meta.json last."""
     spec = DATASETS[dataset]
     tokenizer = tokenizer or spec.tokenizers[0]
-    out_dir = out_dir or dataset_dir(dataset, protocol, vocab, tokenizer, subset, settings.get("max_len"))
+    out_dir = out_dir or dataset_dir(dataset, protocol, vocab, tokenizer, subset,
+                                     settings.get("max_len"))
     splits, meta = spec.build(protocol=protocol, vocab=vocab, tokenizer=tokenizer, subset=subset,
                               out_dir=out_dir, **settings)
     dtype = np.uint16 if meta["vocab_size"] <= 65535 else np.uint32
@@ -428,8 +431,8 @@ def load_dataset(cfg):
                             f"(known: {', '.join(sorted(DATASETS))})")
         print(f"{folder} not found: preparing {name}")
         length = {"max_len": cfg["max_len"]} if cfg.get("max_len") else {}  # else the preparer's default
-        prepare(name, protocol=cfg.get("protocol"), vocab=cfg.get("vocab"), tokenizer=tokenizer, subset=subset,
-                mirror=os.environ.get("DATA_MIRROR"), out_dir=folder, **length)
+        prepare(name, protocol=cfg.get("protocol"), vocab=cfg.get("vocab"), tokenizer=tokenizer,
+                subset=subset, mirror=os.environ.get("DATA_MIRROR"), out_dir=folder, **length)
     dataset = Dataset(folder)
     if not cfg.get("data_dir") and cfg.get("max_len") and dataset.meta.get("max_len", cfg["max_len"]) != cfg["max_len"]:
         raise DataError(f"{folder} was prepared with max_len {dataset.meta['max_len']}, the run asks for "

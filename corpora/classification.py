@@ -1,8 +1,9 @@
 """
-What the GPT-2 BPE classification sets share (SST-2, IMDB, Yelp polarity, the two three-domain sets): a seeded
-holdout, the subsets of the study's data-size and length sensitivity (SUBSETS), and the step from labelled
-texts to a folder's contents (classification_set: [CLS] + BPE ids in our vocabulary, the counts and meta.json's
-dict), which data.py writes. Each source's own module says where its texts and labels come from.
+What the GPT-2 BPE classification sets share (SST-2, IMDB, Yelp polarity, the two three-domain
+sets): a seeded holdout, the subsets of the study's data-size and length sensitivity (SUBSETS), and
+the step from labelled texts to a folder's contents (classification_set: [CLS] + BPE ids in our
+vocabulary, the counts and meta.json's dict), which data.py writes. Each source's own module says
+where its texts and labels come from.
 """
 
 import re

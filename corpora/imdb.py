@@ -1,9 +1,10 @@
 """
-IMDB's movie reviews (Maas et al. 2011: aclImdb, 25,000 labelled reviews in each of its train and test halves),
-read out of the archive (read_imdb), and the two datasets made of them alone: imdb, a sentiment task of long
-texts in GPT-2 BPE ids (build_imdb), and imdb_lm, a corpus of reviews in a Llama tokenizer's ids to pretrain a
-Llama on (build_imdb_lm). Each build_ returns ({split: its ids}, meta.json's dict); data.py writes them. The
-three-domain task, Pig Latin's unseen words and the encoder's MLM corpus read reviews here too.
+IMDB's movie reviews (Maas et al. 2011: aclImdb, 25,000 labelled reviews in each of its train and
+test halves), read out of the archive (read_imdb), and the two datasets made of them alone: imdb, a
+sentiment task of long texts in GPT-2 BPE ids (build_imdb), and imdb_lm, a corpus of reviews in a
+Llama tokenizer's ids to pretrain a Llama on (build_imdb_lm). Each build_ returns ({split: its ids},
+meta.json's dict); data.py writes them. The three-domain task, Pig Latin's unseen words and the
+encoder's MLM corpus read reviews here too.
 """
 
 import re

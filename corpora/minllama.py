@@ -1,7 +1,8 @@
 """
-SST-5 and CFIMDB, the sentiment sets of the NLP course's mini-Llama assignment (neubig/minllama-assignment), in
-its `<label> ||| <text>` files (parse_minllama), tokenized for a Llama (the mini-Llama study): build_minllama
-returns ({split: (ids, labels)}, meta.json's dict); data.py writes them.
+SST-5 and CFIMDB, the sentiment sets of the NLP course's mini-Llama assignment
+(neubig/minllama-assignment), in its `<label> ||| <text>` files (parse_minllama), tokenized for a
+Llama (the mini-Llama study): build_minllama returns ({split: (ids, labels)}, meta.json's dict);
+data.py writes them.
 """
 
 import json

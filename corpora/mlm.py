@@ -1,9 +1,10 @@
 """
-The encoder's masked-language-model corpus (sst2_mlm): in-domain text to pretrain the encoder on before it is
-fine-tuned on SST-2, SST-2's training sentences and the reviews of IMDB's train half, in the GPT-2 BPE ids of
-the SST-2 folder the classifier reads. mlm_corpus returns ({split: (ids, labels all 0)}, meta.json's dict);
-data.py gives it SST-2's split and folder and writes what it returns. MASK, the id a masked word becomes, is
-here too: data.py's mlm_mask and this corpus's meta.json name it.
+The encoder's masked-language-model corpus (sst2_mlm): in-domain text to pretrain the encoder on
+before it is fine-tuned on SST-2, SST-2's training sentences and the reviews of IMDB's train half,
+in the GPT-2 BPE ids of the SST-2 folder the classifier reads. mlm_corpus returns ({split: (ids,
+labels all 0)}, meta.json's dict); data.py gives it SST-2's split and folder and writes what it
+returns. MASK, the id a masked word becomes, is here too: data.py's mlm_mask and this corpus's
+meta.json name it.
 """
 
 import numpy as np

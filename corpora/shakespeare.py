@@ -1,6 +1,7 @@
 """
-Tiny Shakespeare (karpathy/char-rnn's input.txt, about 1.1M characters) with characters as tokens, the char-level
-GPT study's corpus: build_shakespeare_char returns ({split: its ids}, meta.json's dict); data.py writes them.
+Tiny Shakespeare (karpathy/char-rnn's input.txt, about 1.1M characters) with characters as tokens,
+the char-level GPT study's corpus: build_shakespeare_char returns ({split: its ids}, meta.json's
+dict); data.py writes them.
 """
 
 from corpora.sources import SOURCES, fetch

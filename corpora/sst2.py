@@ -1,8 +1,9 @@
 """
-SST-2 (GLUE's Stanford Sentiment Treebank, binary: 67,349 training rows, 872 dev), read from GLUE's tsv files
-(parse_sst2_tsv) and split into train / val / test under one of three protocols (split_sst2; glue_heldout holds
-validation out by whole sentence, sentence_holdout). sst2_splits returns {split: (sentences, labels)}; data.py
-turns them into the study's SST-2 folder (build_sst2) and the MLM corpus takes its training sentences.
+SST-2 (GLUE's Stanford Sentiment Treebank, binary: 67,349 training rows, 872 dev), read from GLUE's
+tsv files (parse_sst2_tsv) and split into train / val / test under one of three protocols
+(split_sst2; glue_heldout holds validation out by whole sentence, sentence_holdout). sst2_splits
+returns {split: (sentences, labels)}; data.py turns them into the study's SST-2 folder (build_sst2)
+and the MLM corpus takes its training sentences.
 """
 
 import numpy as np

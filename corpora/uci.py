@@ -1,7 +1,7 @@
 """
-The UCI sentiment sentences (Kotzias et al. 2015) as multidomain_uci: the three-domain task (zhang_csv.DOMAINS)
-from a download of 3,000 sentences, where multidomain needs 850 MB of archives. build_multidomain_uci returns
-({split: (ids, labels)}, meta.json's dict); data.py writes them.
+The UCI sentiment sentences (Kotzias et al. 2015) as multidomain_uci: the three-domain task
+(zhang_csv.DOMAINS) from a download of 3,000 sentences, where multidomain needs 850 MB of archives.
+build_multidomain_uci returns ({split: (ids, labels)}, meta.json's dict); data.py writes them.
 """
 
 import numpy as np

@@ -1,9 +1,9 @@
 """
 Zhang et al.'s (2015) review-polarity archives, Yelp's and Amazon's, read out of their CSV files
-(read_zhang_csv), drawn to the source paper's standardized sizes (standard_draw), and the datasets made of
-them: yelp_polarity (build_yelp_polarity) and the three-domain task of movie, local-business and
-online-shopping reviews with IMDB's (build_multidomain; DOMAINS, its labels). Each build_ returns
-({split: (ids, labels)}, meta.json's dict); data.py writes them.
+(read_zhang_csv), drawn to the source paper's standardized sizes (standard_draw), and the datasets
+made of them: yelp_polarity (build_yelp_polarity) and the three-domain task of movie, local-business
+and online-shopping reviews with IMDB's (build_multidomain; DOMAINS, its labels). Each build_
+returns ({split: (ids, labels)}, meta.json's dict); data.py writes them.
 """
 
 import csv
