@@ -412,11 +412,12 @@ def checkpoint_dataset(ckpt, path):
 
 
 def text_encoder(ckpt):
-    """The checkpoint's own preprocessing, tokenizer and vocabulary, as a text -> token ids function: GPT-2
-    BPE with its dataset's vocabulary, or the Llama tokenizer its dataset was made with."""
+    """The checkpoint's own preprocessing, tokenizer and vocabulary, as a text -> token ids function:
+    GPT-2 BPE with its dataset's vocabulary, or the Llama tokenizer its dataset was made with."""
     meta = ckpt["data"]
     if str(meta.get("tokenizer", "")).startswith("llama2c:"):
-        return LlamaTextEncoder(meta, llama2c.load_llama_tokenizer(meta["tokenizer"].removeprefix("llama2c:")))
+        name = meta["tokenizer"].removeprefix("llama2c:")
+        return LlamaTextEncoder(meta, llama2c.load_llama_tokenizer(name))
     return TextEncoder(meta)
 
 

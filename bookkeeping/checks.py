@@ -23,11 +23,11 @@ NON_NEGATIVE = {"max_iters": "0 = no limit beyond max_epochs", "eval_interval": 
 
 
 def check_settings(cfg, pretrained):
-    """The settings train() refuses before any work (a ConfigError each): a scheduler or AdamW of another
-    name, an init_from that names nothing (`pretrained`: the checkpoints it may name, llama2c.PRETRAINED),
-    sizes below 1, counts and rates below 0 (NON_NEGATIVE), AdamW's betas and the plateau's factor, a share
-    or a peak out of range, and an out_dir that is no folder or holds another run (bookkeeping/records.py's
-    check_out_dir)."""
+    """The settings train() refuses before any work (a ConfigError each): a scheduler or AdamW of
+    another name, an init_from that names nothing (`pretrained`: the checkpoints it may name,
+    llama2c.PRETRAINED), sizes below 1, counts and rates below 0 (NON_NEGATIVE), AdamW's betas and the
+    plateau's factor, a share or a peak out of range, and an out_dir that is no folder or holds another
+    run (bookkeeping/records.py's check_out_dir)."""
     for key, allowed in (("scheduler", ("plateau", "cosine", "constant")),
                          ("adamw_impl", ("fused", "manual"))):
         if cfg[key] not in allowed:

@@ -10,8 +10,8 @@ import re
 
 import numpy as np
 
-from tokenizer import CLS, N_SPECIAL, PAD, PREPROCESSING, UNK, DataError, bpe, cls_ids, get_tokenizer
-from tokenizer import id_map_from_vocab
+from tokenizer import CLS, N_SPECIAL, PAD, PREPROCESSING, UNK, DataError
+from tokenizer import bpe, cls_ids, get_tokenizer, id_map_from_vocab
 
 
 def holdout(n, n_val, seed):
@@ -56,8 +56,8 @@ def subset_splits(splits, subset, seed):
 
 def classification_set(splits, label_names, vocab, max_len, out_dir, verbose=True, **record):
     """Tokenize {split: (texts, labels)} (tokenizer.cls_ids of the GPT-2 BPE ids) into
-    ({split: (ids, labels)}, meta.json's dict with `record`: dataset, protocol, seed, sources ...), for
-    data.py to write into out_dir (named in the report printed with verbose)."""
+    ({split: (ids, labels)}, meta.json's dict with `record`: dataset, protocol, seed, sources ...),
+    for data.py to write into out_dir (named in the report printed with verbose)."""
     enc = get_tokenizer()
     bpe_ids = {k: [bpe(enc, s) for s in texts] for k, (texts, _) in splits.items()}
     if vocab == "compact":

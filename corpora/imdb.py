@@ -37,37 +37,38 @@ def read_imdb(path, half):
     return [(text, int(pos), rating) for pos, _, text, rating in sorted(rows)]
 
 
-def build_imdb(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337, n_val=2500,
-               verbose=True, **_ignored):
-    """IMDB movie reviews as a sentiment task of long texts: train = the archive's train half less a seeded
-    n_val for val, test = its test half (25,000 each half)."""
+def build_imdb(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
+               n_val=2500, verbose=True, **_ignored):
+    """IMDB movie reviews as a sentiment task of long texts: train = the archive's train half less a
+    seeded n_val for val, test = its test half (25,000 each half)."""
     path = archive_file("imdb", mirror)
     train, test = (read_imdb(path, half) for half in ("train", "test"))
     fit, val = holdout(len(train), n_val, seed)
     splits = {"train": [train[i] for i in fit], "val": [train[i] for i in val], "test": test}
     splits = {k: ([text for text, _, _ in rows], [label for _, label, _ in rows]) for k, rows in splits.items()}
-    return classification_set(subset_splits(splits, subset, seed), ["negative", "positive"], vocab, max_len,
-                              out_dir, verbose, dataset="imdb", seed=seed, subset=subset,
+    return classification_set(subset_splits(splits, subset, seed), ["negative", "positive"], vocab,
+                              max_len, out_dir, verbose, dataset="imdb", seed=seed, subset=subset,
                               sources=SOURCES["imdb"])
 
 
 def build_imdb_lm(tokenizer="tok512", mirror=None, out_dir=None, seed=1337, n_val=500, verbose=True,
                   **_ignored):
-    """A language-modelling corpus of movie reviews for pretraining a Llama: each review as [BOS] + its
-    Llama token ids, one after another (as llama2.c pretokenizes), a seeded n_val reviews for val and the
-    rest for train. The reviews are IMDB's test half (25,000), not its train half: CFIMDB's reviews come
-    from the train half (286 of its train and dev texts appear there verbatim, one of its unscored test
-    texts in the test half), so a model pretrained here has not read the texts it is later fine-tuned and
-    scored on."""
+    """A language-modelling corpus of movie reviews for pretraining a Llama: each review as [BOS] +
+    its Llama token ids, one after another (as llama2.c pretokenizes), a seeded n_val reviews for val
+    and the rest for train. The reviews are IMDB's test half (25,000), not its train half: CFIMDB's
+    reviews come from the train half (286 of its train and dev texts appear there verbatim, one of its
+    unscored test texts in the test half), so a model pretrained here has not read the texts it is
+    later fine-tuned and scored on."""
     reviews = [text for text, _, _ in read_imdb(archive_file("imdb", mirror), "test")]
     if not 0 < n_val < len(reviews):
-        raise DataError(f"n_val={n_val}: the archive holds {len(reviews)} test-half reviews; keep some for "
-                        f"training")
+        raise DataError(f"n_val={n_val}: the archive holds {len(reviews)} test-half reviews; keep some "
+                        f"for training")
     parts = dict(zip(("train", "val"), holdout(len(reviews), n_val, seed)))
     tok = load_llama_tokenizer(tokenizer, mirror)
     splits, counts = {}, {}
     for k, idx in parts.items():
-        splits[k] = np.fromiter((t for i in idx for t in tok.encode(reviews[i], bos=True)), dtype=np.uint16)
+        ids = (t for i in idx for t in tok.encode(reviews[i], bos=True))
+        splits[k] = np.fromiter(ids, dtype=np.uint16)
         counts[k] = {"reviews": len(idx), "tokens": len(splits[k])}
     meta = {"dataset": "imdb_lm", "task": "lm", "tokenizer": f"llama2c:{tokenizer}", "vocab": tokenizer,
             "vocab_size": tok.vocab_size, "seed": seed, "preprocessing": "'<br />' -> newline",

@@ -34,10 +34,10 @@ def parse_minllama(raw, name):
 
 def build_minllama(dataset, tokenizer="llama2", max_len=256, mirror=None, out_dir=None, seed=1337,
                    verbose=True, **_ignored):
-    """SST-5 or CFIMDB (dataset 'sst5' or 'cfimdb'), each text as [BOS] + Llama token ids, cut to max_len.
-    SST-5: the course's train / dev / test as train / val / test (8,544 / 1,101 / 2,210).
-    CFIMDB: the course's test file has no labels, so its dev set (245) is our test split, and a
-    seeded 245 of its train set (1,707) our validation split: model selection never sees the test."""
+    """SST-5 or CFIMDB (dataset 'sst5' or 'cfimdb'), each text as [BOS] + Llama token ids, cut to
+    max_len. SST-5: the course's train / dev / test as train / val / test (8,544 / 1,101 / 2,210).
+    CFIMDB: the course's test file has no labels, so its dev set (245) is our test split, and a seeded
+    245 of its train set (1,707) our validation split: model selection never sees the test."""
     files = {os.path.basename(k): v for k, v in fetch(dataset, mirror).items()}
     prefix = "sst" if dataset == "sst5" else "cfimdb"
     label_names = json.loads(files[f"{prefix}-label-mapping.json"])

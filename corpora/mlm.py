@@ -12,8 +12,8 @@ import numpy as np
 from corpora.classification import holdout
 from corpora.imdb import read_imdb
 from corpora.sources import SOURCES, archive_file
-from tokenizer import CLS, PAD, PREPROCESSING, UNK, DataError, bpe, clean_text, cls_ids, get_tokenizer
-from tokenizer import id_map_from_vocab
+from tokenizer import CLS, PAD, PREPROCESSING, UNK, DataError
+from tokenizer import bpe, clean_text, cls_ids, get_tokenizer, id_map_from_vocab
 
 # The compact vocabulary is the set of ids in SST-2's training split, so [UNK] never occurs there, and
 # it doubles as BERT's [MASK]: to the model both mean a word it cannot see and must infer from its
@@ -22,20 +22,20 @@ from tokenizer import id_map_from_vocab
 MASK = UNK
 
 
-def mlm_corpus(sst2, sst2_meta, sst2_dir, protocol="glue_heldout", vocab="compact", max_len=128, mirror=None,
-               out_dir=None, seed=1337, n_val=1000, verbose=True, **_ignored):
-    """Unlabelled text to pretrain the encoder on by masked-language modelling (data.py's MLMStream): the
-    training sentences of SST-2's split of the same protocol and seed (`sst2`: {split: (sentences, labels)})
-    and the reviews of IMDB's train half (its test half is a classification test set elsewhere), a seeded
-    n_val texts held out for val (labels all 0). A text whose cleaned form is an SST-2 val or test sentence
-    is left out: GLUE's train file repeats some sentences, so 47 of the glue protocol's train sentences are
-    also val or test sentences. The ids are those of the SST-2 folder sst2_dir (its meta.json: sst2_meta),
-    which must hold the same split, so a pretrained checkpoint fine-tunes on SST-2 as it is (a word outside
-    that vocabulary is [UNK])."""
+def mlm_corpus(sst2, sst2_meta, sst2_dir, protocol="glue_heldout", vocab="compact", max_len=128,
+               mirror=None, out_dir=None, seed=1337, n_val=1000, verbose=True, **_ignored):
+    """Unlabelled text to pretrain the encoder on by masked-language modelling (data.py's MLMStream):
+    the training sentences of SST-2's split of the same protocol and seed (`sst2`: {split: (sentences,
+    labels)}) and the reviews of IMDB's train half (its test half is a classification test set
+    elsewhere), a seeded n_val texts held out for val (labels all 0). A text whose cleaned form is an
+    SST-2 val or test sentence is left out: GLUE's train file repeats some sentences, so 47 of the glue
+    protocol's train sentences are also val or test sentences. The ids are those of the SST-2 folder
+    sst2_dir (its meta.json: sst2_meta), which must hold the same split, so a pretrained checkpoint
+    fine-tunes on SST-2 as it is (a word outside that vocabulary is [UNK])."""
     if sst2_meta.get("seed") != seed or sst2_meta.get("protocol") != protocol:
         raise DataError(f"{sst2_dir} was split with protocol {sst2_meta.get('protocol')!r}, seed "
-                        f"{sst2_meta.get('seed')}; this corpus asks for {protocol!r}, {seed}, and needs the "
-                        f"same split (its train sentences must be the classifier's)")
+                        f"{sst2_meta.get('seed')}; this corpus asks for {protocol!r}, {seed}, and needs "
+                        f"the same split (its train sentences must be the classifier's)")
     held_out = {clean_text(s) for k in ("val", "test") for s in sst2[k][0]}
     texts = [("sst2", s) for s in sst2["train"][0]]
     texts += [("imdb", text) for text, _, _ in read_imdb(archive_file("imdb", mirror), "train")]

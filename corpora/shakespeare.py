@@ -9,8 +9,8 @@ from tokenizer import CharCodec
 
 
 def build_shakespeare_char(mirror=None, out_dir=None, verbose=True, **_ignored):
-    """The sorted set of characters is the vocabulary (65 of them), the first 90 % of the text is the train
-    split and the rest val."""
+    """The sorted set of characters is the vocabulary (65 of them), the first 90 % of the text is the
+    train split and the rest val."""
     (raw,) = fetch("shakespeare_char", mirror).values()
     text = raw.decode("utf-8")
     chars = sorted(set(text))

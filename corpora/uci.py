@@ -14,8 +14,8 @@ _UCI_DOMAINS = {"uci_sentiment_sentences/imdb_labelled.txt": 0, "uci_sentiment_s
                 "uci_sentiment_sentences/amazon_cells_labelled.txt": 2}  # file -> its index in DOMAINS
 
 
-def build_multidomain_uci(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
-                          verbose=True, **_ignored):
+def build_multidomain_uci(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None,
+                          seed=1337, verbose=True, **_ignored):
     """The three-domain task from the UCI sentiment sentences (Kotzias et al. 2015): 1,000 review
     sentences each from IMDB (movie), Yelp (local business) and Amazon (online shopping), split 80/10/10
     within each domain (stratified, seeded): 2,400 / 300 / 300. Each line is `sentence<TAB>0|1`; the
@@ -31,6 +31,6 @@ def build_multidomain_uci(vocab="compact", max_len=256, subset="", mirror=None, 
         for k, idx in parts.items():
             splits[k][0].extend(texts[i] for i in sorted(idx))
             splits[k][1].extend([domain] * len(idx))
-    return classification_set(subset_splits(splits, subset, seed), DOMAINS, vocab, max_len, out_dir, verbose,
-                              dataset="multidomain_uci", seed=seed, subset=subset,
+    return classification_set(subset_splits(splits, subset, seed), DOMAINS, vocab, max_len, out_dir,
+                              verbose, dataset="multidomain_uci", seed=seed, subset=subset,
                               sources=SOURCES["uci_sentences"])

@@ -17,7 +17,7 @@ from corpora.imdb import read_imdb
 from corpora.sources import SOURCES, archive_file
 from tokenizer import DataError
 
-STANDARD_SIZES = {"train": 54_576, "val": 6_822, "test": 6_823}  # the source paper's: SST-2's standard protocol
+STANDARD_SIZES = {"train": 54_576, "val": 6_822, "test": 6_823}  # the source paper's (SST-2 standard)
 DOMAINS = ["movie", "local business", "online shopping"]  # the three-domain task's labels, in this order
 
 
@@ -38,8 +38,8 @@ def read_zhang_csv(path, member, fields):
                 text = "\n".join(row[1:]).replace("\\n", "\n")
                 rows.append((text, int(row[0]) - 1))
     except (tarfile.TarError, EOFError, OSError, KeyError) as e:
-        raise DataError(f"{path} is not the expected archive (no readable {member}: {e}); delete it and run "
-                        f"again") from None
+        raise DataError(f"{path} is not the expected archive (no readable {member}: {e}); delete it and "
+                        f"run again") from None
     return rows
 
 
@@ -60,26 +60,26 @@ def standard_draw(train_rows, test_rows, seed, sizes=None):
             "test": draw(test_rows, sizes["test"], rng)}
 
 
-def build_yelp_polarity(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
-                        verbose=True, **_ignored):
+def build_yelp_polarity(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None,
+                        seed=1337, verbose=True, **_ignored):
     """Yelp review polarity (Zhang et al. 2015: 560,000 train / 38,000 test reviews, 1-2 stars negative,
     4-5 positive), standardized to the source paper's 54,576 / 6,822 / 6,823 by a seeded draw."""
     path = archive_file("yelp_polarity", mirror)
     rows = {half: read_zhang_csv(path, f"yelp_review_polarity_csv/{half}.csv", 2) for half in ("train", "test")}
     splits = {k: ([t for t, _ in r], [lab for _, lab in r])
               for k, r in standard_draw(rows["train"], rows["test"], seed).items()}
-    return classification_set(subset_splits(splits, subset, seed), ["negative", "positive"], vocab, max_len,
-                              out_dir, verbose, dataset="yelp_polarity", seed=seed, subset=subset,
-                              sources=SOURCES["yelp_polarity"])
+    return classification_set(subset_splits(splits, subset, seed), ["negative", "positive"], vocab,
+                              max_len, out_dir, verbose, dataset="yelp_polarity", seed=seed,
+                              subset=subset, sources=SOURCES["yelp_polarity"])
 
 
 def build_multidomain(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
                       verbose=True, **_ignored):
     """The source paper's three-domain task: which kind of review is it, a movie's (IMDB), a local
-    business's (Yelp polarity) or an online purchase's (Amazon polarity)? Each split draws a third of the
-    source paper's standardized size from each source (its train file for train and val, its test file for
-    test). The Yelp and Amazon archives (166 MB and 688 MB) are downloaded; offline, multidomain_uci
-    (corpora/uci.py) is the same task."""
+    business's (Yelp polarity) or an online purchase's (Amazon polarity)? Each split draws a third of
+    the source paper's standardized size from each source (its train file for train and val, its test
+    file for test). The Yelp and Amazon archives (166 MB and 688 MB) are downloaded; offline,
+    multidomain_uci (corpora/uci.py) is the same task."""
     imdb = archive_file("imdb", mirror)
     yelp, amazon = archive_file("yelp_polarity", mirror), archive_file("amazon_polarity", mirror)
     sources = [([r[:2] for r in read_imdb(imdb, "train")], [r[:2] for r in read_imdb(imdb, "test")]),
@@ -91,6 +91,6 @@ def build_multidomain(vocab="compact", max_len=256, subset="", mirror=None, out_
         for k, rows in standard_draw(train_rows, test_rows, seed + domain, sizes).items():
             splits[k][0].extend(text for text, _ in rows)
             splits[k][1].extend([domain] * len(rows))
-    return classification_set(subset_splits(splits, subset, seed), DOMAINS, vocab, max_len, out_dir, verbose,
-                              dataset="multidomain", seed=seed, subset=subset,
-                              sources={k: SOURCES[k] for k in ("imdb", "yelp_polarity", "amazon_polarity")})
+    cited = {k: SOURCES[k] for k in ("imdb", "yelp_polarity", "amazon_polarity")}
+    return classification_set(subset_splits(splits, subset, seed), DOMAINS, vocab, max_len, out_dir,
+                              verbose, dataset="multidomain", seed=seed, subset=subset, sources=cited)

@@ -60,7 +60,7 @@ def cell_data(folder, runs, summaries, plan=None):
 
 
 def sst2_test_texts(cfg, seed=1337):
-    """A run's SST-2 test sentences in the order of its prepared split (data.build_sst2, at its default seed),
+    """A run's SST-2 test sentences in the order of its prepared split (data.py sst2, at its default seed),
     or None (with a line saying why) if the source files cannot be had here."""
     try:
         splits = sst2_splits(cfg["protocol"], seed, os.environ.get("DATA_MIRROR"))

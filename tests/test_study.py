@@ -470,8 +470,9 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys, runs_i
 # runs train.py in subprocesses only: it imports nothing of ours.)
 PACKAGES = ("lab", "bench", "bookkeeping", "corpora", "evaluation")
 LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "tokenizer": 0, "bookkeeping.timing": 0,
-          "corpora.sources": 0, "corpora.sst2": 0, "corpora.llama2c": 0, "corpora.classification": 0, "corpora.imdb": 0, "corpora.minllama": 0, "corpora.mlm": 0,
-          "corpora.piglatin": 0, "corpora.shakespeare": 0, "corpora.uci": 0, "corpora.zhang_csv": 0,
+          "corpora.sources": 0, "corpora.classification": 0, "corpora.imdb": 0, "corpora.llama2c": 0,
+          "corpora.minllama": 0, "corpora.mlm": 0, "corpora.piglatin": 0, "corpora.shakespeare": 0,
+          "corpora.sst2": 0, "corpora.uci": 0, "corpora.zhang_csv": 0,
           "evaluation.table": 0, "evaluation.seq2seq_plots": 0, "data": 1,
           "bookkeeping.checkpoints": 1, "bookkeeping.records": 2, "evaluation.ranges": 1, "export": 2,
           "evaluation.options": 2, "bookkeeping.checks": 3,
