@@ -718,7 +718,7 @@ def zero_shot_report(model, ckpt, path, args, device, ctx):
     """A language model as a classifier with no training (--zero_shot DATASET): each text of the split
     becomes the prompt ZERO_SHOT_TEMPLATE, and the label whose word is most likely to come next wins
     (log P(word | prompt), summed over the word's tokens). A text can be cut twice, and both counts are
-    reported: when the data was prepared, to its max_len (data.prepare_minllama; meta.json's counts say
+    reported: when the data was prepared, to its max_len (corpora/minllama.py; meta.json's counts say
     how many of each split), and here, from its end, so that prompt and label fit the model's context.
     (check_fits has made sure the model is a Llama language model.)"""
     name, tok = llama_tokenizer_for(model, path, args.tokenizer or ckpt["data"].get("vocab"))

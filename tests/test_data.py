@@ -353,7 +353,7 @@ def test_fetch_download_failure_points_to_a_mirror(monkeypatch, tmp_path):
 
 
 # -----------------------------------------------------------------------------
-# prepare_sst2 on the tiny fake mirror (fast): the whole pipeline, reproducibility
+# data.prepare("sst2") on the tiny fake mirror (fast): the whole pipeline, reproducibility
 
 
 def _bin_bytes(folder):

@@ -633,7 +633,7 @@ def test_generation_bench_runs_llama2c(monkeypatch, traced_compile):
 
 
 # -----------------------------------------------------------------------------
-# pretraining on movie reviews (data.prepare_imdb_lm), zero-shot prompting, evaluate.py config files
+# pretraining on movie reviews (corpora/imdb.py's build_imdb_lm), zero-shot prompting, evaluate.py config files
 
 import io  # noqa: E402
 import json  # noqa: E402

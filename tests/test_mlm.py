@@ -68,7 +68,7 @@ def test_mlm_mask_rates_and_invariants():
     swapped = ~masked & ~kept
     assert abs(masked.mean() - 0.8) < 0.02 and abs(kept.mean() - 0.1) < 0.015 and abs(swapped.mean() - 0.1) < 0.015
     assert inputs[chosen][swapped].min() >= data.N_SPECIAL and inputs[chosen][swapped].max() < V
-    assert data.MASK == data.UNK  # the compact vocabulary's free row (see data.py)
+    assert data.MASK == data.UNK  # the compact vocabulary's free row (see corpora/mlm.py)
 
 
 def mlm_folder(path, splits, vocab_size, max_len, vocab=None):

@@ -366,7 +366,7 @@ def test_bad_files_raise(tmp_path):
 
 
 # -----------------------------------------------------------------------------
-# SST-5 and CFIMDB, tokenized for a Llama (data.prepare_minllama)
+# SST-5 and CFIMDB, tokenized for a Llama (corpora/minllama.py)
 
 import json  # noqa: E402
 
