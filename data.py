@@ -257,16 +257,14 @@ def build_sst2(protocol="glue_heldout", vocab="compact", max_len=256, subset="",
                               sources=SOURCES["sst2"])
 
 
-def build_sst2_mlm(protocol="glue_heldout", vocab="compact", mirror=None, seed=1337, verbose=True,
-                   **settings):
+def build_sst2_mlm(protocol, vocab, mirror=None, seed=1337, verbose=True, **settings):
     """The encoder's MLM corpus (corpora/mlm.py) in the ids of the SST-2 folder of the same protocol and
     vocab, prepared first if missing: a checkpoint pretrained on it fine-tunes on SST-2 as it is."""
     sst2_dir = dataset_dir("sst2", protocol, vocab)
     if not os.path.isfile(os.path.join(sst2_dir, "meta.json")):
         prepare("sst2", protocol=protocol, vocab=vocab, mirror=mirror, out_dir=sst2_dir, seed=seed,
                 verbose=verbose)
-    sst2 = sst2_splits(protocol, seed, mirror)
-    return mlm_corpus(sst2, load_meta(sst2_dir), sst2_dir, protocol=protocol, vocab=vocab, mirror=mirror,
+    return mlm_corpus(load_meta(sst2_dir), sst2_dir, protocol=protocol, vocab=vocab, mirror=mirror,
                       seed=seed, verbose=verbose, **settings)
 
 

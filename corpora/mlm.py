@@ -2,9 +2,9 @@
 The encoder's masked-language-model corpus (sst2_mlm): in-domain text to pretrain the encoder on
 before it is fine-tuned on SST-2, SST-2's training sentences and the reviews of IMDB's train half,
 in the GPT-2 BPE ids of the SST-2 folder the classifier reads. mlm_corpus returns ({split: (ids,
-labels all 0)}, meta.json's dict); data.py gives it SST-2's split and folder and writes what it
-returns. MASK, the id a masked word becomes, is here too: data.py's mlm_mask and this corpus's
-meta.json name it.
+labels all 0)}, meta.json's dict); data.py gives it the SST-2 folder and writes what it returns.
+MASK, the id a masked word becomes, is here too: data.py's mlm_mask and this corpus's meta.json name
+it.
 """
 
 import numpy as np
@@ -12,6 +12,7 @@ import numpy as np
 from corpora.classification import holdout
 from corpora.imdb import read_imdb
 from corpora.sources import SOURCES, archive_file
+from corpora.sst2 import sst2_splits
 from tokenizer import CLS, PAD, PREPROCESSING, UNK, DataError
 from tokenizer import bpe, clean_text, cls_ids, get_tokenizer, id_map_from_vocab
 
@@ -22,20 +23,21 @@ from tokenizer import bpe, clean_text, cls_ids, get_tokenizer, id_map_from_vocab
 MASK = UNK
 
 
-def mlm_corpus(sst2, sst2_meta, sst2_dir, protocol="glue_heldout", vocab="compact", max_len=128,
-               mirror=None, out_dir=None, seed=1337, n_val=1000, verbose=True, **_ignored):
+def mlm_corpus(sst2_meta, sst2_dir, protocol="glue_heldout", vocab="compact", max_len=128, mirror=None,
+               out_dir=None, seed=1337, n_val=1000, verbose=True, **_ignored):
     """Unlabelled text to pretrain the encoder on by masked-language modelling (data.py's MLMStream):
-    the training sentences of SST-2's split of the same protocol and seed (`sst2`: {split: (sentences,
-    labels)}) and the reviews of IMDB's train half (its test half is a classification test set
-    elsewhere), a seeded n_val texts held out for val (labels all 0). A text whose cleaned form is an
-    SST-2 val or test sentence is left out: GLUE's train file repeats some sentences, so 47 of the glue
-    protocol's train sentences are also val or test sentences. The ids are those of the SST-2 folder
-    sst2_dir (its meta.json: sst2_meta), which must hold the same split, so a pretrained checkpoint
-    fine-tunes on SST-2 as it is (a word outside that vocabulary is [UNK])."""
+    the training sentences of SST-2's split of the same protocol and seed and the reviews of IMDB's
+    train half (its test half is a classification test set elsewhere), a seeded n_val texts held out
+    for val (labels all 0). A text whose cleaned form is an SST-2 val or test sentence is left out:
+    GLUE's train file repeats some sentences, so 47 of the glue protocol's train sentences are also val
+    or test sentences. The ids are those of the SST-2 folder sst2_dir (its meta.json: sst2_meta), which
+    must hold the same split, so a pretrained checkpoint fine-tunes on SST-2 as it is (a word outside
+    that vocabulary is [UNK])."""
     if sst2_meta.get("seed") != seed or sst2_meta.get("protocol") != protocol:
         raise DataError(f"{sst2_dir} was split with protocol {sst2_meta.get('protocol')!r}, seed "
                         f"{sst2_meta.get('seed')}; this corpus asks for {protocol!r}, {seed}, and needs "
                         f"the same split (its train sentences must be the classifier's)")
+    sst2 = sst2_splits(protocol, seed, mirror)
     held_out = {clean_text(s) for k in ("val", "test") for s in sst2[k][0]}
     texts = [("sst2", s) for s in sst2["train"][0]]
     texts += [("imdb", text) for text, _, _ in read_imdb(archive_file("imdb", mirror), "train")]
