@@ -26,12 +26,9 @@ masked-language-model split is a classification split whose labels are all 0.
 
 Text becomes token ids by tokenizer.py's functions (the special ids, the text cleaning, GPT-2 BPE with
 our compact or full vocabulary, the Llama tokenizer, characters), the same in preparation and at inference.
-Each source's download and parsing is its own module of corpora/, which hands `prepare` a dataset's
-splits and meta.json's dict and never imports this file: sources.py fetches the files (canonical URL,
-sha256; downloaded once or read from a mirror), sst2.py parses SST-2 and splits it by protocol,
-classification.py holds what the GPT-2 BPE sets share, then imdb.py, zhang_csv.py (Yelp, Amazon),
-uci.py, shakespeare.py, piglatin.py, minllama.py (SST-5, CFIMDB), mlm.py (the encoder's MLM corpus)
-and llama2c.py (llama2.c's tokenizers and checkpoints by name).
+Each source's download (corpora/sources.py: canonical URL and sha256, downloaded once or read from a
+mirror) and parsing is its own module of corpora/ (its __init__.py lists them), which hands `prepare`
+a dataset's splits and meta.json's dict and never imports this file.
 
 Read top to bottom: the .bin format and the splits written in it -> the registry (SST-2's builder,
 DATASETS: name -> builder and task), `prepare` and `load_dataset` -> batch streams (one per task;
@@ -65,8 +62,7 @@ from corpora.sources import SOURCES
 from corpora.sst2 import PROTOCOLS, sst2_splits
 from corpora.uci import build_multidomain_uci
 from corpora.zhang_csv import build_multidomain, build_yelp_polarity
-from tokenizer import N_SPECIAL, PAD, CharCodec, DataError
-from tokenizer import CLS, UNK  # noqa: F401 (the benchmarks and tests read data.CLS, data.UNK)
+from tokenizer import CLS, N_SPECIAL, PAD, UNK, CharCodec, DataError  # noqa: F401 (data.CLS, data.UNK)
 
 # -----------------------------------------------------------------------------
 # The .bin array format
