@@ -368,7 +368,7 @@ def test_prepare_fixture_is_reproducible(fixture_mirror, fixture_digests, tiny_d
     with fixture_digests():
         data.prepare("sst2", protocol="standard", mirror=fixture_mirror, out_dir=str(tmp_path / "same"), verbose=False)
         data.prepare("sst2", protocol="standard", mirror=fixture_mirror, out_dir=str(tmp_path / "other"), seed=1,
-                          verbose=False)
+                     verbose=False)
     same, first = _bin_bytes(tmp_path / "same"), _bin_bytes(tiny_dataset)
     assert same == first  # same seed: identical bytes, meta.json included
     other = _bin_bytes(tmp_path / "other")

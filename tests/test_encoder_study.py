@@ -240,7 +240,7 @@ def test_sst2_subsets_on_the_fake_mirror(fixture_mirror, fixture_digests, tmp_pa
     with fixture_digests():
         full = data.prepare("sst2", "standard", mirror=fixture_mirror, out_dir=str(tmp_path / "all"), verbose=False)
         short = data.prepare("sst2", "standard", subset="short30", mirror=fixture_mirror, out_dir=str(tmp_path / "s"),
-                                  verbose=False)
+                             verbose=False)
     assert short["subset"] == "short30"
     for k in ("train", "val", "test"):
         assert short["counts"][k]["n"] == round(0.3 * full["counts"][k]["n"])

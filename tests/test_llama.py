@@ -748,7 +748,7 @@ def test_pretrain_a_llama_then_sample_and_prompt_it(review_mirror, capsys):
            "n_kv_head": 1, "multiple_of": 8, "batch_size": 4, "max_iters": 6, "eval_interval": 3,
            "scheduler": "constant", "learning_rate": 1e-2, "early_stop_patience": 0}
     data.prepare("imdb_lm", tokenizer="tok512", mirror=review_mirror, out_dir="data/imdb_lm_tok512", n_val=4,
-                         verbose=False)  # where train.py looks (500 validation reviews would be all of them)
+                 verbose=False)  # where train.py looks (500 validation reviews would be all of them)
     summary = train.train(cfg)
     assert summary["iters"] == 6 and summary["best_val_loss"] < 6.0  # ln 512 = 6.24: it learnt something
     evaluate.main(["--ckpt", "run/ckpt.pt", "--prompt", "It was", "--max_new_tokens", "5", "--temperature", "0",

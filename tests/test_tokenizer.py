@@ -378,7 +378,7 @@ def test_sst5_from_the_real_mirror_with_tok512(tmp_path):
     if not os.path.isfile(os.path.join(mirror, "minllama_sst_cfimdb", "sst-train.txt")):
         pytest.skip("no minllama data in the mirror")
     meta = data.prepare("sst5", tokenizer="tok512", max_len=64, mirror=mirror, out_dir=str(tmp_path),
-                                 verbose=False)
+                        verbose=False)
     assert meta["label_names"] == ["awful", "bad", "average", "good", "excellent"]
     assert {k: c["n"] for k, c in meta["counts"].items()} == {"train": 8544, "val": 1101, "test": 2210}
     assert meta["counts"]["test"]["labels"] == [279, 633, 389, 510, 399]  # SOURCES.md's figures
@@ -421,7 +421,7 @@ def test_cfimdb_splits_keep_the_test_set_out_of_model_selection(minllama_mirror,
     validation split; no text is in two splits."""
     out = str(tmp_path / "cf")
     meta = data.prepare("cfimdb", tokenizer="tok512", max_len=32, mirror=minllama_mirror, out_dir=out,
-                                 verbose=False)
+                        verbose=False)
     assert {k: c["n"] for k, c in meta["counts"].items()} == {"train": 30, "val": 10, "test": 10}
     splits = {k: data.ClassificationSplit(out, k) for k in ("train", "val", "test")}
     seqs = {k: {tuple(s[i][0]) for i in range(len(s))} for k, s in splits.items()}
@@ -429,7 +429,7 @@ def test_cfimdb_splits_keep_the_test_set_out_of_model_selection(minllama_mirror,
     tok = llama2c.load_llama_tokenizer("tok512", minllama_mirror)
     assert tok.decode(splits["test"][3][0]) == "a dev review 3"
     again = data.prepare("cfimdb", tokenizer="tok512", max_len=32, mirror=minllama_mirror,
-                                  out_dir=str(tmp_path / "again"), verbose=False)
+                         out_dir=str(tmp_path / "again"), verbose=False)
     assert again["counts"] == meta["counts"]
     assert np.array_equal(data.ClassificationSplit(str(tmp_path / "again"), "val").tokens, splits["val"].tokens)
 
