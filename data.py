@@ -1,7 +1,7 @@
 """
-Datasets and batches: download (or read from a local mirror), verify, preprocess, tokenize, split,
-and write `.bin` token files; read them back; and cut them into the batches that train.py and
-evaluate.py feed to a model.
+Datasets and batches: the `.bin` token files of a prepared dataset, written and read back; the
+registry of datasets and the `prepare` that writes any of them; and the batches that train.py and
+evaluate.py cut from a prepared folder and feed to a model.
 
     python data.py sst2 [--protocol glue_heldout|glue|standard] [--vocab compact|full] [--max_len 256]
                         [--subset frac10|short30|...] [--mirror DIR] [--out_dir DIR] [--seed 1337]
@@ -26,28 +26,22 @@ masked-language-model split is a classification split whose labels are all 0.
 
 Text becomes token ids by tokenizer.py's functions (the special ids, the text cleaning, GPT-2 BPE with
 our compact or full vocabulary, the Llama tokenizer, characters), the same in preparation and at inference.
-Each preparer names the source files it reads; corpora/sources.py says where they come from (canonical URL,
-sha256) and fetches them (downloaded once, or read from a local mirror), and corpora/piglatin.py holds Pig
-Latin's rules and the words of its splits.
+Each source's download (corpora/sources.py: canonical URL and sha256, downloaded once or read from a
+mirror) and parsing is its own module of corpora/ (its __init__.py lists them), which hands `prepare`
+a dataset's splits and meta.json's dict and never imports this file.
 
-Read top to bottom: the .bin format and the splits written in it -> the Llama tokenizers and checkpoints read
-by name -> SST-2 -> subsets and the one classification writer -> IMDB, Yelp polarity and the three-domain
-sets -> Tiny Shakespeare -> Pig Latin -> the Llama's sets (SST-5, CFIMDB, IMDB reviews) -> the encoder's MLM
-corpus -> the dataset registry (DATASETS: name -> preparer and task) and `load_dataset` -> batch streams (one
-per task; each batch a pure function of the seed and its position, so a resumed run sees exactly the batches
-it would have seen).
+Read top to bottom: the .bin format and the splits written in it -> the registry (SST-2's builder,
+DATASETS: name -> builder and task), `prepare` and `load_dataset` -> batch streams (one per task;
+each batch a pure function of the seed and its position, so a resumed run sees exactly the batches
+it would have seen) -> the command line.
 """
 
 import argparse
-import csv
-import io
 import json
 import math
 import os
-import re
 import struct
 import sys
-import tarfile
 import zlib
 from dataclasses import dataclass
 from typing import Callable
@@ -58,11 +52,18 @@ import torch
 from bookkeeping import timing
 from cli.help import HelpFormatter, reader_may_stop
 from configurator import ConfigError, UserError, not_a_folder
-from corpora.piglatin import (PIG_LATIN_VOCAB, UNSEEN_WORDS, hyphen_parts, novel_words, pieces_of, pig_latin,
-                              pig_latin_rule, source_words, split_novel, unseen_words, word_pieces)
-from corpora.sources import SOURCES, archive_file, fetch, source_file
-from tokenizer import (CLS, N_SPECIAL, PAD, PREPROCESSING, UNK, CharCodec, DataError, LlamaTextEncoder,
-                       LlamaTokenizer, TextEncoder, bpe, clean_text, cls_ids, get_tokenizer, id_map_from_vocab)
+from corpora.classification import SUBSETS, classification_set, subset_splits
+from corpora.imdb import build_imdb, build_imdb_lm
+from corpora.llama2c import PRETRAINED, pretrained_file  # noqa: F401 (train.py's data.PRETRAINED)
+from corpora.minllama import build_minllama
+from corpora.mlm import MASK, mlm_corpus
+from corpora.piglatin import EOS, PIG_LATIN_VOCAB, SOS, build_piglatin, compounds_of, mark_taught
+from corpora.shakespeare import build_shakespeare_char
+from corpora.sources import SOURCES
+from corpora.sst2 import PROTOCOLS, sst2_splits
+from corpora.uci import build_multidomain_uci
+from corpora.zhang_csv import build_multidomain, build_yelp_polarity
+from tokenizer import CLS, N_SPECIAL, PAD, UNK, CharCodec, DataError  # noqa: F401 (data.CLS, data.UNK)
 
 # -----------------------------------------------------------------------------
 # The .bin array format
@@ -226,684 +227,47 @@ class PairList:
         return self.pairs[i]
 
 
-# -----------------------------------------------------------------------------
-# The Llama tokenizers and checkpoints that are read by name (their files are sources: corpora/sources.py)
-
-LLAMA_TOKENIZERS = {  # name -> (source, file): the tokenizers of llama2.c's models
-    "tok512": ("tok512", "tinyllamas/stories260K/tok512.bin"),  # stories260K's 512 pieces
-    "llama2": ("llama2_tokenizer", "llama2_tokenizer/tokenizer.bin"),  # Llama 2's 32,000 (stories15M/42M/110M)
-}
-
-
-PRETRAINED = {  # name -> (source, file): checkpoints a run may start from by name (init_from)
-    "stories260K": ("stories260K", "tinyllamas/stories260K/stories260K.bin"),
-}
-
-
-def pretrained_file(name, mirror=None):
-    """The path of a named pretrained checkpoint (PRETRAINED), from the mirror or downloaded and checked."""
-    source, rel = PRETRAINED[name]
-    return source_file(source, rel, mirror or os.environ.get("DATA_MIRROR"))
-
-
-def load_llama_tokenizer(name, mirror=None):
-    """A LlamaTokenizer by name (LLAMA_TOKENIZERS: from the mirror, $DATA_MIRROR, or downloaded once
-    and checked) or from the path of a tokenizer.bin."""
-    if name in LLAMA_TOKENIZERS:
-        source, rel = LLAMA_TOKENIZERS[name]
-        return LlamaTokenizer.from_file(source_file(source, rel, mirror or os.environ.get("DATA_MIRROR")))
-    if not os.path.isfile(name):
-        raise DataError(f"tokenizer {name!r}: expected one of {sorted(LLAMA_TOKENIZERS)} or a tokenizer.bin file")
-    return LlamaTokenizer.from_file(name)
-
-
-def text_encoder(meta):
-    """The text -> token ids function a classification dataset (or a checkpoint's record of it) was
-    made with: GPT-2 BPE with our vocabulary, or a Llama tokenizer."""
-    if str(meta.get("tokenizer", "")).startswith("llama2c:"):
-        return LlamaTextEncoder(meta, load_llama_tokenizer(meta["tokenizer"].removeprefix("llama2c:")))
-    return TextEncoder(meta)
-
-
-# -----------------------------------------------------------------------------
-# SST-2
-
-
-def parse_sst2_tsv(data):
-    """GLUE SST-2 tsv bytes -> (sentences, labels). Header `sentence\\tlabel`."""
-    lines = data.decode("utf-8").split("\n")
-    if lines[0].strip() != "sentence\tlabel":
-        raise DataError(f"unexpected SST-2 header {lines[0]!r}")
-    sents, labels = [], []
-    for n, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        s, _, lab = line.rpartition("\t")
-        if lab not in ("0", "1"):
-            raise DataError(f"SST-2 line {n}: label {lab!r} is not 0 or 1")
-        sents.append(s)
-        labels.append(int(lab))
-    return sents, labels
-
-
-def sentence_holdout(texts, n_val, seed):
-    """GLUE train's rows cut into (train, val, dropped) index lists so that validation is held out by sentence,
-    the way GLUE's own dev split was made. GLUE train holds every phrase of every training sentence (67,349 rows
-    from 6,885 texts that no other row contains: the sentences, and the pieces of neutral sentences that kept a
-    label). Validation draws n_val of those whole texts (seeded); training keeps every row that a remaining whole
-    text holds as a run of its words, so "good" stays though validation sentences hold it too, and drops the
-    rows only the validation sentences hold (and repeats of a validation sentence). No validation text then
-    occurs inside a training text."""
-    words = [" ".join(t.split()) for t in texts]  # containment is judged on whole words
-    rows = set(words)
-    contained, pieces = set(), {}  # pieces: each whole text -> the rows it holds, itself included
-    for text in sorted(rows, key=lambda s: (-len(s.split()), s)):  # longest first: a contained text is skipped
-        if text not in contained:
-            pieces[text] = {piece for piece in word_spans(text) if piece in rows}
-            contained |= pieces[text]
-            pieces[text].add(text)
-    whole = list(pieces)
-    val_texts = {whole[i] for i in np.random.default_rng(seed).permutation(len(whole))[:n_val]}
-    kept = set().union(*(held for text, held in pieces.items() if text not in val_texts))
-    val, train, dropped, seen = [], [], [], set()
-    for i, w in enumerate(words):
-        if w in val_texts and w not in seen:
-            seen.add(w)
-            val.append(i)
-        else:
-            (train if w in kept else dropped).append(i)
-    return train, val, dropped
-
-
-def word_spans(text):
-    """Every run of whole words of `text` shorter than all of it."""
-    w = text.split()
-    return (" ".join(w[i:j]) for i in range(len(w)) for j in range(i + 1, len(w) + 1) if j - i < len(w))
-
-
-def split_sst2(train, dev, protocol, seed):
-    """Index the pooled examples into train/val/test, exactly and reproducibly.
-    glue_heldout: validation = 872 whole GLUE train sentences (as many as GLUE dev holds), training = the rest of
-              GLUE train less the phrases only those sentences hold (sentence_holdout); test = GLUE dev (872).
-    glue:     train = GLUE train minus a seeded 5 % validation split of its rows; test = GLUE dev (872). Those
-              validation rows are mostly pieces of training sentences: it selects for memorised phrases.
-    standard: GLUE train + dev pooled (68,221), shuffled, split 80/10/10 -> 54,576 / 6,822 / 6,823 (the seed
-              paper's; validation and test both hold pieces of training sentences).
-    `train` and `dev` are (sentences, labels); returns {split: (sentences, labels)}."""
-    rng = np.random.default_rng(seed)
-    if protocol == "glue_heldout":
-        keep, val, _ = sentence_holdout(train[0], len(dev[0]), seed)
-        parts = {"train": (train, keep), "val": (train, val), "test": (dev, np.arange(len(dev[0])))}
-    elif protocol == "glue":
-        perm = rng.permutation(len(train[0]))
-        n_val = round(0.05 * len(perm))
-        parts = {"train": (train, perm[n_val:]), "val": (train, perm[:n_val]), "test": (dev, np.arange(len(dev[0])))}
-    elif protocol == "standard":
-        pooled = (train[0] + dev[0], train[1] + dev[1])
-        perm = rng.permutation(len(pooled[0]))
-        n_train, n_val = int(0.8 * len(perm)), int(0.1 * len(perm))
-        parts = {"train": (pooled, perm[:n_train]), "val": (pooled, perm[n_train:n_train + n_val]),
-                 "test": (pooled, perm[n_train + n_val:])}
-    else:
-        raise ValueError(f"unknown protocol {protocol!r}: expected {' / '.join(PROTOCOLS)}")
-    return {k: ([src[0][i] for i in idx], [src[1][i] for i in idx]) for k, (src, idx) in parts.items()}
-
-
-PROTOCOLS = ("glue_heldout", "glue", "standard")
-
-
-def sst2_splits(protocol, seed, mirror=None):
-    """SST-2's {split: (sentences, labels)} under a protocol: the verified source files, parsed and split."""
-    files = fetch("sst2", mirror)
-    train, dev = parse_sst2_tsv(files["SST-2/train.tsv"]), parse_sst2_tsv(files["SST-2/dev.tsv"])
-    return split_sst2(train, dev, protocol, seed)
-
-
-def prepare_sst2(protocol="glue_heldout", vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
-                 verbose=True, **_ignored):
-    """Build the SST-2 dataset folder and return its meta dict."""
-    out_dir = out_dir or dataset_dir("sst2", protocol, vocab, subset=subset, max_len=max_len)
-    splits = subset_splits(sst2_splits(protocol, seed, mirror), subset, seed)
-    return write_classification(out_dir, splits, ["negative", "positive"], vocab, max_len, verbose,
-                                dataset="sst2", protocol=protocol, seed=seed, subset=subset, sources=SOURCES["sst2"])
-
-
-# -----------------------------------------------------------------------------
-# Subsets of a labelled dataset (the study's data-size and length sensitivity) and the one writer of
-# every GPT-2 BPE classification folder (SST-2, IMDB, Yelp polarity, the multi-domain sets)
-
-SUBSETS = ("'' (all of it), frac<P> (P % of train, seeded and nested: frac10 is inside frac50), short<P> / "
-           "long<P> (the P % shortest / longest of every split by word count), sample<N> (at most N examples "
-           "of every split, seeded)")
-_SUBSET = re.compile(r"(frac|short|long|sample)(\d+)")
-
-
-def subset_splits(splits, subset, seed):
-    """{split: (texts, labels)} cut to a subset (SUBSETS), keeping the order within each split.
-    frac<P> draws train by one seeded permutation, so a smaller fraction is a prefix of a larger one
-    (nested) and val/test stay whole. short<P>/long<P> rank each split by its own word counts, so
-    train and test come from the same length regime (ties go to the earlier example)."""
-    if not subset:
-        return splits
-    m = _SUBSET.fullmatch(subset)
-    if not m or int(m[2]) < 1 or (m[1] != "sample" and int(m[2]) > 100):
-        raise DataError(f"subset {subset!r}: expected {SUBSETS}")
-    kind, n = m[1], int(m[2])
-    out = {}
-    for k, (texts, labels) in splits.items():
-        if kind == "frac" and k != "train":
-            keep = range(len(texts))
-        elif kind == "frac":
-            order = np.random.default_rng([seed, 1]).permutation(len(texts))
-            keep = sorted(order[:round(n / 100 * len(texts))])
-        elif kind == "sample":
-            keep = sorted(np.random.default_rng([seed, 2]).permutation(len(texts))[:n])
-        else:
-            order = np.argsort([len(t.split()) for t in texts], kind="stable")
-            count = round(n / 100 * len(texts))
-            keep = sorted(order[:count] if kind == "short" else order[len(texts) - count:])
-        out[k] = ([texts[i] for i in keep], [labels[i] for i in keep])
-    return out
-
-
-def write_classification(out_dir, splits, label_names, vocab, max_len, verbose=True, **record):
-    """Tokenize {split: (texts, labels)} (tokenizer.cls_ids of the GPT-2 BPE ids), write the splits and
-    meta.json (with `record`: dataset, protocol, seed, sources ...) into out_dir and return the meta."""
-    enc = get_tokenizer()
-    bpe_ids = {k: [bpe(enc, s) for s in texts] for k, (texts, _) in splits.items()}
-    if vocab == "compact":
-        kept = sorted({t for ids in bpe_ids["train"] for t in ids})
-    elif vocab == "full":
-        kept = list(range(enc.n_vocab))
-    else:
-        raise ValueError(f"unknown vocab {vocab!r}: expected 'compact' or 'full'")
-    id_map = id_map_from_vocab(kept, enc.n_vocab)
-    vocab_size = N_SPECIAL + len(kept)
-
-    os.makedirs(out_dir, exist_ok=True)
-    counts = {}
-    for k, (_, labels) in splits.items():
-        seqs, keep_labels, truncated, dropped = [], [], 0, 0
-        for ids, lab in zip(bpe_ids[k], labels):
-            if not ids:  # nothing left after cleaning (does not happen in SST-2, but be safe)
-                dropped += 1
-                continue
-            truncated += len(ids) > max_len - 1
-            seqs.append(cls_ids(id_map, ids, max_len))
-            keep_labels.append(lab)
-        if not seqs:
-            raise DataError(f"the {k} split is empty; choose a larger subset")
-        write_split(out_dir, k, seqs, keep_labels, np.uint16 if vocab_size <= 65535 else np.uint32)
-        lengths = [len(s) for s in seqs]
-        counts[k] = {"n": len(seqs), "labels": np.bincount(keep_labels, minlength=len(label_names)).tolist(),
-                     "tokens": int(sum(lengths)), "max_len": int(max(lengths)), "truncated": int(truncated),
-                     "dropped_empty": dropped, "unk": int(sum(int((s == UNK).sum()) for s in seqs))}
-    meta = {"task": "classification", **record, "tokenizer": "tiktoken:gpt2", "preprocessing": PREPROCESSING,
-            "max_len": max_len, "specials": {"pad": PAD, "unk": UNK, "cls": CLS}, "vocab_mode": vocab,
-            "vocab_size": vocab_size, "vocab": "full" if vocab == "full" else kept, "label_names": label_names,
-            "counts": counts}
-    write_meta(out_dir, meta)
-    if verbose:
-        what = ", ".join(f"{k} {meta[k]}" for k in ("protocol", "subset") if meta.get(k))
-        print(f"{meta.get('dataset')} ({what + ', ' if what else ''}{vocab} vocab: {vocab_size:,} ids, "
-              f"max_len {max_len}) -> {out_dir}")
-        for k, c in counts.items():
-            print(f"  {k:5s} {c['n']:6,d} texts  labels {'/'.join(f'{x:,}' for x in c['labels'])}  "
-                  f"{c['tokens']:,} tokens  max {c['max_len']}  truncated {c['truncated']:,}  [UNK] {c['unk']:,}")
-    return meta
-
-
-# -----------------------------------------------------------------------------
-# The encoder study's other datasets: IMDB (long reviews), Yelp polarity, and the three-domain task
-
-def read_imdb(path, half):
-    """The labelled reviews of one half ('train' or 'test') of an IMDB archive: [(text, label, rating)],
-    label 1 = pos (rating >= 7), 0 = neg (rating <= 4), sorted by (label, review id) so the order does
-    not depend on the archive's. '<br />' line breaks become newlines."""
-    found = re.compile(rf"aclImdb/{half}/(pos|neg)/(\d+)_(\d+)\.txt")
-    rows = []
-    try:
-        with tarfile.open(path, "r:gz") as tar:
-            for member in tar:
-                if member.isfile() and (m := found.fullmatch(member.name)):
-                    text = tar.extractfile(member).read().decode("utf-8").replace("<br />", "\n")
-                    rows.append((m[1] == "pos", int(m[2]), text, int(m[3])))
-    except (tarfile.TarError, EOFError, OSError) as e:
-        raise DataError(f"{path} is not a readable IMDB archive ({e}); delete it and run again") from None
-    if not rows:
-        raise DataError(f"{path} holds no aclImdb/{half}/{{pos,neg}}/<id>_<rating>.txt reviews")
-    return [(text, int(pos), rating) for pos, _, text, rating in sorted(rows)]
-
-
-STANDARD_SIZES = {"train": 54_576, "val": 6_822, "test": 6_823}  # the source paper's sizes: SST-2's standard protocol
-
-
-def holdout(n, n_val, seed):
-    """Indices 0..n-1 cut by one seeded permutation: (the rest, sorted; its first n_val, sorted)."""
-    order = np.random.default_rng(seed).permutation(n)
-    return sorted(order[n_val:]), sorted(order[:n_val])
-
-
-def prepare_imdb(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337, n_val=2500,
-                 verbose=True, **_ignored):
-    """IMDB movie reviews (Maas et al. 2011) as a sentiment task of long texts: train = the archive's
-    train half less a seeded n_val for val, test = its test half (25,000 each half)."""
-    out_dir = out_dir or dataset_dir("imdb", vocab=vocab, subset=subset, max_len=max_len)
-    path = archive_file("imdb", mirror)
-    train, test = (read_imdb(path, half) for half in ("train", "test"))
-    fit, val = holdout(len(train), n_val, seed)
-    splits = {"train": [train[i] for i in fit], "val": [train[i] for i in val], "test": test}
-    splits = {k: ([text for text, _, _ in rows], [label for _, label, _ in rows]) for k, rows in splits.items()}
-    return write_classification(out_dir, subset_splits(splits, subset, seed), ["negative", "positive"], vocab,
-                                max_len, verbose, dataset="imdb", seed=seed, subset=subset,
-                                sources=SOURCES["imdb"])
-
-
-def read_zhang_csv(path, member, fields):
-    """The rows of one CSV file (member) of Zhang et al.'s text-classification archives (Yelp and Amazon
-    polarity): `"label","text"` or `"label","title","text"`, labels 1 (negative) and 2 (positive), quotes
-    doubled, line breaks written as the two characters \\n. Returns [(text, label 0/1)]; a title is
-    joined to its text with a line break."""
-    rows = []
-    try:
-        with tarfile.open(path, "r:gz") as tar:
-            f = tar.extractfile(member)
-            if f is None:
-                raise KeyError(member)
-            for n, row in enumerate(csv.reader(io.TextIOWrapper(f, encoding="utf-8", newline="")), start=1):
-                if len(row) != fields or row[0] not in ("1", "2"):
-                    raise DataError(f"{path}:{member} line {n}: expected {fields} quoted fields, label 1 or 2")
-                text = "\n".join(row[1:]).replace("\\n", "\n")
-                rows.append((text, int(row[0]) - 1))
-    except (tarfile.TarError, EOFError, OSError, KeyError) as e:
-        raise DataError(f"{path} is not the expected archive (no readable {member}: {e}); delete it and run again") \
-            from None
-    return rows
-
-
-def draw(rows, n, rng):
-    """n rows drawn at random without replacement (all of them if there are fewer), in their order."""
-    return [rows[i] for i in sorted(rng.permutation(len(rows))[:n])]
-
-
-def standard_draw(train_rows, test_rows, seed, sizes=None):
-    """The source paper's standardized sizes (STANDARD_SIZES, or `sizes`) from a source's own train and test
-    files: train and val drawn from its train file (disjoint), test from its test file, all seeded."""
-    sizes = sizes or STANDARD_SIZES
-    rng = np.random.default_rng(seed)
-    pool = draw(train_rows, sizes["train"] + sizes["val"], rng)
-    cut = np.random.default_rng([seed, 3]).permutation(len(pool))
-    n_val = round(len(pool) * sizes["val"] / (sizes["train"] + sizes["val"]))
-    return {"train": [pool[i] for i in sorted(cut[n_val:])], "val": [pool[i] for i in sorted(cut[:n_val])],
-            "test": draw(test_rows, sizes["test"], rng)}
-
-
-def prepare_yelp_polarity(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
-                          verbose=True, **_ignored):
-    """Yelp review polarity (Zhang et al. 2015: 560,000 train / 38,000 test reviews, 1-2 stars negative,
-    4-5 positive), standardized to the source paper's 54,576 / 6,822 / 6,823 by a seeded draw."""
-    out_dir = out_dir or dataset_dir("yelp_polarity", vocab=vocab, subset=subset, max_len=max_len)
-    path = archive_file("yelp_polarity", mirror)
-    rows = {half: read_zhang_csv(path, f"yelp_review_polarity_csv/{half}.csv", 2) for half in ("train", "test")}
-    splits = {k: ([t for t, _ in r], [lab for _, lab in r])
-              for k, r in standard_draw(rows["train"], rows["test"], seed).items()}
-    return write_classification(out_dir, subset_splits(splits, subset, seed), ["negative", "positive"], vocab,
-                                max_len, verbose, dataset="yelp_polarity", seed=seed, subset=subset,
-                                sources=SOURCES["yelp_polarity"])
-
-
-DOMAINS = ["movie", "local business", "online shopping"]  # the three-domain task's labels, in this order
-
-
-def prepare_multidomain(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
-                        verbose=True, **_ignored):
-    """The source paper's three-domain task: which kind of review is it, a movie's (IMDB), a local business's
-    (Yelp polarity) or an online purchase's (Amazon polarity)? Each split draws a third of the source paper's
-    standardized size from each source (its train file for train and val, its test file for test). The
-    Yelp and Amazon archives (166 MB and 688 MB) are downloaded; offline, multidomain_uci is the same task."""
-    out_dir = out_dir or dataset_dir("multidomain", vocab=vocab, subset=subset, max_len=max_len)
-    imdb = archive_file("imdb", mirror)
-    yelp, amazon = archive_file("yelp_polarity", mirror), archive_file("amazon_polarity", mirror)
-    sources = [([r[:2] for r in read_imdb(imdb, "train")], [r[:2] for r in read_imdb(imdb, "test")]),
-               tuple(read_zhang_csv(yelp, f"yelp_review_polarity_csv/{h}.csv", 2) for h in ("train", "test")),
-               tuple(read_zhang_csv(amazon, f"amazon_review_polarity_csv/{h}.csv", 3) for h in ("train", "test"))]
-    splits = {"train": ([], []), "val": ([], []), "test": ([], [])}
-    for domain, (train_rows, test_rows) in enumerate(sources):
-        sizes = {k: n // 3 + (domain < n % 3) for k, n in STANDARD_SIZES.items()}
-        for k, rows in standard_draw(train_rows, test_rows, seed + domain, sizes).items():
-            splits[k][0].extend(text for text, _ in rows)
-            splits[k][1].extend([domain] * len(rows))
-    return write_classification(out_dir, subset_splits(splits, subset, seed), DOMAINS, vocab, max_len, verbose,
-                                dataset="multidomain", seed=seed, subset=subset,
-                                sources={k: SOURCES[k] for k in ("imdb", "yelp_polarity", "amazon_polarity")})
-
-
-_UCI_DOMAINS = {"uci_sentiment_sentences/imdb_labelled.txt": 0, "uci_sentiment_sentences/yelp_labelled.txt": 1,
-                "uci_sentiment_sentences/amazon_cells_labelled.txt": 2}  # file -> its index in DOMAINS
-
-
-def prepare_multidomain_uci(vocab="compact", max_len=256, subset="", mirror=None, out_dir=None, seed=1337,
-                            verbose=True, **_ignored):
-    """The three-domain task from the UCI sentiment sentences (Kotzias et al. 2015): 1,000 review
-    sentences each from IMDB (movie), Yelp (local business) and Amazon (online shopping), split 80/10/10
-    within each domain (stratified, seeded): 2,400 / 300 / 300. Each line is `sentence<TAB>0|1`; the
-    sentiment is dropped, the domain is the label. Lines are split on '\\n' alone (the IMDB file holds
-    U+0085, which str.splitlines also breaks at) and on their last tab (it has unbalanced quotes)."""
-    out_dir = out_dir or dataset_dir("multidomain_uci", vocab=vocab, subset=subset, max_len=max_len)
-    files = fetch("uci_sentences", mirror)
-    splits = {"train": ([], []), "val": ([], []), "test": ([], [])}
-    for rel, domain in _UCI_DOMAINS.items():
-        texts = [line.rpartition("\t")[0] for line in files[rel].decode("utf-8").split("\n") if line.strip()]
-        order = np.random.default_rng([seed, domain]).permutation(len(texts))
-        n_val = n_test = len(texts) // 10
-        parts = {"train": order[n_val + n_test:], "val": order[:n_val], "test": order[n_val:n_val + n_test]}
-        for k, idx in parts.items():
-            splits[k][0].extend(texts[i] for i in sorted(idx))
-            splits[k][1].extend([domain] * len(idx))
-    return write_classification(out_dir, subset_splits(splits, subset, seed), DOMAINS, vocab, max_len, verbose,
-                                dataset="multidomain_uci", seed=seed, subset=subset, sources=SOURCES["uci_sentences"])
-
-
-# -----------------------------------------------------------------------------
-# Tiny Shakespeare, characters as tokens (the char-level GPT study)
-
-
-def prepare_shakespeare_char(mirror=None, out_dir=None, verbose=True, **_ignored):
-    """Build data/shakespeare_char: the sorted set of characters is the vocabulary (65 of them), the
-    first 90 % of the text is train.bin and the rest val.bin, uint16 ids. Returns the meta dict."""
-    out_dir = out_dir or dataset_dir("shakespeare_char")
-    (raw,) = fetch("shakespeare_char", mirror).values()
-    text = raw.decode("utf-8")
-    chars = sorted(set(text))
-    codec = CharCodec(chars)
-    n_train = int(0.9 * len(text))
-    splits = {"train": text[:n_train], "val": text[n_train:]}
-    os.makedirs(out_dir, exist_ok=True)
-    for k, part in splits.items():
-        write_bin(os.path.join(out_dir, f"{k}.bin"), codec.encode(part).astype(np.uint16))
-    meta = {"dataset": "shakespeare_char", "task": "lm", "tokenizer": "char", "vocab": chars,
-            "vocab_size": len(chars), "counts": {k: len(v) for k, v in splits.items()},
-            "sources": SOURCES["shakespeare_char"]}
-    write_meta(out_dir, meta)
-    if verbose:
-        print(f"Tiny Shakespeare: {len(text):,} characters, vocabulary {len(chars)} -> {out_dir}")
-        print(f"  train {len(splits['train']):,} tokens, val {len(splits['val']):,} tokens")
-    return meta
-
-
-# -----------------------------------------------------------------------------
-# Pig Latin: English words and their translations, characters as tokens (the seq2seq study). The rules, the
-# novel's words and how they are split are corpora/piglatin.py's; here the pairs are written, and a training
-# split is given compounds of its own words.
-
-SOS, EOS = 1, 2  # PIG_LATIN_VOCAB's [SOS] and [EOS]; PAD is 0, as everywhere
-
-
 def hyphen_compounds(train, share, seed, block_size, exclude=()):
-    """The training split with hyphenated compounds of its own words added: round(share * len(train))
-    of them, each 2 (three times in four) or 3 plain training words joined by hyphens, source to source
-    and translation to translation. Nothing here knows the rules: that a compound's translation is its
-    parts' translations joined is what the model is to learn from these pairs (the hyphenated words of
-    the novel alone are too few: 138 in training). Seeded; a compound must fit block_size (as the data's
-    words do), be no training word, and hold none of the words in `exclude` (val, test, unseen: no held-out
-    word is taught), whole or inside it (brand-new-house would teach a held-out brand-new). Returns a
-    PairList: train's pairs, then the compounds."""
+    """A Pig Latin training split with hyphenated compounds of its own words added
+    (piglatin.compounds_of: seeded, none a training word or holding a word of `exclude`): a PairList of
+    train's pairs, then the compounds."""
     codec = CharCodec(train.vocab)
     pairs = [(codec.decode(s), codec.decode(t)) for s, t in (train[i] for i in range(len(train)))]
-    plain = [p for p in pairs if "-" not in p[0]]
-    taken, excluded = {w for w, _ in pairs}, set(exclude)
-    rng = np.random.default_rng([seed, 1342])
-    want, made, tries = round(share * len(pairs)), [], 0
-    while len(made) < want:
-        tries += 1
-        if tries > 100 * want + 1000:
-            raise DataError(f"hyphen_compounds: only {len(made)} of {want} compounds fit block_size {block_size} "
-                            f"and hold no excluded word")
-        parts = [plain[i] for i in rng.choice(len(plain), size=2 if rng.random() < 0.75 else 3)]
-        word, translation = "-".join(w for w, _ in parts), "-".join(t for _, t in parts)
-        if word in taken or word_pieces(word) & excluded or len(word) + len(translation) + 2 > block_size:
-            continue
-        taken.add(word)
-        made.append((word, translation))
+    made = compounds_of(pairs, share, seed, block_size, exclude)
     return PairList([(codec.encode(w), codec.encode(t)) for w, t in pairs + made], train.vocab)
 
 
-def prepare_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS, verbose=True, **_ignored):
-    """Build data/piglatin from the distinct words of Pride and Prejudice: each word with its Pig Latin,
-    split 80/10/10 by word (split_novel), and `unseen`, n_unseen IMDB review words the novel lacks
-    (unseen_words), to tell a model that learnt the rules from one that learnt the novel's words.
-    block_size in meta.json is the longest sequence a model reads: word [EOS] [SOS] translation, the
-    decoder-only layout. Returns the meta dict."""
-    out_dir = out_dir or dataset_dir("piglatin")
-    (raw,) = fetch("pride_and_prejudice", mirror).values()
-    words = novel_words(raw.decode("utf-8"))
-    block_size = max(len(w) + len(pig_latin(w)) + 2 for w in words)
-    n_val = n_test = len(words) // 10
-    split = split_novel(words, seed, n_val, n_test)
-    imdb = archive_file("imdb", mirror)
-    reviews = [text for half in ("train", "test") for text, _, _ in read_imdb(imdb, half)]
-    split["unseen"], n_candidates = unseen_words(reviews, words, block_size, n_unseen, seed)
-    taught = pieces_of(split["train"])
-    codec = CharCodec(PIG_LATIN_VOCAB)
-    os.makedirs(out_dir, exist_ok=True)
-    counts = {}
-    for k, chosen in split.items():
-        pairs = [(w, pig_latin(w)) for w in chosen]
-        write_seqs(out_dir, f"{k}_src", [codec.encode(w) for w, _ in pairs], np.uint16)
-        write_seqs(out_dir, f"{k}_tgt", [codec.encode(t) for _, t in pairs], np.uint16)
-        rules = [pig_latin_rule(w) for w, _ in pairs]
-        counts[k] = {"n": len(pairs), "rules": {r: rules.count(r) for r in sorted(set(rules))},
-                     "max_word": max(len(w) for w, _ in pairs), "max_translation": max(len(t) for _, t in pairs)}
-        if k != "train":  # the held-out compounds by whether their parts were taught (hyphen_parts)
-            groups = [g for g in (hyphen_parts(w, taught) for w in chosen) if g]
-            counts[k]["hyphenated_parts"] = {g: groups.count(g) for g in ("known parts", "new parts")}
-    n_inside = len(set(words) & {p for w in words for p in word_pieces(w) if p != w})  # split_novel's `inside`
-    meta = {"dataset": "piglatin", "task": "seq2seq", "tokenizer": "char", "vocab": PIG_LATIN_VOCAB,
-            "vocab_size": len(PIG_LATIN_VOCAB), "block_size": block_size, "seed": seed,
-            "specials": {"pad": PAD, "sos": SOS, "eos": EOS}, "words": len(words), "counts": counts,
-            "split": {"rule": "a word that is part of another word of the novel always trains; val and test are "
-                              "drawn at random from the rest; unseen words occur nowhere in the novel, not even "
-                              "inside a hyphenated word", "parts_always_train": n_inside},
-            "unseen": {"from": f"the IMDB reviews, both halves ({len(reviews):,})", "qualified": n_candidates,
-                       "sample": len(split["unseen"])},
-            "rules": "vowel-initial +way; else the consonants before the first vowel (y a vowel after the first "
-                     "letter; qu together) to the end +ay; no vowel +ay; hyphenated words part by part",
-            "sources": {"pride_and_prejudice": SOURCES["pride_and_prejudice"], "imdb": SOURCES["imdb"]}}
-    write_meta(out_dir, meta)
-    if verbose:
-        print(f"piglatin: {len(words):,} distinct words -> {out_dir} (30 tokens, block_size {block_size}); "
-              f"{n_inside} are parts of other words and always train; unseen: {len(split['unseen']):,} of the "
-              f"{n_candidates:,} words of {len(reviews):,} IMDB reviews that occur nowhere in the novel (not even "
-              f"inside a word) and fit block_size")
-        for k, c in counts.items():
-            parts = f"  hyphenated: {c['hyphenated_parts']}" if "hyphenated_parts" in c else ""
-            print(f"  {k:6s} {c['n']:5,d} words  {c['rules']}  longest word {c['max_word']}, "
-                  f"translation {c['max_translation']}{parts}")
-    return meta
-
-
 # -----------------------------------------------------------------------------
-# SST-5 and CFIMDB, the NLP course's sentiment sets, tokenized for a Llama (the mini-Llama study)
+# The dataset registry: each name has a builder and a task. A builder reads the source and tokenizes
+# it: SST-2's are here (the study's own dataset, and the encoder's MLM corpus in its ids), the others'
+# in corpora/; `prepare` writes what it returns. The task says how the prepared folder is read (which
+# splits, which files) and which batch stream and evaluator a run uses.
 
 
-def parse_minllama(raw, name):
-    """`<label> ||| <text>` lines -> (texts, labels). The text is kept as shipped (cased, tokenized
-    with spaces around punctuation): the Llama tokenizer takes any text, and a pretrained model
-    saw cased text."""
-    texts, labels = [], []
-    for n, line in enumerate(raw.decode("utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        label, sep, text = line.partition(" ||| ")
-        if not sep or not label.strip().isdigit():
-            raise DataError(f"{name} line {n}: expected `<label> ||| <text>`, got {line[:60]!r}")
-        texts.append(text.strip())
-        labels.append(int(label))
-    return texts, labels
+def build_sst2(protocol="glue_heldout", vocab="compact", max_len=256, subset="", mirror=None,
+               out_dir=None, seed=1337, verbose=True, **_ignored):
+    """SST-2's split under a protocol (corpora/sst2.py), cut to a subset, in GPT-2 BPE ids:
+    ({split: (ids, labels)}, meta.json's dict), for `prepare` to write."""
+    splits = subset_splits(sst2_splits(protocol, seed, mirror), subset, seed)
+    return classification_set(splits, ["negative", "positive"], vocab, max_len, out_dir, verbose,
+                              dataset="sst2", protocol=protocol, seed=seed, subset=subset,
+                              sources=SOURCES["sst2"])
 
 
-def prepare_minllama(dataset, tokenizer="llama2", max_len=256, mirror=None, out_dir=None, seed=1337, verbose=True,
-                     **_ignored):
-    """Build data/<sst5|cfimdb>_<tokenizer>: each text as [BOS] + Llama token ids, cut to max_len.
-    SST-5: the course's train / dev / test as train / val / test (8,544 / 1,101 / 2,210).
-    CFIMDB: the course's test file has no labels, so its dev set (245) is our test split, and a
-    seeded 245 of its train set (1,707) our validation split: model selection never sees the test."""
-    out_dir = out_dir or dataset_dir(dataset, tokenizer=tokenizer)
-    files = {os.path.basename(k): v for k, v in fetch(dataset, mirror).items()}
-    prefix = "sst" if dataset == "sst5" else "cfimdb"
-    label_names = json.loads(files[f"{prefix}-label-mapping.json"])
-    parts = {k: parse_minllama(files[f"{prefix}-{k}.txt"], f"{prefix}-{k}.txt")
-             for k in ("train", "dev", "test") if f"{prefix}-{k}.txt" in files}
-    if dataset == "sst5":
-        splits = {"train": parts["train"], "val": parts["dev"], "test": parts["test"]}
-    else:
-        texts, labels = parts["train"]
-        fit, val = holdout(len(texts), len(parts["dev"][0]), seed)
-        pick = lambda idx: ([texts[i] for i in idx], [labels[i] for i in idx])  # noqa: E731
-        splits = {"train": pick(fit), "val": pick(val), "test": parts["dev"]}
-    tok = load_llama_tokenizer(tokenizer, mirror)
-    os.makedirs(out_dir, exist_ok=True)
-    counts = {}
-    for k, (texts, labels) in splits.items():
-        seqs = [tok.encode(t, bos=True) for t in texts]
-        truncated = sum(len(q) > max_len for q in seqs)
-        seqs = [np.asarray(q[:max_len]) for q in seqs]
-        if min(labels) < 0 or max(labels) >= len(label_names):
-            raise DataError(f"{dataset} {k}: labels must be 0..{len(label_names) - 1}")
-        write_split(out_dir, k, seqs, labels, np.uint16)
-        counts[k] = {"n": len(seqs), "labels": np.bincount(labels, minlength=len(label_names)).tolist(),
-                     "tokens": int(sum(len(q) for q in seqs)), "max_len": int(max(len(q) for q in seqs)),
-                     "truncated": int(truncated)}
-    meta = {"dataset": dataset, "task": "classification", "tokenizer": f"llama2c:{tokenizer}", "vocab": tokenizer,
-            "vocab_size": tok.vocab_size, "max_len": max_len, "seed": seed, "preprocessing": "none (text as shipped)",
-            "specials": {"pad": PAD, "bos": tok.bos_id}, "label_names": label_names, "counts": counts,
-            "sources": SOURCES[dataset]}
-    write_meta(out_dir, meta)
-    if verbose:
-        print(f"{dataset} ({tokenizer} tokenizer, {tok.vocab_size:,} ids, max_len {max_len}) -> {out_dir}")
-        for k, c in counts.items():
-            print(f"  {k:5s} {c['n']:6,d} texts  labels {c['labels']}  {c['tokens']:,} tokens  max {c['max_len']}  "
-                  f"truncated {c['truncated']:,}")
-    return meta
-
-
-def prepare_imdb_lm(tokenizer="tok512", mirror=None, out_dir=None, seed=1337, n_val=500, verbose=True, **_ignored):
-    """Build data/imdb_lm_<tokenizer>, a language-modelling corpus of movie reviews for pretraining a Llama:
-    each review as [BOS] + its Llama token ids, one after another (as llama2.c pretokenizes), a seeded
-    n_val reviews for val.bin and the rest for train.bin. The reviews are IMDB's test half (25,000), not
-    its train half: CFIMDB's reviews come from the train half (286 of its train and dev texts appear
-    there verbatim, one of its unscored test texts in the test half), so a model pretrained here has
-    not read the texts it is later fine-tuned and scored on."""
-    out_dir = out_dir or dataset_dir("imdb_lm", tokenizer=tokenizer)
-    reviews = [text for text, _, _ in read_imdb(archive_file("imdb", mirror), "test")]
-    if not 0 < n_val < len(reviews):
-        raise DataError(f"n_val={n_val}: the archive holds {len(reviews)} test-half reviews; keep some for training")
-    splits = dict(zip(("train", "val"), holdout(len(reviews), n_val, seed)))
-    tok = load_llama_tokenizer(tokenizer, mirror)
-    os.makedirs(out_dir, exist_ok=True)
-    counts = {}
-    for k, idx in splits.items():
-        ids = np.fromiter((t for i in idx for t in tok.encode(reviews[i], bos=True)), dtype=np.uint16)
-        write_bin(os.path.join(out_dir, f"{k}.bin"), ids)
-        counts[k] = {"reviews": len(idx), "tokens": len(ids)}
-    meta = {"dataset": "imdb_lm", "task": "lm", "tokenizer": f"llama2c:{tokenizer}", "vocab": tokenizer,
-            "vocab_size": tok.vocab_size, "seed": seed, "preprocessing": "'<br />' -> newline",
-            "specials": {"bos": tok.bos_id}, "counts": counts, "sources": SOURCES["imdb"]}
-    write_meta(out_dir, meta)
-    if verbose:
-        print(f"imdb_lm ({tokenizer} tokenizer, {tok.vocab_size:,} ids) -> {out_dir}")
-        for k, c in counts.items():
-            print(f"  {k:5s} {c['reviews']:6,d} reviews  {c['tokens']:,} tokens")
-    return meta
-
-
-# -----------------------------------------------------------------------------
-# Masked-language-model pretraining of the encoder: in-domain text in SST-2's own vocabulary
-
-# The compact vocabulary is the set of ids in SST-2's training split, so [UNK] never occurs there, and
-# it doubles as BERT's [MASK]: to the model both mean a word it cannot see and must infer from its
-# context, which is what an unknown word at test time asks of it. No new row, so a pretrained
-# checkpoint's embedding table is the classifier's, row for row.
-MASK = UNK
-MLM_RATE = 0.15  # the share of word tokens a masked-language model predicts (Devlin et al. 2019, sec. 3.1)
-
-
-def prepare_sst2_mlm(protocol="glue_heldout", vocab="compact", max_len=128, mirror=None, out_dir=None, seed=1337, n_val=1000,
-                     verbose=True, **_ignored):
-    """Build data/sst2_mlm_<protocol>_<vocab>, unlabelled text to pretrain the encoder on by masked-language
-    modelling (MLMStream) before it is fine-tuned on SST-2: the training sentences of SST-2's split of the
-    same protocol and seed and the reviews of IMDB's train half (its test half is a classification test set
-    elsewhere), a seeded n_val texts held out for val (labels all 0). A text whose cleaned form is an SST-2
-    val or test sentence is left out: GLUE's train file repeats some sentences, so 47 of the glue protocol's
-    train sentences are also val or test sentences. The ids are those of the SST-2 folder of the same
-    protocol and vocab (prepared first if missing), so a pretrained checkpoint fine-tunes on SST-2 as it is
-    (a word outside that vocabulary is [UNK]). Returns the meta dict."""
-    out_dir = out_dir or dataset_dir("sst2_mlm", protocol, vocab)
+def build_sst2_mlm(protocol, vocab, mirror=None, seed=1337, verbose=True, **settings):
+    """The encoder's MLM corpus (corpora/mlm.py) in the ids of the SST-2 folder of the same protocol and
+    vocab, prepared first if missing: a checkpoint pretrained on it fine-tunes on SST-2 as it is."""
     sst2_dir = dataset_dir("sst2", protocol, vocab)
     if not os.path.isfile(os.path.join(sst2_dir, "meta.json")):
-        prepare_sst2(protocol=protocol, vocab=vocab, mirror=mirror, out_dir=sst2_dir, seed=seed, verbose=verbose)
-    sst2_meta = load_meta(sst2_dir)
-    if sst2_meta.get("seed") != seed or sst2_meta.get("protocol") != protocol:
-        raise DataError(f"{sst2_dir} was split with protocol {sst2_meta.get('protocol')!r}, seed "
-                        f"{sst2_meta.get('seed')}; this corpus asks for {protocol!r}, {seed}, and needs the same "
-                        f"split (its train sentences must be the classifier's)")
-    splits = sst2_splits(protocol, seed, mirror)
-    held_out = {clean_text(s) for k in ("val", "test") for s in splits[k][0]}
-    texts = [("sst2", s) for s in splits["train"][0]]
-    texts += [("imdb", text) for text, _, _ in read_imdb(archive_file("imdb", mirror), "train")]
-
-    enc = get_tokenizer()
-    kept = sst2_meta["vocab"]
-    id_map = id_map_from_vocab(kept, enc.n_vocab)
-    rows, left_out = [], {"sst2_val_or_test_sentence": 0, "empty": 0}  # rows: (source, BPE ids)
-    for source, text in texts:
-        if clean_text(text) in held_out:
-            left_out["sst2_val_or_test_sentence"] += 1
-        elif ids := bpe(enc, text):
-            rows.append((source, ids))
-        else:
-            left_out["empty"] += 1
-    if not 0 < n_val < len(rows):
-        raise DataError(f"n_val={n_val}: the corpus holds {len(rows)} texts; keep some for training")
-    parts = dict(zip(("train", "val"), holdout(len(rows), n_val, seed)))
-
-    vocab_size = sst2_meta["vocab_size"]
-    os.makedirs(out_dir, exist_ok=True)
-    counts = {}
-    for k, idx in parts.items():
-        seqs = [cls_ids(id_map, rows[i][1], max_len) for i in idx]
-        write_split(out_dir, k, seqs, np.zeros(len(seqs), np.int64), np.uint16 if vocab_size <= 65535 else np.uint32)
-        by_source = {src: {"texts": 0, "tokens": 0} for src in ("sst2", "imdb")}
-        for i, s in zip(idx, seqs):
-            by_source[rows[i][0]]["texts"] += 1
-            by_source[rows[i][0]]["tokens"] += len(s)
-        counts[k] = {"texts": len(seqs), "tokens": int(sum(len(s) for s in seqs)), "by_source": by_source,
-                     "truncated": int(sum(len(rows[i][1]) > max_len - 1 for i in idx)),
-                     "unk": int(sum(int((s == UNK).sum()) for s in seqs))}
-    meta = {"dataset": "sst2_mlm", "task": "mlm", "protocol": protocol, "seed": seed, "tokenizer": "tiktoken:gpt2",
-            "preprocessing": PREPROCESSING, "max_len": max_len,
-            "specials": {"pad": PAD, "unk": UNK, "cls": CLS, "mask": MASK}, "vocab_mode": vocab,
-            "vocab_size": vocab_size, "vocab": kept, "vocab_from": sst2_dir, "left_out": left_out,
-            "counts": counts, "sources": {"sst2": SOURCES["sst2"], "imdb": SOURCES["imdb"]}}
-    write_meta(out_dir, meta)
-    if verbose:
-        print(f"sst2_mlm ({protocol} protocol, {vocab} vocab of {sst2_dir}: {vocab_size:,} ids, max_len {max_len}) "
-              f"-> {out_dir}; left out: {left_out}")
-        for k, c in counts.items():
-            src = "  ".join(f"{s} {b['texts']:,} texts / {b['tokens']:,} tokens" for s, b in c["by_source"].items())
-            print(f"  {k:5s} {c['texts']:6,d} texts  {c['tokens']:,} tokens ({src})  truncated {c['truncated']:,}  "
-                  f"[UNK] {c['unk']:,}")
-    return meta
-
-
-# -----------------------------------------------------------------------------
-# The dataset registry: each name has a preparer and a task. The task says how the prepared folder
-# is read (which splits, which files) and which batch stream and evaluator a run uses.
+        prepare("sst2", protocol=protocol, vocab=vocab, mirror=mirror, out_dir=sst2_dir, seed=seed,
+                verbose=verbose)
+    return mlm_corpus(load_meta(sst2_dir), sst2_dir, protocol=protocol, vocab=vocab, mirror=mirror,
+                      seed=seed, verbose=verbose, **settings)
 
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    prepare: Callable  # (protocol, vocab, tokenizer, max_len, mirror, out_dir) -> meta; writes the folder
+    build: Callable  # (settings as keywords) -> ({split: its ids}, meta.json's dict), unwritten
     task: str  # 'classification' | 'lm' | 'seq2seq' | 'mlm'
     variant: tuple = ()  # the settings that name its folder: data/<name>[_<setting>...]
     tokenizers: tuple = ("",)  # the values `tokenizer` may take ('' = the dataset's own; the first is the default)
@@ -911,19 +275,19 @@ class DatasetSpec:
 
 
 DATASETS = {
-    "sst2": DatasetSpec(prepare_sst2, "classification", ("protocol", "vocab"), subsets=True),  # GPT-2 BPE
-    "imdb": DatasetSpec(prepare_imdb, "classification", ("vocab",), subsets=True),  # long movie reviews
-    "yelp_polarity": DatasetSpec(prepare_yelp_polarity, "classification", ("vocab",), subsets=True),
-    "multidomain": DatasetSpec(prepare_multidomain, "classification", ("vocab",), subsets=True),  # 3 domains
-    "multidomain_uci": DatasetSpec(prepare_multidomain_uci, "classification", ("vocab",), subsets=True),
-    "shakespeare_char": DatasetSpec(prepare_shakespeare_char, "lm"),  # characters
-    "sst5": DatasetSpec(lambda **kw: prepare_minllama("sst5", **kw), "classification", ("tokenizer",),
+    "sst2": DatasetSpec(build_sst2, "classification", ("protocol", "vocab"), subsets=True),  # GPT-2 BPE
+    "imdb": DatasetSpec(build_imdb, "classification", ("vocab",), subsets=True),  # long movie reviews
+    "yelp_polarity": DatasetSpec(build_yelp_polarity, "classification", ("vocab",), subsets=True),
+    "multidomain": DatasetSpec(build_multidomain, "classification", ("vocab",), subsets=True),  # 3 domains
+    "multidomain_uci": DatasetSpec(build_multidomain_uci, "classification", ("vocab",), subsets=True),
+    "shakespeare_char": DatasetSpec(build_shakespeare_char, "lm"),  # characters
+    "sst5": DatasetSpec(lambda **kw: build_minllama("sst5", **kw), "classification", ("tokenizer",),
                         ("llama2", "tok512")),
-    "cfimdb": DatasetSpec(lambda **kw: prepare_minllama("cfimdb", **kw), "classification", ("tokenizer",),
+    "cfimdb": DatasetSpec(lambda **kw: build_minllama("cfimdb", **kw), "classification", ("tokenizer",),
                           ("llama2", "tok512")),
-    "imdb_lm": DatasetSpec(prepare_imdb_lm, "lm", ("tokenizer",), ("tok512", "llama2")),  # Llama pretraining
-    "piglatin": DatasetSpec(prepare_piglatin, "seq2seq"),  # word -> Pig Latin, characters
-    "sst2_mlm": DatasetSpec(prepare_sst2_mlm, "mlm", ("protocol", "vocab")),  # the encoder's MLM pretraining
+    "imdb_lm": DatasetSpec(build_imdb_lm, "lm", ("tokenizer",), ("tok512", "llama2")),  # Llama pretraining
+    "piglatin": DatasetSpec(build_piglatin, "seq2seq"),  # word -> Pig Latin, characters
+    "sst2_mlm": DatasetSpec(build_sst2_mlm, "mlm", ("protocol", "vocab")),  # the encoder's MLM pretraining
 }
 TASK_SPLITS = {"classification": (ClassificationSplit, ("train", "val", "test")), "lm": (TokenSplit, ("train", "val")),
                "seq2seq": (PairSplit, ("train", "val", "test")), "mlm": (ClassificationSplit, ("train", "val"))}
@@ -985,12 +349,8 @@ class Dataset:
         reader, names = TASK_SPLITS[self.task]
         names += tuple(s for s in EXTRA_SPLITS.get(self.task, ()) if has_split(folder, s))
         self.splits = {s: reader(folder, s) for s in names}
-        if self.meta.get("vocab") == PIG_LATIN_VOCAB:  # each held-out split knows what was taught, to group its
-            # compounds by whether their parts occur in training (hyphen_part_groups)
-            taught = pieces_of(source_words(self.splits["train"]))
-            for name, split in self.splits.items():
-                if name != "train":
-                    split.taught = taught
+        if self.meta.get("vocab") == PIG_LATIN_VOCAB:  # each held-out split knows what was taught, to
+            mark_taught(self.splits)  # group its compounds by whether their parts occur in training
 
     def facts(self):
         """What the data fixes about a model: the vocabulary size, the number of classes (0 for a
@@ -1024,6 +384,31 @@ def check_out_folder(folder, option):
                         f"existing one")
 
 
+def prepare(dataset, protocol="glue_heldout", vocab="compact", tokenizer="", subset="", out_dir=None,
+            **settings):
+    """Prepare a registered dataset into out_dir (default: dataset_dir's) and return its meta.json: its
+    builder reads and tokenizes the source, then each split is written in the files its task's split
+    class reads (ids as uint16, or uint32 for a vocabulary past 65,535), and meta.json last."""
+    spec = DATASETS[dataset]
+    tokenizer = tokenizer or spec.tokenizers[0]
+    out_dir = out_dir or dataset_dir(dataset, protocol, vocab, tokenizer, subset,
+                                     settings.get("max_len"))
+    splits, meta = spec.build(protocol=protocol, vocab=vocab, tokenizer=tokenizer, subset=subset,
+                              out_dir=out_dir, **settings)
+    dtype = np.uint16 if meta["vocab_size"] <= 65535 else np.uint32
+    os.makedirs(out_dir, exist_ok=True)
+    for name, split in splits.items():
+        if spec.task == "lm":  # the ids, one after another
+            write_bin(os.path.join(out_dir, f"{name}.bin"), np.asarray(split, dtype))
+        elif spec.task == "seq2seq":  # (sources, targets)
+            write_seqs(out_dir, f"{name}_src", split[0], dtype)
+            write_seqs(out_dir, f"{name}_tgt", split[1], dtype)
+        else:  # classification and mlm: (sequences, labels)
+            write_split(out_dir, name, *split, dtype)
+    write_meta(out_dir, meta)
+    return meta
+
+
 def load_dataset(cfg):
     """The Dataset a run config names (keys dataset, data_dir, protocol, vocab, tokenizer, subset, max_len),
     prepared first if its folder is missing (from $DATA_MIRROR when set, else downloaded). A data_dir
@@ -1041,8 +426,8 @@ def load_dataset(cfg):
                             f"(known: {', '.join(sorted(DATASETS))})")
         print(f"{folder} not found: preparing {name}")
         length = {"max_len": cfg["max_len"]} if cfg.get("max_len") else {}  # else the preparer's default
-        DATASETS[name].prepare(protocol=cfg.get("protocol"), vocab=cfg.get("vocab"), tokenizer=tokenizer,
-                               subset=subset, mirror=os.environ.get("DATA_MIRROR"), out_dir=folder, **length)
+        prepare(name, protocol=cfg.get("protocol"), vocab=cfg.get("vocab"), tokenizer=tokenizer,
+                subset=subset, mirror=os.environ.get("DATA_MIRROR"), out_dir=folder, **length)
     dataset = Dataset(folder)
     if not cfg.get("data_dir") and cfg.get("max_len") and dataset.meta.get("max_len", cfg["max_len"]) != cfg["max_len"]:
         raise DataError(f"{folder} was prepared with max_len {dataset.meta['max_len']}, the run asks for "
@@ -1189,6 +574,9 @@ class Seq2SeqStream(ClassificationStream):
         return on_device(inputs, device), n_scored, n_tokens
 
 
+MLM_RATE = 0.15  # the share of word tokens a masked-language model predicts (Devlin et al. 2019, sec. 3.1)
+
+
 def mlm_mask(idx, vocab_size, rng, rate=MLM_RATE):
     """BERT's corruption for masked-language modelling (Devlin et al. 2019, sec. 3.1 and appendix A.1) of
     token ids idx (B, T), an int64 array: in each row, round(rate * n) of its n word tokens (at least one)
@@ -1331,8 +719,8 @@ def main(argv=None):
         check_subset(a.dataset, a.subset)
         if a.out_dir is not None:
             check_out_folder(a.out_dir, "--out_dir")
-        DATASETS[a.dataset].prepare(protocol=a.protocol, vocab=a.vocab, tokenizer=tokenizer, max_len=a.max_len,
-                                    subset=a.subset, mirror=a.mirror, out_dir=a.out_dir, seed=a.seed)
+        prepare(a.dataset, protocol=a.protocol, vocab=a.vocab, tokenizer=tokenizer, max_len=a.max_len,
+                subset=a.subset, mirror=a.mirror, out_dir=a.out_dir, seed=a.seed)
     except UserError as e:  # bad input: one line; a bug keeps its traceback
         sys.exit(f"error: {e}")
 

@@ -57,7 +57,7 @@ from bookkeeping.flops import forward_flops
 from bookkeeping.records import describe
 from bookkeeping.timing import timed
 from cli.help import reader_may_stop
-from corpora import piglatin
+from corpora import llama2c, piglatin
 from evaluation.options import (ZERO_SHOT_TEMPLATE, ListSplit, check_args, check_fits, config_defaults, decode_mode,
                                 label_list, llama_tokenizer_for, parser, read_tsv, read_word_list, seq2seq_words,
                                 untrained, zero_shot_inputs)
@@ -67,6 +67,7 @@ from evaluation.table import print_table
 from export import read_llama2c
 from hardware import devices
 from model import LlamaConfig, raw_model
+from tokenizer import LlamaTextEncoder, TextEncoder
 
 # -----------------------------------------------------------------------------
 # metrics: what each evaluator reports, how tables name it, and which way is better
@@ -453,8 +454,13 @@ def checkpoint_dataset(ckpt, path):
 
 
 def text_encoder(ckpt):
-    """The checkpoint's own preprocessing, tokenizer and vocabulary, as a text -> token ids function."""
-    return data.text_encoder(ckpt["data"])
+    """The checkpoint's own preprocessing, tokenizer and vocabulary, as a text -> token ids function:
+    GPT-2 BPE with its dataset's vocabulary, or the Llama tokenizer its dataset was made with."""
+    meta = ckpt["data"]
+    if str(meta.get("tokenizer", "")).startswith("llama2c:"):
+        name = meta["tokenizer"].removeprefix("llama2c:")
+        return LlamaTextEncoder(meta, llama2c.load_llama_tokenizer(name))
+    return TextEncoder(meta)
 
 
 # -----------------------------------------------------------------------------
@@ -754,7 +760,7 @@ def zero_shot_report(model, ckpt, path, args, device, ctx):
     """A language model as a classifier with no training (--zero_shot DATASET): each text of the split
     becomes the prompt ZERO_SHOT_TEMPLATE, and the label whose word is most likely to come next wins
     (log P(word | prompt), summed over the word's tokens). A text can be cut twice, and both counts are
-    reported: when the data was prepared, to its max_len (data.prepare_minllama; meta.json's counts say
+    reported: when the data was prepared, to its max_len (corpora/minllama.py; meta.json's counts say
     how many of each split), and here, from its end, so that prompt and label fit the model's context.
     (check_fits has made sure the model is a Llama language model.)"""
     name, tok = llama_tokenizer_for(model, path, args.tokenizer or ckpt["data"].get("vocab"))
@@ -840,8 +846,8 @@ def evaluate_checkpoints(args, device):
     ctx = devices.autocast_context(device.split(":")[0], args.dtype)
     results, to_time = [], []
     for path in args.ckpt or []:
-        if path in data.PRETRAINED and not os.path.exists(path):  # a name: 'stories260K'
-            path = data.pretrained_file(path)
+        if path in llama2c.PRETRAINED and not os.path.exists(path):  # a name: 'stories260K'
+            path = llama2c.pretrained_file(path)
         model, ckpt = load(path, device)
         check_fits(args, model, ckpt, path)
         report = zero_shot_report if args.zero_shot else REPORTS[ckpt["data"]["task"]]

@@ -10,7 +10,8 @@ load_pretrained (ours or llama2.c's, for train.py's init_from), then the command
     python export.py --ckpt CKPT --export PATH [--export_version auto|0|1|pt]
 
 writes CKPT (a Llama language model: ours, LoRA adapters folded in, or llama2.c's own; or a name from
-data.PRETRAINED, such as stories260K) in llama2.c's format, reads it back, and checks it gives the same logits.
+corpora/llama2c.py's PRETRAINED, such as stories260K) in llama2.c's format, reads it back, and checks it
+gives the same logits.
 """
 
 import argparse
@@ -22,10 +23,10 @@ import sys
 import numpy as np
 import torch
 
-import data
 from bookkeeping.checkpoints import CKPT_FORMAT, CheckpointError, load_checkpoint
 from cli.help import HelpFormatter, reader_may_stop
 from configurator import ConfigError, UserError
+from corpora import llama2c
 from model import Llama, LlamaConfig, merge_lora, raw_model, rope_cache
 
 # -----------------------------------------------------------------------------
@@ -231,8 +232,8 @@ def export_llama2c(ckpt, export, version="auto"):
     folded into the weights, the file written atomically), read back and checked to give the same logits.
     version: 'auto' (pt for a .pt path, else 0), '0', '1' or 'pt'."""
     path = ckpt
-    if path in data.PRETRAINED and not os.path.exists(path):
-        path = data.pretrained_file(path)
+    if path in llama2c.PRETRAINED and not os.path.exists(path):
+        path = llama2c.pretrained_file(path)
     model, task = load_model(path)
     version = ("pt" if export.endswith(".pt") else 0) if version == "auto" else (
         "pt" if version == "pt" else int(version))
@@ -256,7 +257,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python export.py", formatter_class=HelpFormatter,
                                 description="Write a Llama language model in llama2.c's format.")
     p.add_argument("--ckpt", required=True, help="a checkpoint of ours (a Llama language model), a llama2.c "
-                   "checkpoint, or a name in data.PRETRAINED (stories260K)")
+                   "checkpoint, or a name in corpora/llama2c.py's PRETRAINED (stories260K)")
     p.add_argument("--export", required=True, metavar="PATH", help="write the --ckpt (a Llama language model: "
                    "ours, LoRA folded in, or llama2.c's) in llama2.c's format to PATH")
     p.add_argument("--export_version", default="auto", choices=["auto", "0", "1", "pt"], help="llama2.c's "

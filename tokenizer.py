@@ -1,8 +1,9 @@
 """
 Text to token ids: the tokenizers of this lab's datasets and models, and the encoders that turn one text
 into the ids a model reads, exactly as data.py prepared its training texts (the same functions serve data
-preparation, training and inference). data.py downloads the tokenizer files and picks a dataset's encoder
-(data.text_encoder); this file reads no dataset and downloads nothing, so data.py imports it, never the reverse.
+preparation, training and inference). corpora/llama2c.py downloads the tokenizer files and
+evaluate.py picks a checkpoint's encoder (evaluate.text_encoder); this file reads no dataset and
+downloads nothing, so they import it, never the reverse.
 
 Token ids. tiktoken's GPT-2 BPE has no [CLS]/[PAD], so our ids put three specials first:
     0 = [PAD], 1 = [UNK], 2 = [CLS], then GPT-2 ids.
@@ -267,7 +268,7 @@ class LlamaTokenizer:
 class LlamaTextEncoder:
     """Text -> [BOS] + the Llama tokenizer's ids, cut to max_len; the counterpart of TextEncoder for
     a dataset tokenized for a Llama (meta["tokenizer"] = 'llama2c:<name>', the LlamaTokenizer that
-    data.load_llama_tokenizer loads by that name)."""
+    corpora/llama2c.py's load_llama_tokenizer loads by that name)."""
 
     def __init__(self, meta, tokenizer):
         self.tok = tokenizer

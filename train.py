@@ -32,7 +32,7 @@ import data
 import evaluate
 from bookkeeping import records, timing
 from bookkeeping.checkpoints import CKPT_VERSION, CheckpointError, load_checkpoint
-from bookkeeping.checks import check_settings, check_task, check_world
+from bookkeeping.checks import check_settings, check_task, check_world, say_budget
 from bookkeeping.flops import step_flops
 from cli.help import reader_may_stop, train_bare_line, train_help
 from export import load_pretrained
@@ -340,7 +340,7 @@ def train(cfg, ddp=None):
             restore(ckpt, optimizer, plateau, scaler)
         stream = data.training_stream(dataset, model.cfg, cfg)
         epoch_steps, total_iters, eval_every = run_length(cfg, stream)
-        records.say_budget(cfg, total_iters, epoch_steps, eval_every, DEFAULTS)  # and its warnings
+        say_budget(cfg, total_iters, epoch_steps, eval_every, DEFAULTS)  # and its warnings
         train_model = eval_model = compiled(model, cfg["compile"], stream.fixed_shape)
         if ddp:  # the training module wrapped in DistributedDataParallel
             train_model, eval_model = ddp.models(model, cfg, stream, state, ctx)

@@ -742,9 +742,9 @@ def prepare(folder, mirror):
             shutil.copytree(os.path.join(mirror, source), os.path.join(folder, source))
     os.environ["TIKTOKEN_CACHE_DIR"] = os.path.abspath(os.path.join(folder, "tiktoken_cache"))
     if not os.path.isfile(os.path.join(folder, SST2_FOLDER, "meta.json")):
-        data.prepare_sst2(protocol=SST2_PROTOCOL, mirror=mirror, out_dir=os.path.join(folder, SST2_FOLDER))
+        data.prepare("sst2", protocol=SST2_PROTOCOL, mirror=mirror, out_dir=os.path.join(folder, SST2_FOLDER))
     if not os.path.isfile(os.path.join(folder, "shakespeare_char", "meta.json")):
-        data.prepare_shakespeare_char(mirror=mirror, out_dir=os.path.join(folder, "shakespeare_char"))
+        data.prepare("shakespeare_char", mirror=mirror, out_dir=os.path.join(folder, "shakespeare_char"))
 
 
 def parse_args(argv):

@@ -441,16 +441,17 @@ def counting_caches():
 def section_decode(run):
     import torch._dynamo  # (its counters)
 
-    import data
+    import configurator
     import export
     import kernels
     from bench.speed import GEN_PROMPT, STORIES260K_GREEDY, generation_bench
+    from corpora.llama2c import load_llama_tokenizer, pretrained_file
     from hardware import devices
     if run.cpu:  # the same static (CUDA-graph) step, captured by dynamo without code: inductor takes minutes here
         kernels.STATIC_DECODE, kernels.COMPILE_BACKEND = ("cpu", "cuda"), "eager"
         run.note("CPU: the static (CUDA-graph) step, captured by dynamo's 'eager' backend; no CUDA graphs")
-    path = data.pretrained_file("stories260K")
-    tok = data.load_llama_tokenizer("tok512")
+    path = pretrained_file("stories260K")
+    tok = load_llama_tokenizer("tok512")
     m = export.read_llama2c(path).to(run.device)
     n = run.sizes["golden_tokens"]
     golden = STORIES260K_GREEDY

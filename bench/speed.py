@@ -42,6 +42,7 @@ import kernels
 from bookkeeping.flops import forward_flops
 from bookkeeping.timing import conditions, peak_flops, sync, timed
 from cli.help import HelpFormatter
+from corpora.llama2c import pretrained_file
 from evaluation.options import llama_tokenizer_for
 from evaluation.ranges import Ranged, check_new_file, check_ranges
 from export import read_llama2c, write_llama2c
@@ -325,7 +326,7 @@ def generation_bench(args, device, tokens=None, batches=None, compiled=True, pee
     autocast the caller holds (gpu_check.py times bf16 so)."""
     tokens, batches = tokens or GEN_TOKENS, batches or GEN_BATCHES
     import tempfile
-    path = data.pretrained_file("stories260K")
+    path = pretrained_file("stories260K")
     model = read_llama2c(path).to(device)
     _, tok = llama_tokenizer_for(model, path, None)
     ids = tok.encode(GEN_PROMPT, bos=True)

@@ -24,10 +24,11 @@ NON_NEGATIVE = {"max_iters": "0 = no limit beyond max_epochs", "eval_interval": 
 
 
 def check_settings(cfg, pretrained):
-    """The settings train() refuses before any work (a ConfigError each): a scheduler or AdamW of another name,
-    an init_from that names nothing (`pretrained`: the checkpoints it may name, data.PRETRAINED), sizes below 1,
-    counts and rates below 0 (NON_NEGATIVE), AdamW's betas and the plateau's factor, a share or a peak out of range,
-    and an out_dir that is no folder or holds another run (bookkeeping/records.py's check_out_dir)."""
+    """The settings train() refuses before any work (a ConfigError each): a scheduler or AdamW of
+    another name, an init_from that names nothing (`pretrained`: the checkpoints it may name,
+    llama2c.PRETRAINED), sizes below 1, counts and rates below 0 (NON_NEGATIVE), AdamW's betas and the
+    plateau's factor, a share or a peak out of range, and an out_dir that is empty, no folder or holds
+    another run (bookkeeping/records.py's check_out_dir)."""
     if not cfg["out_dir"]:
         raise ConfigError("out_dir is empty: a run writes its checkpoints and log into a folder: give one")
     for key, allowed in (("scheduler", ("plateau", "cosine", "constant")),
@@ -131,3 +132,11 @@ def run_warnings(cfg, total_iters, epoch_steps, eval_every, defaults):
         out.append(f"{' and '.join(f'{k}={cfg[k]:g}' for k in unread)}: the plateau schedule's; scheduler={sched!r} "
                    f"does not read {'them' if len(unread) > 1 else 'it'}")
     return out
+
+
+def say_budget(cfg, total_iters, epoch_steps, eval_every, defaults):
+    """Print where the run writes and its budget (records.budget_line), then what its settings ask for
+    and cannot get (run_warnings), a `warning: ...` line each."""
+    print(records.budget_line(cfg, total_iters, epoch_steps, eval_every))
+    for line in run_warnings(cfg, total_iters, epoch_steps, eval_every, defaults):
+        print(f"warning: {line}")

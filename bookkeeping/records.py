@@ -28,7 +28,7 @@ from datetime import timedelta
 import torch
 
 import configurator
-from bookkeeping import checks, timing
+from bookkeeping import timing
 from bookkeeping.checkpoints import RETIRED_FIELDS, save_checkpoint
 from hardware import devices
 from model import FAMILIES, family_settings
@@ -372,14 +372,6 @@ def eval_record(state, epoch, optimizer, best):
     schedule's step), whether it is the best so far, and the validation figures (state.last_eval) as val_<x>."""
     return {"type": "eval", "epoch": epoch, "lr": optimizer.param_groups[0]["lr"], "best": best, "grad_norm": state.grad_norm,
             "iter": state.iter_num, **{f"val_{k}": v for k, v in state.last_eval.items() if k != "iter"}}
-
-
-def say_budget(cfg, total_iters, epoch_steps, eval_every, defaults):
-    """Print where the run writes and its budget (budget_line), then what its settings ask for and
-    cannot get (checks.run_warnings), a `warning: ...` line each."""
-    print(budget_line(cfg, total_iters, epoch_steps, eval_every))
-    for line in checks.run_warnings(cfg, total_iters, epoch_steps, eval_every, defaults):
-        print(f"warning: {line}")
 
 
 def budget_line(cfg, total_iters, epoch_steps, eval_every):

@@ -1,7 +1,8 @@
 # Mini Llama, pretrained from scratch on movie reviews: a language model with stories260K's shape (5 layers,
 # width 64, 8 query and 4 key/value heads, SwiGLU 172, tok512's 512 tokens; 260 K parameters) on IMDB's
-# 24,500 test-half reviews (data.prepare_imdb_lm says why not the train half), so the sentiment runs can
-# start from a model trained here as well as from stories260K (trained by llama2.c on TinyStories).
+# 24,500 test-half reviews (corpora/imdb.py's build_imdb_lm says why not the train half), so the
+# sentiment runs can start from a model trained here as well as from stories260K (trained by llama2.c on
+# TinyStories).
 # python train.py config/llama_imdb.py
 # python evaluate.py config/llama_generate.py --ckpt out/llama_imdb/ckpt.pt --prompt "This movie"
 model = "llama"

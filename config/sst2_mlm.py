@@ -1,6 +1,6 @@
 # Masked-language-model pretraining of the recurrent encoder (BERT's objective, Devlin et al. 2019) on
 # in-domain text: SST-2's training sentences plus IMDB's train-half reviews, in SST-2's own vocabulary
-# (data.prepare_sst2_mlm). Then fine-tune on SST-2: python train.py config/sst2_recurrent_pretrained.py
+# (corpora/mlm.py). Then fine-tune on SST-2: python train.py config/sst2_recurrent_pretrained.py
 # python train.py config/sst2_mlm.py  [--max_iters=20 for a quick check]
 out_dir = "out/sst2_mlm"
 dataset = "sst2_mlm"

@@ -1,7 +1,8 @@
 """
-Pig Latin's words (the seq2seq study): the rules, the words of a novel, and the held-out splits that make the
-test one of the rules rather than of memory. data.py's prepare_piglatin writes the pairs into .bin files;
-evaluate.py groups a model's errors by rule and by compound with pig_latin_rules and hyphen_part_groups.
+Pig Latin's words (the seq2seq study): the rules, the words of a novel, the held-out splits that make
+the test one of the rules rather than of memory, and the pairs of the piglatin dataset (build_piglatin,
+which data.py writes into .bin files); evaluate.py groups a model's errors by rule and by compound
+with pig_latin_rules and hyphen_part_groups.
 
 The rules (one common form of the game; the source write-up's examples all follow it):
   - a word starting with a vowel (a, e, i, o, u) gets "way":            is -> isway, equal -> equalway
@@ -16,16 +17,21 @@ The rules (one common form of the game; the source write-up's examples all follo
 Read top to bottom: the characters and the rules (pig_latin_pieces, pig_latin, pig_latin_rule) -> the novel's
 words and a split's words read back (novel_words, source_words) -> the pieces of hyphenated words (word_pieces)
 -> the unseen words and the novel's split (unseen_words, split_novel) -> held-out compounds by whether their
-parts were taught (hyphen_parts). data.py's hyphen_compounds makes training compounds of these words.
+parts were taught (hyphen_parts, hyphen_part_groups; mark_taught tells a dataset's held-out splits
+what was) -> compounds of training words to teach hyphens by (compounds_of: data.py's hyphen_compounds
+adds them to a run's training split) -> the dataset's pairs (build_piglatin).
 """
 
 import re
 
 import numpy as np
 
-from tokenizer import CharCodec
+from corpora.imdb import read_imdb
+from corpora.sources import SOURCES, archive_file, fetch
+from tokenizer import PAD, CharCodec, DataError
 
 PIG_LATIN_VOCAB = ["[PAD]", "[SOS]", "[EOS]", "-", *"abcdefghijklmnopqrstuvwxyz"]  # ids 0, 1, 2, then characters
+SOS, EOS = 1, 2  # PIG_LATIN_VOCAB's [SOS] and [EOS]; PAD is 0, as everywhere
 _PIG_WORD = re.compile(r"[a-z]+(?:-[a-z]+)*")  # what the study translates: letters, single inner hyphens
 
 
@@ -147,8 +153,98 @@ def hyphen_parts(word, taught):
 
 def hyphen_part_groups(split):
     """hyphen_parts of each source word of a Pig Latin split that knows what was taught (`taught`, set by
-    Dataset on the held-out splits); else None."""
+    mark_taught on the held-out splits); else None."""
     taught = getattr(split, "taught", None)
     if taught is None or getattr(split, "vocab", None) != PIG_LATIN_VOCAB:
         return None
     return [hyphen_parts(w, taught) for w in source_words(split)]
+
+
+def mark_taught(splits):
+    """Give each held-out split of a Pig Latin dataset ({name: split}, data.Dataset's) `taught`, the
+    pieces of the training words, so hyphen_part_groups can tell compounds of taught parts from the
+    others."""
+    taught = pieces_of(source_words(splits["train"]))
+    for name, split in splits.items():
+        if name != "train":
+            split.taught = taught
+
+
+def compounds_of(pairs, share, seed, block_size, exclude=()):
+    """Hyphenated compounds of the plain words of a training split's pairs [(word, translation)], to
+    add to it: round(share * len(pairs)) of them, each 2 (three times in four) or 3 plain training words
+    joined by hyphens, source to source and translation to translation. Nothing here knows the rules:
+    that a compound's translation is its parts' translations joined is what the model is to learn from
+    these pairs (the hyphenated words of the novel alone are too few: 138 in training). Seeded; a
+    compound must fit block_size (as the data's words do), be no training word, and hold none of the
+    words in `exclude` (val, test, unseen: no held-out word is taught), whole or inside it
+    (brand-new-house would teach a held-out brand-new). Returns [(compound, its translation)]."""
+    plain = [p for p in pairs if "-" not in p[0]]
+    taken, excluded = {w for w, _ in pairs}, set(exclude)
+    rng = np.random.default_rng([seed, 1342])
+    want, made, tries = round(share * len(pairs)), [], 0
+    while len(made) < want:
+        tries += 1
+        if tries > 100 * want + 1000:
+            raise DataError(f"hyphen_compounds: only {len(made)} of {want} compounds fit block_size "
+                            f"{block_size} and hold no excluded word")
+        parts = [plain[i] for i in rng.choice(len(plain), size=2 if rng.random() < 0.75 else 3)]
+        word, translation = "-".join(w for w, _ in parts), "-".join(t for _, t in parts)
+        if word in taken or word_pieces(word) & excluded or len(word) + len(translation) + 2 > block_size:
+            continue
+        taken.add(word)
+        made.append((word, translation))
+    return made
+
+
+def build_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS, verbose=True,
+                   **_ignored):
+    """The piglatin dataset from the distinct words of Pride and Prejudice: each word with its Pig
+    Latin, split 80/10/10 by word (split_novel), and `unseen`, n_unseen IMDB review words the novel
+    lacks (unseen_words), to tell a model that learnt the rules from one that learnt the novel's words.
+    block_size in meta.json is the longest sequence a model reads: word [EOS] [SOS] translation, the
+    decoder-only layout. Returns ({split: (word ids, translation ids)}, meta.json's dict)."""
+    (raw,) = fetch("pride_and_prejudice", mirror).values()
+    words = novel_words(raw.decode("utf-8"))
+    block_size = max(len(w) + len(pig_latin(w)) + 2 for w in words)
+    n_val = n_test = len(words) // 10
+    split = split_novel(words, seed, n_val, n_test)
+    imdb = archive_file("imdb", mirror)
+    reviews = [text for half in ("train", "test") for text, _, _ in read_imdb(imdb, half)]
+    split["unseen"], n_candidates = unseen_words(reviews, words, block_size, n_unseen, seed)
+    taught = pieces_of(split["train"])
+    codec = CharCodec(PIG_LATIN_VOCAB)
+    splits, counts = {}, {}
+    for k, chosen in split.items():
+        pairs = [(w, pig_latin(w)) for w in chosen]
+        splits[k] = ([codec.encode(w) for w, _ in pairs], [codec.encode(t) for _, t in pairs])
+        rules = [pig_latin_rule(w) for w, _ in pairs]
+        counts[k] = {"n": len(pairs), "rules": {r: rules.count(r) for r in sorted(set(rules))},
+                     "max_word": max(len(w) for w, _ in pairs), "max_translation": max(len(t) for _, t in pairs)}
+        if k != "train":  # the held-out compounds by whether their parts were taught (hyphen_parts)
+            groups = [g for g in (hyphen_parts(w, taught) for w in chosen) if g]
+            counts[k]["hyphenated_parts"] = {g: groups.count(g) for g in ("known parts", "new parts")}
+    n_inside = len(set(words) & {p for w in words for p in word_pieces(w) if p != w})  # split_novel's `inside`
+    meta = {"dataset": "piglatin", "task": "seq2seq", "tokenizer": "char", "vocab": PIG_LATIN_VOCAB,
+            "vocab_size": len(PIG_LATIN_VOCAB), "block_size": block_size, "seed": seed,
+            "specials": {"pad": PAD, "sos": SOS, "eos": EOS}, "words": len(words), "counts": counts,
+            "split": {"rule": "a word that is part of another word of the novel always trains; "
+                              "val and test are drawn at random from the rest; unseen words occur "
+                              "nowhere in the novel, not even inside a hyphenated word",
+                      "parts_always_train": n_inside},
+            "unseen": {"from": f"the IMDB reviews, both halves ({len(reviews):,})", "qualified": n_candidates,
+                       "sample": len(split["unseen"])},
+            "rules": "vowel-initial +way; else the consonants before the first vowel (y a vowel "
+                     "after the first letter; qu together) to the end +ay; no vowel +ay; hyphenated "
+                     "words part by part",
+            "sources": {"pride_and_prejudice": SOURCES["pride_and_prejudice"], "imdb": SOURCES["imdb"]}}
+    if verbose:
+        print(f"piglatin: {len(words):,} distinct words -> {out_dir} (30 tokens, block_size "
+              f"{block_size}); {n_inside} are parts of other words and always train; unseen: "
+              f"{len(split['unseen']):,} of the {n_candidates:,} words of {len(reviews):,} IMDB reviews "
+              f"that occur nowhere in the novel (not even inside a word) and fit block_size")
+        for k, c in counts.items():
+            parts = f"  hyphenated: {c['hyphenated_parts']}" if "hyphenated_parts" in c else ""
+            print(f"  {k:6s} {c['n']:5,d} words  {c['rules']}  longest word {c['max_word']}, "
+                  f"translation {c['max_translation']}{parts}")
+    return splits, meta

@@ -1,7 +1,7 @@
 """
 Where each dataset's files come from, and how they arrive intact: the source table (SOURCES: each source's
 canonical URL, the files it holds and their sha256; see shared/data/SOURCES.md), the download (once, into
-data/_downloads) or the local mirror (--mirror DIR or DATA_MIRROR=DIR), and the checks. data.py's preparers
+data/_downloads) or the local mirror (--mirror DIR or DATA_MIRROR=DIR), and the checks. corpora/'s modules
 name the source and the files they read (`fetch("sst2", mirror)["SST-2/train.tsv"]`); this module only gets
 the bytes there and refuses any that fail their sha256, with a DataError that says what to do.
 

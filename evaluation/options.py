@@ -22,6 +22,7 @@ import data
 from cli.help import HelpFormatter
 from evaluation.ranges import AT_LEAST_0, AT_LEAST_1, Ranged, check_new_file, check_ranges
 from corpora import piglatin
+from corpora.llama2c import load_llama_tokenizer
 from model import DECODE_MODES, LlamaConfig, build_model, raw_model
 
 # -----------------------------------------------------------------------------
@@ -363,7 +364,7 @@ def llama_tokenizer_for(model, path, name=None):
     if name is None:
         raise configurator.ConfigError(f"{path} has a vocabulary of {model.cfg.vocab_size}: name its tokenizer "
                                        f"with --tokenizer")
-    tok = data.load_llama_tokenizer(name)
+    tok = load_llama_tokenizer(name)
     if tok.vocab_size != model.cfg.vocab_size:
         raise configurator.ConfigError(f"tokenizer {name} has {tok.vocab_size} pieces, the model "
                                        f"{model.cfg.vocab_size}: give --tokenizer the model's own")

@@ -13,6 +13,8 @@ import re
 import numpy as np
 
 import data
+from corpora.classification import subset_splits
+from corpora.sst2 import sst2_splits
 from lab.plan import StudyError, TEST_METRICS
 from lab.stats import mean_ci
 
@@ -58,11 +60,11 @@ def cell_data(folder, runs, summaries, plan=None):
 
 
 def sst2_test_texts(cfg, seed=1337):
-    """A run's SST-2 test sentences in the order of its prepared split (data.prepare_sst2, at its default seed),
+    """A run's SST-2 test sentences in the order of its prepared split (data.py sst2, at its default seed),
     or None (with a line saying why) if the source files cannot be had here."""
     try:
-        splits = data.sst2_splits(cfg["protocol"], seed, os.environ.get("DATA_MIRROR"))
-        return data.subset_splits(splits, cfg.get("subset", ""), seed)["test"][0]
+        splits = sst2_splits(cfg["protocol"], seed, os.environ.get("DATA_MIRROR"))
+        return subset_splits(splits, cfg.get("subset", ""), seed)["test"][0]
     except (data.DataError, OSError) as e:
         print(f"  the test subsets need SST-2's sentences: {e}")
         return None

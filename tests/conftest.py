@@ -12,7 +12,7 @@ Fixtures:
     real_mirror      the real SST-2 mirror folder (skips if absent)
     fixture_mirror   a tiny fake SST-2 mirror (60 train / 20 dev lines) written to a temporary folder
     fixture_digests  a context manager that points sources.SOURCES at the fake files' sha256
-    tiny_dataset     the fake mirror prepared by data.prepare_sst2 ('standard': 64 / 8 / 8 examples)
+    tiny_dataset     the fake mirror prepared by data.prepare("sst2") ('standard': 64 / 8 / 8 examples)
     tiny_cfg         a factory for a complete train.py config dict with a tiny model on tiny_dataset
     char_mirror      a mirror with a small fake tinyshakespeare (about 6,000 characters)
     char_digest      points sources.SOURCES at the fake corpus's sha256 for one test
@@ -152,7 +152,7 @@ def tiny_dataset(tmp_path_factory, fixture_mirror, fixture_digests):
     need_tokenizer()
     out = str(tmp_path_factory.mktemp("tiny_sst2"))
     with fixture_digests():
-        data.prepare_sst2(protocol="standard", mirror=fixture_mirror, out_dir=out, verbose=False)
+        data.prepare("sst2", protocol="standard", mirror=fixture_mirror, out_dir=out, verbose=False)
     return out
 
 

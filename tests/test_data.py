@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import data
-from corpora import sources
+from corpora import sources, sst2
 import tokenizer
 from conftest import need_tokenizer, sha256_file
 
@@ -172,12 +172,12 @@ def test_compact_vocab_maps_unseen_ids_to_unk():
 
 
 def test_parse_sst2_tsv():
-    sents, labels = data.parse_sst2_tsv(b"sentence\tlabel\nit 's good \t1\na\ttab inside \t0\n\n")
+    sents, labels = sst2.parse_sst2_tsv(b"sentence\tlabel\nit 's good \t1\na\ttab inside \t0\n\n")
     assert sents == ["it 's good ", "a\ttab inside "] and labels == [1, 0]
     with pytest.raises(data.DataError, match="header"):
-        data.parse_sst2_tsv(b"text\tlabel\nx\t1\n")
+        sst2.parse_sst2_tsv(b"text\tlabel\nx\t1\n")
     with pytest.raises(data.DataError, match="label"):
-        data.parse_sst2_tsv(b"sentence\tlabel\nx\t2\n")
+        sst2.parse_sst2_tsv(b"sentence\tlabel\nx\t2\n")
 
 
 N_TRAIN, N_DEV = 67_349, 872  # GLUE SST-2 train.tsv and dev.tsv
@@ -187,7 +187,7 @@ def split_indices(protocol, seed):
     """split_sst2 applied to example *numbers* (train 0..N_TRAIN-1, dev after), so it returns indices."""
     train = (list(range(N_TRAIN)), [0] * N_TRAIN)
     dev = (list(range(N_TRAIN, N_TRAIN + N_DEV)), [1] * N_DEV)
-    return {k: v[0] for k, v in data.split_sst2(train, dev, protocol, seed).items()}
+    return {k: v[0] for k, v in sst2.split_sst2(train, dev, protocol, seed).items()}
 
 
 @pytest.mark.parametrize("protocol, sizes", [
@@ -212,7 +212,7 @@ def test_split_sizes_disjoint_and_reproducible(protocol, sizes):
 
 def test_split_rejects_unknown_protocol():
     with pytest.raises(ValueError, match="protocol"):
-        data.split_sst2((["a"], [0]), (["b"], [1]), "random", 0)
+        sst2.split_sst2((["a"], [0]), (["b"], [1]), "random", 0)
 
 
 # -----------------------------------------------------------------------------
@@ -223,11 +223,11 @@ def test_sentence_holdout_on_a_phrase_tree():
     # two sentences and their phrases; "good" is in both, "a b" only in the first
     texts = ["a b good c", "a b", "good c", "good", "d good e", "d good", "a b good c"]
     for seed in range(6):
-        train, val, dropped = data.sentence_holdout(texts, 1, seed)
+        train, val, dropped = sst2.sentence_holdout(texts, 1, seed)
         assert sorted(train + val + dropped) == list(range(len(texts)))
         (v,) = val
         assert texts[v] in ("a b good c", "d good e")  # only whole sentences are drawn
-        assert data.sentence_holdout(texts, 1, seed) == (train, val, dropped)  # seeded
+        assert sst2.sentence_holdout(texts, 1, seed) == (train, val, dropped)  # seeded
         kept = {texts[i] for i in train}
         assert "good" in kept  # the other sentence holds it
         if texts[v] == "a b good c":
@@ -239,8 +239,8 @@ def test_sentence_holdout_on_a_phrase_tree():
 
 def test_glue_heldout_holds_out_whole_sentences(real_mirror):
     files = sources.fetch("sst2", mirror=real_mirror)
-    texts = data.parse_sst2_tsv(files["SST-2/train.tsv"])[0]
-    train, val, dropped = data.sentence_holdout(texts, 872, 1337)
+    texts = sst2.parse_sst2_tsv(files["SST-2/train.tsv"])[0]
+    train, val, dropped = sst2.sentence_holdout(texts, 872, 1337)
     assert (len(train), len(val), len(dropped)) == (59_233, 872, 7_244)  # training keeps 88 % of GLUE train
     norm = [" ".join(t.split()) for t in texts]
     training = "\n".join(f" {norm[i]} " for i in train)
@@ -248,8 +248,8 @@ def test_glue_heldout_holds_out_whole_sentences(real_mirror):
     held = "\n".join(f" {norm[i]} " for i in val)
     for i in dropped[::20]:  # a dropped phrase: some validation sentence holds it, no training text does
         assert f" {norm[i]} " in held and f" {norm[i]} " not in training
-    dev = data.parse_sst2_tsv(files["SST-2/dev.tsv"])
-    s = data.split_sst2((texts, list(range(len(texts)))), dev, "glue_heldout", 1337)  # labels = row numbers
+    dev = sst2.parse_sst2_tsv(files["SST-2/dev.tsv"])
+    s = sst2.split_sst2((texts, list(range(len(texts)))), dev, "glue_heldout", 1337)  # labels = row numbers
     assert s["train"][1] == train and s["val"][1] == val and s["test"] == dev
     assert {k: len(v[0]) for k, v in s.items()} == {"train": 59_233, "val": 872, "test": 872}
 
@@ -353,7 +353,7 @@ def test_fetch_download_failure_points_to_a_mirror(monkeypatch, tmp_path):
 
 
 # -----------------------------------------------------------------------------
-# prepare_sst2 on the tiny fake mirror (fast): the whole pipeline, reproducibility
+# data.prepare("sst2") on the tiny fake mirror (fast): the whole pipeline, reproducibility
 
 
 def _bin_bytes(folder):
@@ -366,9 +366,9 @@ def _bin_bytes(folder):
 
 def test_prepare_fixture_is_reproducible(fixture_mirror, fixture_digests, tiny_dataset, tmp_path):
     with fixture_digests():
-        data.prepare_sst2(protocol="standard", mirror=fixture_mirror, out_dir=str(tmp_path / "same"), verbose=False)
-        data.prepare_sst2(protocol="standard", mirror=fixture_mirror, out_dir=str(tmp_path / "other"), seed=1,
-                          verbose=False)
+        data.prepare("sst2", protocol="standard", mirror=fixture_mirror, out_dir=str(tmp_path / "same"), verbose=False)
+        data.prepare("sst2", protocol="standard", mirror=fixture_mirror, out_dir=str(tmp_path / "other"), seed=1,
+                     verbose=False)
     same, first = _bin_bytes(tmp_path / "same"), _bin_bytes(tiny_dataset)
     assert same == first  # same seed: identical bytes, meta.json included
     other = _bin_bytes(tmp_path / "other")
@@ -405,7 +405,8 @@ def real_prepared(real_mirror, tmp_path_factory):
     def get(protocol):
         if protocol not in cache:
             out = str(tmp_path_factory.mktemp(f"sst2_{protocol}"))
-            cache[protocol] = (out, data.prepare_sst2(protocol=protocol, mirror=real_mirror, out_dir=out, verbose=False))
+            cache[protocol] = (out, data.prepare("sst2", protocol=protocol, mirror=real_mirror, out_dir=out,
+                                                 verbose=False))
         return cache[protocol]
 
     return get
@@ -429,8 +430,8 @@ def test_real_sst2_splits(real_prepared, real_mirror, protocol):
 
     # the stored sequences are the TextEncoder's output for the split's sentences, in order
     files = sources.fetch("sst2", real_mirror)
-    parsed = data.parse_sst2_tsv(files["SST-2/train.tsv"]), data.parse_sst2_tsv(files["SST-2/dev.tsv"])
-    sents = data.split_sst2(*parsed, protocol, meta["seed"])
+    parsed = sst2.parse_sst2_tsv(files["SST-2/train.tsv"]), sst2.parse_sst2_tsv(files["SST-2/dev.tsv"])
+    sents = sst2.split_sst2(*parsed, protocol, meta["seed"])
     assert np.array_equal(splits["train"].labels, sents["train"][1])
     assert np.array_equal(splits["test"].labels, sents["test"][1])
     encoder = tokenizer.TextEncoder(meta)
@@ -442,7 +443,7 @@ def test_real_sst2_splits(real_prepared, real_mirror, protocol):
 
 def test_real_sst2_same_seed_same_bytes(real_prepared, real_mirror, tmp_path):
     folder, _ = real_prepared("glue")
-    data.prepare_sst2(protocol="glue", mirror=real_mirror, out_dir=str(tmp_path / "again"), verbose=False)
+    data.prepare("sst2", protocol="glue", mirror=real_mirror, out_dir=str(tmp_path / "again"), verbose=False)
     assert _bin_bytes(tmp_path / "again") == _bin_bytes(folder)
 
 

@@ -211,7 +211,7 @@ def test_ddp_language_model_and_a_stop_then_resume(tiny_cfg, char_mirror, char_d
     classifier of the test above, stopped by a Ctrl-C that only the second process gets, then resumed
     (--init_from=resume: both processes load last.pt). Each equals its one-process run."""
     chars = str(tmp_path / "chars")
-    data.prepare_shakespeare_char(mirror=char_mirror, out_dir=chars, verbose=False)
+    data.prepare("shakespeare_char", mirror=char_mirror, out_dir=chars, verbose=False)
     lm = {**train.make_config(["--model=gpt"]), **dict(
         dataset="shakespeare_char", data_dir=chars, device="cpu", dtype="float32", block_size=16, n_layer=1,
         n_embd=16, n_head=2, ffn="gelu", norm="layer", pos="learned", dropout=0.0, batch_size=4, grad_accum=4,

@@ -20,7 +20,8 @@ import torch
 import bookkeeping.records
 from hardware import devices
 import data
-from corpora import sources
+import corpora.zhang_csv
+from corpora import classification, sources, uci
 import evaluate
 import model
 import lab.plan
@@ -173,12 +174,12 @@ def synthetic_splits():
 
 def test_fractions_are_seeded_nested_and_leave_val_and_test_whole():
     splits = synthetic_splits()
-    half, tenth = (data.subset_splits(splits, s, seed=7) for s in ("frac50", "frac10"))
+    half, tenth = (classification.subset_splits(splits, s, seed=7) for s in ("frac50", "frac10"))
     assert len(half["train"][0]) == 100 and len(tenth["train"][0]) == 20
     assert set(tenth["train"][0]) <= set(half["train"][0]) <= set(splits["train"][0])  # nested
     assert half["val"] == splits["val"] and tenth["test"] == splits["test"]
-    assert data.subset_splits(splits, "frac10", seed=7) == tenth  # seeded
-    assert data.subset_splits(splits, "frac10", seed=8)["train"] != tenth["train"]
+    assert classification.subset_splits(splits, "frac10", seed=7) == tenth  # seeded
+    assert classification.subset_splits(splits, "frac10", seed=8)["train"] != tenth["train"]
     order = [splits["train"][0].index(t) for t in tenth["train"][0]]
     assert order == sorted(order)  # the split's own order is kept
     labels = dict(zip(*splits["train"]))
@@ -195,7 +196,7 @@ def test_length_subsets_take_each_split_from_one_regime(kind):
     splits = {k: ([" ".join(rng.choice(words, size=int(rng.integers(1, 30)))) for _ in range(n)], list(range(n)))
               for k, n in (("train", 200), ("val", 40), ("test", 40))}
     splits["test"][0][:3] = splits["train"][0][:3]  # three test texts occur verbatim in train
-    sub = data.subset_splits(splits, f"{kind}30", seed=7)
+    sub = classification.subset_splits(splits, f"{kind}30", seed=7)
     for k, (texts, labels) in splits.items():
         kept, kept_labels = sub[k]
         assert len(kept) == round(0.3 * len(texts))
@@ -215,7 +216,7 @@ def test_length_subsets_take_each_split_from_one_regime(kind):
 @pytest.mark.parametrize("bad", ["frac0", "frac101", "half", "short", "sample0"])
 def test_bad_subsets_are_refused(bad):
     with pytest.raises(data.DataError, match="expected"):
-        data.subset_splits(synthetic_splits(), bad, seed=1)
+        classification.subset_splits(synthetic_splits(), bad, seed=1)
 
 
 def test_folder_names_hold_subset_and_length():
@@ -237,9 +238,9 @@ def test_a_subset_of_a_dataset_without_subsets_is_an_error(tmp_path):
 def test_sst2_subsets_on_the_fake_mirror(fixture_mirror, fixture_digests, tmp_path):
     need_tokenizer()
     with fixture_digests():
-        full = data.prepare_sst2("standard", mirror=fixture_mirror, out_dir=str(tmp_path / "all"), verbose=False)
-        short = data.prepare_sst2("standard", subset="short30", mirror=fixture_mirror, out_dir=str(tmp_path / "s"),
-                                  verbose=False)
+        full = data.prepare("sst2", "standard", mirror=fixture_mirror, out_dir=str(tmp_path / "all"), verbose=False)
+        short = data.prepare("sst2", "standard", subset="short30", mirror=fixture_mirror, out_dir=str(tmp_path / "s"),
+                             verbose=False)
     assert short["subset"] == "short30"
     for k in ("train", "val", "test"):
         assert short["counts"][k]["n"] == round(0.3 * full["counts"][k]["n"])
@@ -279,13 +280,13 @@ def yelp_archive(n_train=40, n_test=20):
 def test_zhang_csv_reader(tmp_path):
     path = tmp_path / "yelp.tgz"
     path.write_bytes(yelp_archive(4, 2))
-    rows = data.read_zhang_csv(str(path), "yelp_review_polarity_csv/train.csv", 2)
+    rows = corpora.zhang_csv.read_zhang_csv(str(path), "yelp_review_polarity_csv/train.csv", 2)
     assert rows[0] == ('awful place number 0 in train, "quoted"\nsecond line', 0)
     assert [lab for _, lab in rows] == [0, 1, 0, 1]
     with pytest.raises(data.DataError, match="expected 3 quoted fields"):
-        data.read_zhang_csv(str(path), "yelp_review_polarity_csv/train.csv", 3)
+        corpora.zhang_csv.read_zhang_csv(str(path), "yelp_review_polarity_csv/train.csv", 3)
     with pytest.raises(data.DataError, match="no readable"):
-        data.read_zhang_csv(str(path), "yelp_review_polarity_csv/nothing.csv", 2)
+        corpora.zhang_csv.read_zhang_csv(str(path), "yelp_review_polarity_csv/nothing.csv", 2)
 
 
 def test_yelp_polarity_downloads_checks_and_standardizes(tmp_path, monkeypatch):
@@ -294,25 +295,25 @@ def test_yelp_polarity_downloads_checks_and_standardizes(tmp_path, monkeypatch):
     need_tokenizer()
     payload = yelp_archive()
     monkeypatch.setitem(sources.SOURCES["yelp_polarity"], "sha256", sources.sha256(payload))
-    monkeypatch.setattr(data, "STANDARD_SIZES", {"train": 24, "val": 6, "test": 10})
+    monkeypatch.setattr(corpora.zhang_csv, "STANDARD_SIZES", {"train": 24, "val": 6, "test": 10})
     calls = fake_downloads(monkeypatch, payload)
     monkeypatch.chdir(tmp_path)
-    meta = data.prepare_yelp_polarity(verbose=False)
+    meta = data.prepare("yelp_polarity", verbose=False)
     assert calls == ["https://s3.amazonaws.com/fast-ai-nlp/yelp_review_polarity_csv.tgz"]
     assert {k: c["n"] for k, c in meta["counts"].items()} == {"train": 24, "val": 6, "test": 10}
     assert meta["label_names"] == ["negative", "positive"] and meta["dataset"] == "yelp_polarity"
     ds = data.Dataset(os.path.join("data", "yelp_polarity_compact"))
     assert set(ds.splits["train"].labels) == {0, 1}
-    data.prepare_yelp_polarity(verbose=False, out_dir=str(tmp_path / "again"))
+    data.prepare("yelp_polarity", verbose=False, out_dir=str(tmp_path / "again"))
     assert len(calls) == 1  # downloaded once
     monkeypatch.setitem(sources.SOURCES["yelp_polarity"], "sha256", "0" * 64)
     with pytest.raises(data.DataError, match="expected 0000"):
-        data.prepare_yelp_polarity(verbose=False, out_dir=str(tmp_path / "bad"))
+        data.prepare("yelp_polarity", verbose=False, out_dir=str(tmp_path / "bad"))
 
 
 def test_yelp_polarity_not_in_the_mirror_says_what_to_do(tmp_path):
     with pytest.raises(data.DataError, match="yelp_review_polarity_csv.tgz: put a copy of https://s3"):
-        data.prepare_yelp_polarity(mirror=str(tmp_path), out_dir=str(tmp_path / "out"), verbose=False)
+        data.prepare("yelp_polarity", mirror=str(tmp_path), out_dir=str(tmp_path / "out"), verbose=False)
 
 
 def imdb_archive(n=12):
@@ -341,10 +342,10 @@ def test_multidomain_from_three_downloaded_archives(tmp_path, monkeypatch):
             f.write(payloads[url])
 
     monkeypatch.setattr(sources, "download", download)
-    monkeypatch.setattr(data, "STANDARD_SIZES", {"train": 15, "val": 6, "test": 9})
+    monkeypatch.setattr(corpora.zhang_csv, "STANDARD_SIZES", {"train": 15, "val": 6, "test": 9})
     monkeypatch.chdir(tmp_path)
-    meta = data.prepare_multidomain(verbose=False)
-    assert meta["label_names"] == data.DOMAINS
+    meta = data.prepare("multidomain", verbose=False)
+    assert meta["label_names"] == corpora.zhang_csv.DOMAINS
     assert {k: c["labels"] for k, c in meta["counts"].items()} == {"train": [5, 5, 5], "val": [2, 2, 2],
                                                                    "test": [3, 3, 3]}
     test = data.ClassificationSplit(os.path.join("data", "multidomain_compact"), "test")
@@ -352,12 +353,12 @@ def test_multidomain_from_three_downloaded_archives(tmp_path, monkeypatch):
 
 
 def test_multidomain_uci_on_the_real_mirror(real_mirror, tmp_path):
-    meta = data.prepare_multidomain_uci(mirror=real_mirror, out_dir=str(tmp_path / "uci"), verbose=False)
+    meta = data.prepare("multidomain_uci", mirror=real_mirror, out_dir=str(tmp_path / "uci"), verbose=False)
     assert {k: c["labels"] for k, c in meta["counts"].items()} == {"train": [800, 800, 800], "val": [100] * 3,
                                                                    "test": [100] * 3}
     # the three splits partition each file's 1,000 lines
     files = sources.fetch("uci_sentences", real_mirror)
-    per_file = [len([x for x in files[rel].decode().split("\n") if x.strip()]) for rel in data._UCI_DOMAINS]
+    per_file = [len([x for x in files[rel].decode().split("\n") if x.strip()]) for rel in uci._UCI_DOMAINS]
     assert per_file == [1000, 1000, 1000]
 
 
@@ -381,7 +382,7 @@ def test_imdb_classification_from_an_archive(tmp_path, monkeypatch):
     payload = imdb_archive(20)
     (tmp_path / "aclImdb_labelled.tar.gz").write_bytes(payload)
     monkeypatch.setitem(sources.SOURCES["imdb"], "mirror_sha256", sources.sha256(payload))
-    meta = data.prepare_imdb(mirror=str(tmp_path), n_val=4, max_len=8, out_dir=str(tmp_path / "imdb"), verbose=False)
+    meta = data.prepare("imdb", mirror=str(tmp_path), n_val=4, max_len=8, out_dir=str(tmp_path / "imdb"), verbose=False)
     assert {k: c["n"] for k, c in meta["counts"].items()} == {"train": 16, "val": 4, "test": 20}
     assert meta["max_len"] == 8 and meta["counts"]["test"]["truncated"] == 20  # every review cut to 8 tokens
     ds = data.Dataset(str(tmp_path / "imdb"))

@@ -34,7 +34,7 @@ def check_data(tmp_path, tiny_dataset, char_mirror, char_digest):
     root.mkdir()
     os.symlink(tiny_dataset, root / "sst2_glue_heldout_compact")
     os.symlink(llamas, root / "tinyllamas")
-    data.prepare_shakespeare_char(mirror=char_mirror, out_dir=str(root / "shakespeare_char"), verbose=False)
+    data.prepare("shakespeare_char", mirror=char_mirror, out_dir=str(root / "shakespeare_char"), verbose=False)
     return str(root)
 
 
@@ -298,12 +298,11 @@ def test_missing_data_is_prepared_from_the_mirror_or_refused_in_one_line(tmp_pat
     monkeypatch.setenv("DATA_MIRROR", str(mirror))
     made = []
 
-    def prepared(mirror, out_dir, **kw):
+    def prepared(dataset, mirror, out_dir, **kw):
         made.append(os.path.basename(out_dir))
         os.makedirs(out_dir)
         open(os.path.join(out_dir, "meta.json"), "w").write("{}")
-    monkeypatch.setattr(data, "prepare_sst2", prepared)
-    monkeypatch.setattr(data, "prepare_shakespeare_char", prepared)
+    monkeypatch.setattr(data, "prepare", prepared)
     assert gpu_check.main(["--prepare", "--data", str(tmp_path / "data")]) == 0
     assert made == ["sst2_glue_heldout_compact", "shakespeare_char"]
     assert all(os.path.isfile(tmp_path / "data" / p) for p in gpu_check.NEEDED)

@@ -633,7 +633,7 @@ def test_generation_bench_runs_llama2c(monkeypatch, traced_compile):
 
 
 # -----------------------------------------------------------------------------
-# pretraining on movie reviews (data.prepare_imdb_lm), zero-shot prompting, evaluate.py config files
+# pretraining on movie reviews (corpora/imdb.py's build_imdb_lm), zero-shot prompting, evaluate.py config files
 
 import io  # noqa: E402
 import json  # noqa: E402
@@ -642,7 +642,7 @@ import tarfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import data  # noqa: E402
-from corpora import sources  # noqa: E402
+from corpora import imdb, llama2c, sources  # noqa: E402
 import evaluate  # noqa: E402
 from evaluation import options as evaluate_options  # noqa: E402
 
@@ -690,10 +690,10 @@ def review_mirror(tmp_path, monkeypatch):
 def test_imdb_lm_corpus_from_the_test_half(review_mirror, tmp_path):
     """Each review of IMDB's test half, '<br />' read as a newline, as [BOS] + its ids, a seeded few held
     out for validation; no train-half review is read."""
-    meta = data.prepare_imdb_lm(tokenizer="tok512", mirror=review_mirror, out_dir="lm", n_val=3, verbose=False)
+    meta = data.prepare("imdb_lm", tokenizer="tok512", mirror=review_mirror, out_dir="lm", n_val=3, verbose=False)
     assert meta["task"] == "lm" and meta["vocab_size"] == 512 and meta["tokenizer"] == "llama2c:tok512"
     assert {k: c["reviews"] for k, c in meta["counts"].items()} == {"train": 9, "val": 3}
-    tok = data.load_llama_tokenizer("tok512", review_mirror)
+    tok = llama2c.load_llama_tokenizer("tok512", review_mirror)
     texts = []
     for k in ("train", "val"):
         ids = data.TokenSplit("lm", k).tokens.tolist()
@@ -702,14 +702,14 @@ def test_imdb_lm_corpus_from_the_test_half(review_mirror, tmp_path):
         texts += [tok.decode(ids[a:b]) for a, b in zip(starts, starts[1:])]
     assert sorted(texts) == sorted(f"Review {i} of the test half.\n\nIt was fine and {'pos' if i % 2 else 'neg'}."
                                    for i in range(12))
-    again = data.prepare_imdb_lm(tokenizer="tok512", mirror=review_mirror, out_dir="again", n_val=3, verbose=False)
+    again = data.prepare("imdb_lm", tokenizer="tok512", mirror=review_mirror, out_dir="again", n_val=3, verbose=False)
     assert again["counts"] == meta["counts"]  # the split is seeded
     with pytest.raises(data.DataError, match="n_val=12: the archive holds 12 test-half reviews"):
-        data.prepare_imdb_lm(tokenizer="tok512", mirror=review_mirror, out_dir="lm", n_val=12, verbose=False)
-    train_half = data.read_imdb(sources.archive_file("imdb", review_mirror), "train")  # neg 0, 2, .., then pos 1, 3, ..
+        data.prepare("imdb_lm", tokenizer="tok512", mirror=review_mirror, out_dir="lm", n_val=12, verbose=False)
+    train_half = imdb.read_imdb(sources.archive_file("imdb", review_mirror), "train")  # neg 0, 2, .., then pos 1, 3, ..
     assert train_half[1] == ("Review 2 of the train half.\n\nIt was trainhalf and neg.", 0, 3)
     assert train_half[6] == ("Review 1 of the train half.\n\nIt was trainhalf and pos.", 1, 9)
-    assert [r[1:] for r in data.read_imdb(sources.archive_file("imdb", review_mirror), "test")][:2] == [(0, 1), (0, 3)]
+    assert [r[1:] for r in imdb.read_imdb(sources.archive_file("imdb", review_mirror), "test")][:2] == [(0, 1), (0, 3)]
 
 
 def test_imdb_archive_is_checked_whole_and_downloaded_once(review_mirror, tmp_path, monkeypatch):
@@ -734,7 +734,7 @@ def test_imdb_archive_is_checked_whole_and_downloaded_once(review_mirror, tmp_pa
     assert path == str(tmp_path / "cache" / "aclImdb_v1.tar.gz")
     (tmp_path / "junk.tar.gz").write_bytes(b"not a tar")
     with pytest.raises(data.DataError, match="not a readable IMDB archive"):
-        data.read_imdb(str(tmp_path / "junk.tar.gz"), "test")
+        imdb.read_imdb(str(tmp_path / "junk.tar.gz"), "test")
 
 
 def test_pretrain_a_llama_then_sample_and_prompt_it(review_mirror, capsys):
@@ -747,8 +747,8 @@ def test_pretrain_a_llama_then_sample_and_prompt_it(review_mirror, capsys):
            "device": "cpu", "dtype": "float32", "block_size": 48, "n_layer": 1, "n_embd": 16, "n_head": 2,
            "n_kv_head": 1, "multiple_of": 8, "batch_size": 4, "max_iters": 6, "eval_interval": 3,
            "scheduler": "constant", "learning_rate": 1e-2, "early_stop_patience": 0}
-    data.prepare_imdb_lm(tokenizer="tok512", mirror=review_mirror, out_dir="data/imdb_lm_tok512", n_val=4,
-                         verbose=False)  # where train.py looks (500 validation reviews would be all of them)
+    data.prepare("imdb_lm", tokenizer="tok512", mirror=review_mirror, out_dir="data/imdb_lm_tok512", n_val=4,
+                 verbose=False)  # where train.py looks (500 validation reviews would be all of them)
     summary = train.train(cfg)
     assert summary["iters"] == 6 and summary["best_val_loss"] < 6.0  # ln 512 = 6.24: it learnt something
     evaluate.main(["--ckpt", "run/ckpt.pt", "--prompt", "It was", "--max_new_tokens", "5", "--temperature", "0",
@@ -764,7 +764,7 @@ def test_pretrain_a_llama_then_sample_and_prompt_it(review_mirror, capsys):
     assert r["accuracy"] == sum(p == y for p, y in zip(r["predictions"], r["labels"])) / 10
     assert r["prompt"] == "<text> Is this movie bad or good? This movie is"
     m, _ = checkpoints.load_checkpoint("run/ckpt.pt")
-    tok = data.load_llama_tokenizer("tok512")
+    tok = llama2c.load_llama_tokenizer("tok512")
     test = data.load_dataset({"dataset": "cfimdb", "tokenizer": "tok512"}).splits["test"]
     with pytest.raises(data.DataError, match="prepared with max_len 256, the run asks for 64; delete the folder"):
         data.load_dataset({"dataset": "cfimdb", "tokenizer": "tok512", "max_len": 64})  # data/ holds one folder
@@ -788,7 +788,7 @@ def test_zero_shot_counts_the_texts_cut_at_preparation_and_for_the_context(revie
     fits the model's context. The test split here: 3 reviews far over 256 tokens (cut at preparation, and
     then again: 255 tokens of text do not fit a context of 64), 2 of about 100 (cut for the context only)
     and 5 short ones (never cut). The report states both counts."""
-    tok = data.load_llama_tokenizer("tok512", review_mirror)
+    tok = llama2c.load_llama_tokenizer("tok512", review_mirror)
     lengths = [300] * 3 + [100] * 2 + [3] * 5  # words; 'the' is one token of tok512 (checked below)
     dev = "".join(f"{i % 2} ||| {' '.join(['the'] * n)}\n" for i, n in enumerate(lengths))
     assert [len(tok.encode(line.split(" ||| ")[1], bos=True)) for line in dev.splitlines()] == [n + 1 for n in lengths]

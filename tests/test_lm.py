@@ -240,7 +240,7 @@ def test_shakespeare_char_from_the_real_mirror(tmp_path):
     mirror = os.environ["DATA_MIRROR"]
     if not os.path.isfile(os.path.join(mirror, "tinyshakespeare", "input.txt")):
         pytest.skip(f"no tinyshakespeare in {mirror}")
-    meta = data.prepare_shakespeare_char(mirror=mirror, out_dir=str(tmp_path), verbose=False)
+    meta = data.prepare("shakespeare_char", mirror=mirror, out_dir=str(tmp_path), verbose=False)
     assert meta["vocab_size"] == 65 and meta["counts"] == {"train": 1_003_854, "val": 111_540}
     codec = tokenizer.CharCodec(meta["vocab"])
     tr, va = data.TokenSplit(str(tmp_path), "train"), data.TokenSplit(str(tmp_path), "val")
@@ -253,7 +253,7 @@ def test_shakespeare_char_from_the_real_mirror(tmp_path):
 @pytest.fixture
 def char_dataset(char_mirror, char_digest, tmp_path):
     out = str(tmp_path / "chars")
-    data.prepare_shakespeare_char(mirror=char_mirror, out_dir=out, verbose=False)
+    data.prepare("shakespeare_char", mirror=char_mirror, out_dir=out, verbose=False)
     return out
 
 
@@ -277,7 +277,7 @@ def test_shakespeare_char_corrupt_mirror_file(char_mirror, tmp_path):
     """The real digest does not match the fake file: a clear error, and nothing written."""
     out = tmp_path / "never"
     with pytest.raises(data.DataError, match="sha256"):
-        data.prepare_shakespeare_char(mirror=char_mirror, out_dir=str(out), verbose=False)
+        data.prepare("shakespeare_char", mirror=char_mirror, out_dir=str(out), verbose=False)
     assert not out.exists()
 
 

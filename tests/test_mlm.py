@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import data
-from corpora import sources
+from corpora import imdb, sources
+from corpora.sst2 import parse_sst2_tsv, split_sst2
 import evaluate
 import model
 import tokenizer
@@ -67,7 +68,7 @@ def test_mlm_mask_rates_and_invariants():
     swapped = ~masked & ~kept
     assert abs(masked.mean() - 0.8) < 0.02 and abs(kept.mean() - 0.1) < 0.015 and abs(swapped.mean() - 0.1) < 0.015
     assert inputs[chosen][swapped].min() >= data.N_SPECIAL and inputs[chosen][swapped].max() < V
-    assert data.MASK == data.UNK  # the compact vocabulary's free row (see data.py)
+    assert data.MASK == data.UNK  # the compact vocabulary's free row (see corpora/mlm.py)
 
 
 def mlm_folder(path, splits, vocab_size, max_len, vocab=None):
@@ -289,7 +290,7 @@ def corpus_mirror(tmp_path, monkeypatch):
 
 def test_corpus_is_sst2_train_and_imdb_train_in_the_classifiers_vocabulary(corpus_mirror):
     mirror, _, _ = corpus_mirror
-    meta = data.prepare_sst2_mlm(protocol="glue", vocab="compact", max_len=64, mirror=mirror, n_val=5, verbose=False)
+    meta = data.prepare("sst2_mlm", protocol="glue", vocab="compact", max_len=64, mirror=mirror, n_val=5, verbose=False)
     sst2 = data.load_meta(os.path.join("data", "sst2_glue_compact"))  # prepared first, as it was missing
     assert meta["vocab_size"] == sst2["vocab_size"] and meta["vocab"] == sst2["vocab"] and meta["task"] == "mlm"
     corpus = data.Dataset(os.path.join("data", "sst2_mlm_glue_compact"))
@@ -297,10 +298,10 @@ def test_corpus_is_sst2_train_and_imdb_train_in_the_classifiers_vocabulary(corpu
     assert sorted(corpus.splits) == ["train", "val"] and len(corpus.splits["val"]) == 5
 
     # exactly the SST-2 train sentences that are not val or test sentences, and IMDB's train half
-    splits = data.split_sst2(*(data.parse_sst2_tsv(open(os.path.join(mirror, f"SST-2/{f}.tsv"), "rb").read())
-                               for f in ("train", "dev")), "glue", 1337)
+    splits = split_sst2(*(parse_sst2_tsv(open(os.path.join(mirror, f"SST-2/{f}.tsv"), "rb").read())
+                          for f in ("train", "dev")), "glue", 1337)
     held_out = set(splits["val"][0]) | set(splits["test"][0])
-    reviews = [t for t, _, _ in data.read_imdb(os.path.join(mirror, "aclImdb_labelled.tar.gz"), "train")]
+    reviews = [t for t, _, _ in imdb.read_imdb(os.path.join(mirror, "aclImdb_labelled.tar.gz"), "train")]
     encode = tokenizer.TextEncoder({**sst2, "max_len": 64})
     expected = sorted(encode(s).tolist() for s in splits["train"][0] + reviews if s not in held_out)
     got = sorted(split[i][0].tolist() for split in corpus.splits.values() for i in range(len(split)))
@@ -314,4 +315,4 @@ def test_corpus_is_sst2_train_and_imdb_train_in_the_classifiers_vocabulary(corpu
     assert all((split.labels == 0).all() for split in corpus.splits.values())
 
     with pytest.raises(data.DataError, match="seed 1337; this corpus asks for 'glue', 7"):
-        data.prepare_sst2_mlm(protocol="glue", mirror=mirror, out_dir="other", seed=7, n_val=5, verbose=False)
+        data.prepare("sst2_mlm", protocol="glue", mirror=mirror, out_dir="other", seed=7, n_val=5, verbose=False)

@@ -77,7 +77,7 @@ def novel_mirror(tmp_path, monkeypatch):
 @pytest.fixture
 def pig_data(novel_mirror, tmp_path):
     out = str(tmp_path / "piglatin")
-    data.prepare_piglatin(mirror=novel_mirror, out_dir=out, verbose=False)
+    data.prepare("piglatin", mirror=novel_mirror, out_dir=out, verbose=False)
     return out
 
 
@@ -231,7 +231,7 @@ def test_unseen_sample_is_seeded_and_leaves_the_novel_split_alone(novel_mirror, 
 
     def words(seed, n_unseen):
         out = str(tmp_path / f"{seed}_{n_unseen}")
-        data.prepare_piglatin(mirror=novel_mirror, out_dir=out, seed=seed, n_unseen=n_unseen, verbose=False)
+        data.prepare("piglatin", mirror=novel_mirror, out_dir=out, seed=seed, n_unseen=n_unseen, verbose=False)
         ds = data.Dataset(out)
         return {k: [codec.decode(s[i][0]) for i in range(len(s))] for k, s in ds.splits.items()}, ds.meta
 
@@ -277,7 +277,7 @@ def test_prepare_splits_are_disjoint_and_decode(pig_data):
 
 def test_prepare_is_deterministic_and_seeded(novel_mirror, tmp_path):
     def words(out, seed):
-        data.prepare_piglatin(mirror=novel_mirror, out_dir=out, seed=seed, verbose=False)
+        data.prepare("piglatin", mirror=novel_mirror, out_dir=out, seed=seed, verbose=False)
         split, codec = data.Dataset(out).splits["val"], tokenizer.CharCodec(piglatin.PIG_LATIN_VOCAB)
         return [codec.decode(split[i][0]) for i in range(len(split))]
 

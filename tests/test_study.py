@@ -437,7 +437,7 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys, runs_i
     """The embedding-norm configs x 2 seeds on a fake corpus, then collected; the metrics and their
     directions come from the runs' summaries."""
     folder = str(tmp_path / "chars")
-    data.prepare_shakespeare_char(mirror=char_mirror, out_dir=folder, verbose=False)
+    data.prepare("shakespeare_char", mirror=char_mirror, out_dir=folder, verbose=False)
     configs = [os.path.join(REPO_ROOT, "config", f"shakespeare_char_{v}.py") for v in ("baseline", "rmsnorm")]
     sets = [f"data_dir={folder!r}", "device='cpu'", "max_iters=3", "eval_interval=3", "block_size=16", "n_layer=1",
             "n_embd=16", "n_head=2", "log_interval=1"]
@@ -469,9 +469,12 @@ def test_language_model_study(char_mirror, char_digest, tmp_path, capsys, runs_i
 # evaluation/, bookkeeping/, cli/, hardware/), the tooling (bench/, lab/) above them, study.py on top.
 # (bench.same_training runs train.py in subprocesses only: it imports nothing of ours.)
 PACKAGES = ("lab", "bench", "bookkeeping", "corpora", "evaluation", "cli", "hardware")
-LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "tokenizer": 0, "bookkeeping.timing": 0, "corpora.sources": 0,
-          "corpora.piglatin": 0, "evaluation.table": 0, "evaluation.seq2seq_plots": 0, "cli.help": 0, "data": 1,
-          "bookkeeping.checkpoints": 1, "bookkeeping.records": 2, "evaluation.ranges": 1, "export": 2,
+LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "tokenizer": 0, "bookkeeping.timing": 0,
+          "corpora.sources": 0, "corpora.classification": 0, "corpora.imdb": 0, "corpora.llama2c": 0,
+          "corpora.minllama": 0, "corpora.mlm": 0, "corpora.piglatin": 0, "corpora.shakespeare": 0,
+          "corpora.sst2": 0, "corpora.uci": 0, "corpora.zhang_csv": 0,
+          "evaluation.table": 0, "evaluation.seq2seq_plots": 0, "cli.help": 0, "data": 1,
+          "bookkeeping.checkpoints": 1, "bookkeeping.flops": 1, "bookkeeping.records": 2, "evaluation.ranges": 1, "export": 2,
           "evaluation.options": 2, "bookkeeping.checks": 3, "hardware.devices": 1,
           "evaluation.piglatin_errors": 2, "evaluate": 3,
           "train": 4,

@@ -20,7 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import data
-from corpora import sources
+import evaluate
+from corpora import llama2c, minllama, sources
+from corpora.sst2 import parse_sst2_tsv
 import tokenizer
 
 FILES = {
@@ -277,7 +279,7 @@ def test_encode_equals_the_compiled_run_c(vocab_size, run_c_harness):
     tok = real(vocab_size)
     path = os.path.join(os.environ["DATA_MIRROR"], FILES[vocab_size])
     files = sources.fetch("sst2", os.environ["DATA_MIRROR"])  # as data.py reads them (sha256 checked)
-    sst2 = [s for f in ("SST-2/train.tsv", "SST-2/dev.tsv") for s in data.parse_sst2_tsv(files[f])[0]]
+    sst2 = [s for f in ("SST-2/train.tsv", "SST-2/dev.tsv") for s in parse_sst2_tsv(files[f])[0]]
     assert len(sst2) == N_SST2  # so that the test cannot pass on no texts
     # SST-2 as run.c's generate encodes a prompt (BOS, no EOS); the random strings with all four flag pairs
     flags = [(1, 0), (0, 0), (1, 1), (0, 1)]
@@ -364,7 +366,7 @@ def test_bad_files_raise(tmp_path):
 
 
 # -----------------------------------------------------------------------------
-# SST-5 and CFIMDB, tokenized for a Llama (data.prepare_minllama)
+# SST-5 and CFIMDB, tokenized for a Llama (corpora/minllama.py)
 
 import json  # noqa: E402
 
@@ -375,8 +377,8 @@ def test_sst5_from_the_real_mirror_with_tok512(tmp_path):
     mirror = os.environ["DATA_MIRROR"]
     if not os.path.isfile(os.path.join(mirror, "minllama_sst_cfimdb", "sst-train.txt")):
         pytest.skip("no minllama data in the mirror")
-    meta = data.prepare_minllama("sst5", tokenizer="tok512", max_len=64, mirror=mirror, out_dir=str(tmp_path),
-                                 verbose=False)
+    meta = data.prepare("sst5", tokenizer="tok512", max_len=64, mirror=mirror, out_dir=str(tmp_path),
+                        verbose=False)
     assert meta["label_names"] == ["awful", "bad", "average", "good", "excellent"]
     assert {k: c["n"] for k, c in meta["counts"].items()} == {"train": 8544, "val": 1101, "test": 2210}
     assert meta["counts"]["test"]["labels"] == [279, 633, 389, 510, 399]  # SOURCES.md's figures
@@ -385,10 +387,10 @@ def test_sst5_from_the_real_mirror_with_tok512(tmp_path):
     ids, label = train[0]
     first = open(os.path.join(mirror, "minllama_sst_cfimdb", "sst-train.txt")).readline()
     assert f"{label} ||| " in first and ids[0] == 1 and len(ids) <= 64
-    tok = data.load_llama_tokenizer("tok512", mirror)
+    tok = llama2c.load_llama_tokenizer("tok512", mirror)
     full = tok.encode(first.split(" ||| ", 1)[1].strip())
     assert list(ids) == full[:64]
-    enc = data.text_encoder(meta)  # the same encoding at inference
+    enc = evaluate.text_encoder({"data": meta})  # the same encoding at inference
     assert list(enc(first.split(" ||| ", 1)[1])) == full[:64] and enc.was_truncated == (len(full) > 64)
 
 
@@ -418,16 +420,16 @@ def test_cfimdb_splits_keep_the_test_set_out_of_model_selection(minllama_mirror,
     """The course's dev set is our test split; a seeded part of its train set, as large as dev, is the
     validation split; no text is in two splits."""
     out = str(tmp_path / "cf")
-    meta = data.prepare_minllama("cfimdb", tokenizer="tok512", max_len=32, mirror=minllama_mirror, out_dir=out,
-                                 verbose=False)
+    meta = data.prepare("cfimdb", tokenizer="tok512", max_len=32, mirror=minllama_mirror, out_dir=out,
+                        verbose=False)
     assert {k: c["n"] for k, c in meta["counts"].items()} == {"train": 30, "val": 10, "test": 10}
     splits = {k: data.ClassificationSplit(out, k) for k in ("train", "val", "test")}
     seqs = {k: {tuple(s[i][0]) for i in range(len(s))} for k, s in splits.items()}
     assert not (seqs["train"] & seqs["val"]) and not (seqs["train"] & seqs["test"]) and len(seqs["train"]) == 30
-    tok = data.load_llama_tokenizer("tok512", minllama_mirror)
+    tok = llama2c.load_llama_tokenizer("tok512", minllama_mirror)
     assert tok.decode(splits["test"][3][0]) == "a dev review 3"
-    again = data.prepare_minllama("cfimdb", tokenizer="tok512", max_len=32, mirror=minllama_mirror,
-                                  out_dir=str(tmp_path / "again"), verbose=False)
+    again = data.prepare("cfimdb", tokenizer="tok512", max_len=32, mirror=minllama_mirror,
+                         out_dir=str(tmp_path / "again"), verbose=False)
     assert again["counts"] == meta["counts"]
     assert np.array_equal(data.ClassificationSplit(str(tmp_path / "again"), "val").tokens, splits["val"].tokens)
 
@@ -449,7 +451,7 @@ def test_minllama_download_path_and_bad_lines(minllama_mirror, tmp_path, monkeyp
     assert len(files) == 3 and len(calls) == 3
     assert all(u.startswith("https://raw.githubusercontent.com/neubig/minllama-assignment/") for u in calls)
     with pytest.raises(data.DataError, match="line 2: expected `<label> \\|\\|\\| <text>`"):
-        data.parse_minllama(b"1 ||| fine\nno separator here\n", "x.txt")
+        minllama.parse_minllama(b"1 ||| fine\nno separator here\n", "x.txt")
     with pytest.raises(data.DataError, match="does not apply to sst2"):
         data.resolve_tokenizer("sst2", "tok512")
     assert data.resolve_tokenizer("cfimdb", "") == "llama2" and data.dataset_dir("sst5", tokenizer="tok512") == \
