@@ -3,16 +3,9 @@ Datasets and batches: the `.bin` token files of a prepared dataset, written and 
 registry of datasets and the `prepare` that writes any of them; and the batches that train.py and
 evaluate.py cut from a prepared folder and feed to a model.
 
-    python data.py sst2 [--protocol glue_heldout|glue|standard] [--vocab compact|full] [--max_len 256]
-                        [--subset frac10|short30|...] [--mirror DIR] [--out_dir DIR] [--seed 1337]
-    python data.py imdb [--max_len 256] [--subset sample1000]            # long movie reviews (IMDB archive)
-    python data.py multidomain_uci                                       # 3 domains from the UCI sentences
-    python data.py yelp_polarity; python data.py multidomain             # download 166 MB / 850 MB of archives
+    python data.py sst2 [--protocol glue_heldout|glue|standard] [--vocab compact|full] [--subset frac10]
     python data.py shakespeare_char [--mirror DIR] [--out_dir DIR]
-    python data.py sst5 [--tokenizer llama2|tok512] [--max_len 256]     # also cfimdb: the mini-Llama's sets
-    python data.py imdb_lm [--tokenizer tok512|llama2]                   # IMDB reviews, to pretrain a Llama
-    python data.py piglatin [--seed 1337]                # words of a novel -> Pig Latin (+ IMDB words it lacks)
-    python data.py sst2_mlm --max_len 128 [--protocol glue_heldout]  # SST-2 + IMDB train text, to pretrain the encoder
+    python data.py --help                     # every dataset: imdb, multidomain_uci, sst5, piglatin, ...
 
 The .bin format (one array per file, memory-mappable):
     header, 32 bytes little-endian: magic b"TLABBIN\\0" | version u32 | dtype code u32 | count u64 |
@@ -24,24 +17,25 @@ meta.json for the folder. A language-modelling split S is one file S.bin of toke
 seq2seq split S is S_src.bin and S_tgt.bin with their S_src_offsets.bin and S_tgt_offsets.bin. A
 masked-language-model split is a classification split whose labels are all 0.
 
-Text becomes token ids by tokenizer.py's functions (the special ids, the text cleaning, GPT-2 BPE with
-our compact or full vocabulary, the Llama tokenizer, characters), the same in preparation and at inference.
-Each source's download (corpora/sources.py: canonical URL and sha256, downloaded once or read from a
-mirror) and parsing is its own module of corpora/ (its __init__.py lists them), which hands `prepare`
-a dataset's splits and meta.json's dict and never imports this file.
+Text becomes token ids by tokenizer.py's functions, the same in preparation and at inference. Each
+source's download (corpora/sources.py: canonical URL and sha256, downloaded once or read from a mirror)
+and parsing is its own module of corpora/, which hands `prepare` a dataset's splits and meta.json's dict
+and never imports this file.
 
 Read top to bottom: the .bin format and the splits written in it -> the registry (SST-2's builder,
 DATASETS: name -> builder and task), `prepare` and `load_dataset` -> batch streams (one per task;
 each batch a pure function of the seed and its position, so a resumed run sees exactly the batches
-it would have seen) -> the command line.
+it would have seen; `training_stream` picks a run's) -> the command line.
 """
 
 import argparse
 import json
 import math
 import os
+import shutil
 import struct
 import sys
+import tempfile
 import zlib
 from dataclasses import dataclass
 from typing import Callable
@@ -49,21 +43,21 @@ from typing import Callable
 import numpy as np
 import torch
 
-from bookkeeping import timing
+from bookkeeping.timing import write_json  # noqa: F401 (data.write_json, the JSON files everyone writes)
 from cli.help import HelpFormatter, reader_may_stop
-from configurator import ConfigError, UserError, not_a_folder
+from configurator import UserError, not_a_folder
 from corpora.classification import SUBSETS, classification_set, subset_splits
 from corpora.imdb import build_imdb, build_imdb_lm
 from corpora.llama2c import PRETRAINED, pretrained_file  # noqa: F401 (train.py's data.PRETRAINED)
 from corpora.minllama import build_minllama
 from corpora.mlm import MASK, mlm_corpus
-from corpora.piglatin import EOS, PIG_LATIN_VOCAB, SOS, build_piglatin, compounds_of, mark_taught
+from corpora.piglatin import EOS, PIG_LATIN_VOCAB, SOS, build_piglatin, mark_taught, seq2seq_with_compounds
 from corpora.shakespeare import build_shakespeare_char
 from corpora.sources import SOURCES
 from corpora.sst2 import PROTOCOLS, sst2_splits
 from corpora.uci import build_multidomain_uci
 from corpora.zhang_csv import build_multidomain, build_yelp_polarity
-from tokenizer import CLS, N_SPECIAL, PAD, UNK, CharCodec, DataError  # noqa: F401 (data.CLS, data.UNK)
+from tokenizer import CLS, N_SPECIAL, PAD, UNK, DataError  # noqa: F401 (data.CLS, data.UNK)
 
 # -----------------------------------------------------------------------------
 # The .bin array format
@@ -130,15 +124,6 @@ def read_seqs(folder, name, verify):
             np.array(read_bin(os.path.join(folder, f"{name}_offsets.bin"), verify)))
 
 
-def write_json(path, obj, indent=None):
-    """Write a JSON file atomically (temporary file, then rename): readers never see half a file. Strict JSON: a
-    float that is not finite is written null (bookkeeping/timing.py's finite)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(timing.finite(obj), f, indent=indent, allow_nan=False)
-    os.replace(tmp, path)
-
-
 def write_meta(folder, meta):
     """meta.json, written last: its presence means the folder is complete."""
     write_json(os.path.join(folder, "meta.json"), meta)
@@ -163,15 +148,18 @@ class ClassificationSplit:
     def __init__(self, folder, split, verify=True):
         self.tokens, self.offsets = read_seqs(folder, split, verify)
         self.labels = np.array(read_bin(os.path.join(folder, f"{split}_labels.bin"), verify))
-        if len(self.offsets) != len(self.labels) + 1 or (len(self.offsets) and self.offsets[-1] != len(self.tokens)):
-            raise DataError(f"{folder}: {split} offsets, labels and tokens disagree; rebuild with python data.py")
+        ends = len(self.offsets) and self.offsets[-1] != len(self.tokens)
+        if len(self.offsets) != len(self.labels) + 1 or ends:
+            raise DataError(f"{folder}: {split} offsets, labels and tokens disagree; rebuild with "
+                            f"python data.py")
         self.lengths = np.diff(self.offsets)
 
     def __len__(self):
         return len(self.labels)
 
     def __getitem__(self, i):
-        return np.asarray(self.tokens[self.offsets[i]:self.offsets[i + 1]], dtype=np.int64), int(self.labels[i])
+        ids = self.tokens[self.offsets[i]:self.offsets[i + 1]]
+        return np.asarray(ids, dtype=np.int64), int(self.labels[i])
 
 
 def write_split(folder, split, seqs, labels, dtype):
@@ -209,32 +197,6 @@ class PairSplit:
     def __getitem__(self, i):
         src = np.asarray(self.src[self.src_offsets[i]:self.src_offsets[i + 1]], dtype=np.int64)
         return src, np.asarray(self.tgt[self.tgt_offsets[i]:self.tgt_offsets[i + 1]], dtype=np.int64)
-
-
-class PairList:
-    """An in-memory seq2seq split with PairSplit's interface: (source ids, target ids) pairs, and the
-    characters they index (vocab) if known."""
-
-    def __init__(self, pairs, vocab=None):
-        self.pairs = [(np.asarray(s, dtype=np.int64), np.asarray(t, dtype=np.int64)) for s, t in pairs]
-        self.lengths = np.array([len(s) for s, _ in self.pairs], dtype=np.int64)
-        self.vocab = vocab
-
-    def __len__(self):
-        return len(self.pairs)
-
-    def __getitem__(self, i):
-        return self.pairs[i]
-
-
-def hyphen_compounds(train, share, seed, block_size, exclude=()):
-    """A Pig Latin training split with hyphenated compounds of its own words added
-    (piglatin.compounds_of: seeded, none a training word or holding a word of `exclude`): a PairList of
-    train's pairs, then the compounds."""
-    codec = CharCodec(train.vocab)
-    pairs = [(codec.decode(s), codec.decode(t)) for s, t in (train[i] for i in range(len(train)))]
-    made = compounds_of(pairs, share, seed, block_size, exclude)
-    return PairList([(codec.encode(w), codec.encode(t)) for w, t in pairs + made], train.vocab)
 
 
 # -----------------------------------------------------------------------------
@@ -329,14 +291,9 @@ def resolve_tokenizer(dataset, tokenizer):
     return tokenizer or spec.tokenizers[0]
 
 
-def has_split(folder, split):
-    """Whether a prepared folder holds files of this split (split.bin, split_src.bin, ...)."""
-    return any(f == f"{split}.bin" or f.startswith(f"{split}_") for f in os.listdir(folder))
-
-
 class Dataset:
-    """A prepared dataset folder, read back: `meta` (its meta.json), `task`, and `splits`
-    ({name: ClassificationSplit, TokenSplit or PairSplit}, memory-mapped; Pig Latin's held-out splits also
+    """A prepared dataset folder, read back: `meta` (its meta.json), `task`, and `splits` ({name:
+    ClassificationSplit, TokenSplit or PairSplit}, memory-mapped; Pig Latin's held-out splits also
     hold `taught`, the pieces of the training words)."""
 
     def __init__(self, folder):
@@ -344,12 +301,14 @@ class Dataset:
         self.meta = load_meta(folder)
         self.task = self.meta.get("task")
         if self.task not in TASK_SPLITS:
-            raise DataError(f"{folder}/meta.json names task {self.task!r}, expected one of {sorted(TASK_SPLITS)}; "
+            raise DataError(f"{folder}/meta.json names task {self.task!r}, expected one of "
+                            f"{sorted(TASK_SPLITS)}; "
                             f"rebuild the folder with `python data.py ...`")
         reader, names = TASK_SPLITS[self.task]
-        names += tuple(s for s in EXTRA_SPLITS.get(self.task, ()) if has_split(folder, s))
+        held = {f.split("_")[0].split(".")[0] for f in os.listdir(folder)}  # splits it has files of
+        names += tuple(s for s in EXTRA_SPLITS.get(self.task, ()) if s in held)
         self.splits = {s: reader(folder, s) for s in names}
-        if self.meta.get("vocab") == PIG_LATIN_VOCAB:  # each held-out split knows what was taught, to
+        if self.meta.get("vocab") == PIG_LATIN_VOCAB:  # each held-out split knows what was taught,
             mark_taught(self.splits)  # group its compounds by whether their parts occur in training
 
     def facts(self):
@@ -357,18 +316,20 @@ class Dataset:
         corpus without labels: language modelling, MLM), and for a labelled set the longest sequence
         (block_size). A model family takes what it needs."""
         out = {"vocab_size": self.meta["vocab_size"]}
-        out["n_classes"] = len(self.meta["label_names"]) if "label_names" in self.meta else 0  # 0: no labels
-        if "max_len" in self.meta or "block_size" in self.meta:  # a seq2seq set gives its longest sequence
+        out["n_classes"] = len(self.meta.get("label_names", []))  # 0: no labels
+        if "max_len" in self.meta or "block_size" in self.meta:  # a seq2seq set: its longest sequence
             out["block_size"] = self.meta.get("max_len", self.meta.get("block_size"))
         return out
 
     def info(self):
         """The record a checkpoint keeps of its data: the folder and meta.json, less the counts and
         the source list (the vocabulary stays: a checkpoint must be read with its own)."""
-        return {"dir": self.folder, **{k: v for k, v in self.meta.items() if k not in ("counts", "sources")}}
+        kept = {k: v for k, v in self.meta.items() if k not in ("counts", "sources")}
+        return {"dir": self.folder, **kept}
 
     def check_matches(self, info, what):
-        """DataError if `info` (a checkpoint's data record) was made with other data than this folder."""
+        """DataError if `info` (a checkpoint's data record) was made with other data than this
+        folder."""
         words = {"task": "task", "tokenizer": "tokenizer", "vocab": "vocabulary", "max_len": "max_len"}
         differ = [w for k, w in words.items() if k in info and info[k] != self.meta.get(k)]
         if differ:
@@ -396,44 +357,55 @@ def prepare(dataset, protocol="glue_heldout", vocab="compact", tokenizer="", sub
     splits, meta = spec.build(protocol=protocol, vocab=vocab, tokenizer=tokenizer, subset=subset,
                               out_dir=out_dir, **settings)
     dtype = np.uint16 if meta["vocab_size"] <= 65535 else np.uint32
+    created = not os.path.isdir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
-    for name, split in splits.items():
-        if spec.task == "lm":  # the ids, one after another
-            write_bin(os.path.join(out_dir, f"{name}.bin"), np.asarray(split, dtype))
-        elif spec.task == "seq2seq":  # (sources, targets)
-            write_seqs(out_dir, f"{name}_src", split[0], dtype)
-            write_seqs(out_dir, f"{name}_tgt", split[1], dtype)
-        else:  # classification and mlm: (sequences, labels)
-            write_split(out_dir, name, *split, dtype)
-    write_meta(out_dir, meta)
+    staging = tempfile.mkdtemp(prefix=".prepare-", dir=out_dir)  # a stop halfway leaves nothing behind
+    try:
+        for name, split in splits.items():
+            if spec.task == "lm":  # the ids, one after another
+                write_bin(os.path.join(staging, f"{name}.bin"), np.asarray(split, dtype))
+            elif spec.task == "seq2seq":  # (sources, targets)
+                write_seqs(staging, f"{name}_src", split[0], dtype)
+                write_seqs(staging, f"{name}_tgt", split[1], dtype)
+            else:  # classification and mlm: (sequences, labels)
+                write_split(staging, name, *split, dtype)
+        for f in os.listdir(staging):
+            os.replace(os.path.join(staging, f), os.path.join(out_dir, f))
+        write_meta(out_dir, meta)  # last: a folder with a meta.json is whole
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created and not os.listdir(out_dir):
+            os.rmdir(out_dir)
     return meta
 
 
 def load_dataset(cfg):
-    """The Dataset a run config names (keys dataset, data_dir, protocol, vocab, tokenizer, subset, max_len),
-    prepared first if its folder is missing (from $DATA_MIRROR when set, else downloaded). A data_dir
-    given explicitly is read as it was prepared."""
+    """The Dataset a run config names (keys dataset, data_dir, protocol, vocab, tokenizer, subset,
+    max_len), prepared first if its folder is missing (from $DATA_MIRROR when set, else downloaded).
+    A data_dir given explicitly is read as it was prepared."""
     name = cfg["dataset"]
     tokenizer = resolve_tokenizer(name, cfg.get("tokenizer", ""))
     subset = cfg.get("subset", "")
     check_subset(name, subset)
-    folder = cfg.get("data_dir") or dataset_dir(name, cfg.get("protocol"), cfg.get("vocab"), tokenizer, subset,
-                                                cfg.get("max_len"))
+    folder = cfg.get("data_dir") or dataset_dir(name, cfg.get("protocol"), cfg.get("vocab"), tokenizer,
+                                                subset, cfg.get("max_len"))
     if not os.path.isfile(os.path.join(folder, "meta.json")):
         check_out_folder(folder, "data_dir")
         if name not in DATASETS:
             raise DataError(f"no prepared data in {folder} and no preparer for dataset {name!r} "
                             f"(known: {', '.join(sorted(DATASETS))})")
         print(f"{folder} not found: preparing {name}")
-        length = {"max_len": cfg["max_len"]} if cfg.get("max_len") else {}  # else the preparer's default
+        length = {"max_len": cfg["max_len"]} if cfg.get("max_len") else {}  # else the builder's
         prepare(name, protocol=cfg.get("protocol"), vocab=cfg.get("vocab"), tokenizer=tokenizer,
                 subset=subset, mirror=os.environ.get("DATA_MIRROR"), out_dir=folder, **length)
     dataset = Dataset(folder)
-    if not cfg.get("data_dir") and cfg.get("max_len") and dataset.meta.get("max_len", cfg["max_len"]) != cfg["max_len"]:
+    asked = cfg.get("max_len")
+    if not cfg.get("data_dir") and asked and dataset.meta.get("max_len", asked) != asked:
         raise DataError(f"{folder} was prepared with max_len {dataset.meta['max_len']}, the run asks for "
-                        f"{cfg['max_len']}; delete the folder (it is rebuilt) or set data_dir to another")
+                        f"{asked}; delete the folder (it is rebuilt) or set data_dir to another")
     if name in DATASETS and dataset.task != DATASETS[name].task:
-        raise DataError(f"{folder} holds a {dataset.task} dataset, but {name!r} is a {DATASETS[name].task} dataset; "
+        raise DataError(f"{folder} holds a {dataset.task} dataset, but {name!r} is a "
+                        f"{DATASETS[name].task} dataset; "
                         f"check data_dir")
     return dataset
 
@@ -449,20 +421,21 @@ def load_dataset(cfg):
 
 
 def to_device(t, device):
-    """A CPU tensor on `device`. To a GPU through pinned (page-locked) memory with a non-blocking copy: the
-    host goes on building the next batch while this one travels, and a copy from pinned memory is one DMA
-    with no staging. (The pinned buffer stays reserved until the copy is done: torch's pinned-memory
-    allocator records the copy's stream.)"""
+    """A CPU tensor on `device`. To a GPU through pinned (page-locked) memory with a non-blocking
+    copy: the host goes on building the next batch while this one travels, and a copy from pinned
+    memory is one DMA with no staging. (The pinned buffer stays reserved until the copy is done:
+    torch's pinned-memory allocator records the copy's stream.)"""
     if str(device).startswith("cuda"):
         return t.pin_memory().to(device, non_blocking=True)
     return t.to(device)
 
 
 def mask_if_padded(mask):
-    """A batch's key mask (a CPU tensor, so asking costs no GPU sync), or None when the batch has no padding.
-    A model given None attends without a mask, and on a GPU SDPA may then take its flash kernel, which takes
-    no mask (a masked batch gets the memory-efficient one). With length bucketing 39-46 % of SST-2's training
-    batches have one length (64 or 256 a batch), and padding is 6-10 % of the tokens."""
+    """A batch's key mask (a CPU tensor, so asking costs no GPU sync), or None when the batch has no
+    padding. A model given None attends without a mask, and on a GPU SDPA may then take its flash
+    kernel, which takes no mask (a masked batch gets the memory-efficient one). With length
+    bucketing 39-46 % of SST-2's training batches have one length (64 or 256 a batch), and padding
+    is 6-10 % of the tokens."""
     return None if bool(mask.all()) else mask
 
 
@@ -494,14 +467,15 @@ def collate(items, device):
 
 
 def epoch_batches(split, batch_size, seed, epoch, bucket=True):
-    """The index batches of one epoch, a pure function of (seed, epoch). With bucket=True each window of
-    50 batches is sorted by length before cutting (a batch holds similar lengths), then batches shuffle."""
+    """The index batches of one epoch, a pure function of (seed, epoch). With bucket=True each
+    window of 50 batches is sorted by length before cutting (a batch holds similar lengths), then
+    batches shuffle."""
     rng = np.random.default_rng([seed, epoch])
     order = rng.permutation(len(split))
     if bucket:
         window = 50 * batch_size
-        order = np.concatenate([w[np.argsort(split.lengths[w], kind="stable")]
-                                for w in np.array_split(order, max(1, math.ceil(len(order) / window)))])
+        windows = np.array_split(order, max(1, math.ceil(len(order) / window)))
+        order = np.concatenate([w[np.argsort(split.lengths[w], kind="stable")] for w in windows])
     batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
     return [batches[i] for i in rng.permutation(len(batches))] if bucket else batches
 
@@ -511,7 +485,7 @@ class ClassificationStream:
     optimizer step (the last step of an epoch may have fewer). A subclass with other batches
     (Seq2SeqStream, MLMStream) changes only `micro_batch`."""
 
-    fixed_shape = False  # batches are padded to their bucket's longest sequence: their length changes
+    fixed_shape = False  # batches padded to their bucket's longest sequence: their length changes
 
     def __init__(self, split, batch_size, grad_accum, seed, bucket=True):
         self.split, self.batch_size, self.grad_accum = split, batch_size, grad_accum
@@ -520,29 +494,31 @@ class ClassificationStream:
         self._plan = (None, None)  # (epoch, its steps): one epoch's plan, made once
 
     def step(self, epoch, i, device, rank=0, world=1):
-        """Step i's micro-batches, or process `rank`'s share of them (the last step of an epoch may hold
-        fewer than `world`, leaving a process none)."""
+        """Step i's micro-batches, or process `rank`'s share of them (the last step of an epoch may
+        hold fewer than `world`, leaving a process none)."""
         if self._plan[0] != epoch:
             batches = epoch_batches(self.split, self.batch_size, self.seed, epoch, self.bucket)
-            self._plan = (epoch, [batches[j:j + self.grad_accum] for j in range(0, len(batches), self.grad_accum)])
+            steps = range(0, len(batches), self.grad_accum)
+            self._plan = (epoch, [batches[j:j + self.grad_accum] for j in steps])
         return [self.micro_batch([self.split[j] for j in b], device, (epoch, i, m))
                 for m, b in shard(list(enumerate(self._plan[1][i])), rank, world)]
 
     def micro_batch(self, items, device, where):
-        """(model inputs, examples, tokens) for the split's items [(ids, label), ...]; `where` is the
-        micro-batch's place, (epoch, step, index in the step), for a subclass that draws at random."""
+        """(model inputs, examples, tokens) for the split's items [(ids, label), ...]; `where` is
+        the micro-batch's place, (epoch, step, index in the step), for a subclass that draws at
+        random."""
         idx, mask, labels = collate(items, "cpu")
         inputs = {"idx": idx, "key_mask": mask_if_padded(mask), "targets": labels}
         return on_device(inputs, device), len(items), int(mask.sum())
 
 
 def seq2seq_collate(pairs, layout, device):
-    """[(source ids, target ids), ...] -> a seq2seq model's inputs as keyword arguments (see model.py's
-    seq2seq section). Source = word [EOS]; target input = [SOS] translation; target output =
-    translation [EOS], -100 (not scored) on padding. layout 'pair': src (B, S), src_mask (B, S),
-    idx (B, T), targets (B, T), padded on the right; 'joined': idx = source + target input and
-    targets = -100 under the source, then target output, (B, S + T), padded on the right, and src_len (B,),
-    each source's length (a bidirectional Mamba reads the source backwards)."""
+    """[(source ids, target ids), ...] -> a seq2seq model's inputs as keyword arguments. Source = word
+    [EOS]; target input = [SOS] translation; target output = translation [EOS], -100 (not scored) on
+    padding. layout 'pair': src (B, S), src_mask (B, S), idx (B, T), targets (B, T), padded on the
+    right; 'joined': idx = source + target input and targets = -100 under the source, then target
+    output, (B, S + T), padded on the right, and src_len (B,), each source's length (a bidirectional
+    Mamba reads the source backwards)."""
     if layout == "pair":
         rows = [(list(s) + [EOS], [SOS] + list(t), list(t) + [EOS]) for s, t in pairs]
         src = pad_rows([r[0] for r in rows], PAD)
@@ -578,13 +554,12 @@ MLM_RATE = 0.15  # the share of word tokens a masked-language model predicts (De
 
 
 def mlm_mask(idx, vocab_size, rng, rate=MLM_RATE):
-    """BERT's corruption for masked-language modelling (Devlin et al. 2019, sec. 3.1 and appendix A.1) of
-    token ids idx (B, T), an int64 array: in each row, round(rate * n) of its n word tokens (at least one)
-    are chosen at random to be predicted; [PAD], [CLS] and [UNK] never are (an [UNK] has no word to
-    recover). Of the chosen, 80 % become MASK, 10 % a random word id, 10 % stay as they are, so the model
-    cannot tell from the input which positions are scored and must model every word. Returns (inputs,
-    targets): targets hold the original id where chosen and -100 elsewhere. Every random number comes
-    from rng: the mask is a pure function of its seed."""
+    """BERT's corruption for masked-language modelling (Devlin et al. 2019, sec. 3.1 and appendix A.1)
+    of token ids idx (B, T), an int64 array: in each row, round(rate * n) of its n word tokens (at least
+    one) are chosen at random to be predicted; [PAD], [CLS] and [UNK] (no word to recover) never are. Of
+    the chosen, 80 % become MASK, 10 % a random word id, 10 % stay, so the model cannot tell which
+    positions are scored and must model every word. Returns (inputs, targets): targets hold the original
+    id where chosen, -100 elsewhere. Every random number comes from rng, seeded."""
     words = idx >= N_SPECIAL  # (B, T)
     n = words.sum(1)
     k = np.minimum(n, np.maximum(1, np.rint(rate * n))).astype(np.int64)  # (B,) targets per row
@@ -598,10 +573,9 @@ def mlm_mask(idx, vocab_size, rng, rate=MLM_RATE):
 
 class MLMStream(ClassificationStream):
     """Shuffled epochs over an unlabelled split, batched by length as ClassificationStream does, each
-    micro-batch masked by `mlm_mask` with a generator seeded by (seed, epoch, step, micro-batch), so a
-    resumed run sees exactly the masks it would have seen. A micro-batch's count of examples is its count
-    of masked tokens: the loss is a mean per masked token, so the gradient of a step is the mean over all
-    its masked tokens, however they are cut into micro-batches."""
+    micro-batch masked by `mlm_mask` seeded by (seed, epoch, step, micro-batch): a resumed run sees the
+    masks it would have seen. A micro-batch counts its masked tokens as its examples: the loss is a mean
+    per masked token, so a step's gradient is the mean over all of them, however they are cut."""
 
     def __init__(self, split, vocab_size, batch_size, grad_accum, seed, bucket=True):
         super().__init__(split, batch_size, grad_accum, seed, bucket)
@@ -665,10 +639,10 @@ class LMStream:
 
 
 def training_stream(dataset, model_cfg, cfg):
-    """The batches a run trains on, as its dataset's task cuts them: shuffled epochs of labelled examples
-    (classification), of them with masked words (mlm: the masks draw random ids, so the stream knows the
-    vocabulary), of (source, target) pairs in the model family's layout (seq2seq, with hyphen_compounds'
-    extra training words), or random windows of block_size tokens (lm)."""
+    """The batches a run trains on, as its dataset's task cuts them: shuffled epochs of labelled
+    examples (classification), of them with masked words (mlm: the masks draw random ids, so the
+    stream knows the vocabulary), of (source, target) pairs in the model family's layout (seq2seq,
+    with hyphen_compounds' extra training words), or random windows of block_size tokens (lm)."""
     train, task = dataset.splits["train"], dataset.task
     b, accum, seed = cfg["batch_size"], cfg["grad_accum"], cfg["seed"]
     if task == "lm":
@@ -676,16 +650,9 @@ def training_stream(dataset, model_cfg, cfg):
     if task == "mlm":
         return MLMStream(train, model_cfg.vocab_size, b, accum, seed, cfg["bucket"])
     if task == "seq2seq":
-        if cfg["hyphen_compounds"]:  # no held-out word may be made and taught: every other split's words excluded
-            if getattr(train, "vocab", None) is None:
-                raise ConfigError(f"hyphen_compounds joins words: {cfg['dataset']}'s pairs have no character "
-                                  f"vocabulary")
-            codec = CharCodec(train.vocab)
-            held_out = [codec.decode(split[i][0]) for name, split in dataset.splits.items() if name != "train"
-                        for i in range(len(split))]
-            train = hyphen_compounds(train, cfg["hyphen_compounds"], seed, model_cfg.block_size, held_out)
-            print(f"hyphen_compounds: {len(train) - len(dataset.splits['train']):,} compounds of training words "
-                  f"added to its {len(dataset.splits['train']):,} words")
+        if cfg["hyphen_compounds"]:  # compounds of its words added (seq2seq_with_compounds)
+            share = cfg["hyphen_compounds"]
+            train = seq2seq_with_compounds(dataset, share, seed, model_cfg.block_size)
         return Seq2SeqStream(train, model_cfg.seq2seq_layout, b, accum, seed, cfg["bucket"])
     return ClassificationStream(train, b, accum, seed, cfg["bucket"])
 
@@ -723,6 +690,9 @@ def main(argv=None):
                 subset=a.subset, mirror=a.mirror, out_dir=a.out_dir, seed=a.seed)
     except UserError as e:  # bad input: one line; a bug keeps its traceback
         sys.exit(f"error: {e}")
+    except KeyboardInterrupt:  # what was being written is removed (prepare's staging folder)
+        print("interrupted: the dataset was not prepared, and nothing of it was written", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ from evaluation.table import print_table
 from export import read_llama2c
 from hardware import devices
 from model import LlamaConfig, raw_model
-from tokenizer import LlamaTextEncoder, TextEncoder
+from tokenizer import CharCodec, LlamaTextEncoder, TextEncoder
 
 # -----------------------------------------------------------------------------
 # metrics: what each evaluator reports, how tables name it, and which way is better
@@ -572,7 +572,7 @@ def sample_text(model, ckpt, prompt, args, device):
                                         mode=mode)[0]
         text, n_prompt = tok.decode, len(ids)
     else:
-        codec = data.CharCodec(ckpt["data"]["vocab"])
+        codec = CharCodec(ckpt["data"]["vocab"])
         try:
             ids = codec.encode("\n" if prompt is None else prompt)
         except ValueError as e:  # a character the model never saw
@@ -681,7 +681,7 @@ def error_analysis(words, truths, predictions):
 def translation_speed(model, split, device, ctx, repeats=3, n=64):
     """(latency: median ms to translate one word at batch 1, greedily, over the first n words of the
     split; throughput: words/s translating the whole split in batches of 256, the median of repeats)."""
-    sub = data.PairList([split[j] for j in range(min(n, len(split)))])
+    sub = piglatin.PairList([split[j] for j in range(min(n, len(split)))])
     translate_split(model, sub, device, ctx, batch_size=1)  # warm-up
     lat = [timed(lambda: translate_split(model, sub, device, ctx, batch_size=1), device) / len(sub)
            for _ in range(repeats)]
@@ -699,7 +699,7 @@ def seq2seq_report(model, ckpt, path, args, device, ctx):
     FLOPs, translation speed on the first, and with --plots DIR its pictures. The first split's figures
     are also the report's own (word_accuracy, by_rule, ...); every split's, with its words, predictions
     and errors, are in `splits`."""
-    codec = data.CharCodec(ckpt["data"]["vocab"])
+    codec = CharCodec(ckpt["data"]["vocab"])
     if args.file:
         splits = {os.path.basename(args.file): read_word_list(args.file, codec, raw_model(model).cfg.block_size)}
     else:
@@ -749,7 +749,7 @@ def attention_weights(model, codec, words, device):
         return []
     out = []
     for word in words:
-        (ids,) = translate_split(m, data.PairList([(codec.encode(word), [])]), device, nullcontext())
+        (ids,) = translate_split(m, piglatin.PairList([(codec.encode(word), [])]), device, nullcontext())
         src = torch.tensor([[*codec.encode(word), data.EOS]], device=device)
         idx = torch.tensor([[data.SOS, *ids]], device=device)  # the decoder's input as it translated
         out.append((word, codec.decode(ids), m(src, idx, need_weights=True)[2]))
@@ -801,9 +801,9 @@ REPORTS = {"classification": classification_report, "lm": lm_report, "generate":
 def translate_text(model, ckpt, path, text, device, ctx):
     """--text for a seq2seq model: each word of the text (seq2seq_words) translated greedily, printed
     beside the rules' answer (piglatin.pig_latin)."""
-    codec = data.CharCodec(ckpt["data"]["vocab"])
+    codec = CharCodec(ckpt["data"]["vocab"])
     words = seq2seq_words(text, "--text")
-    out = [codec.decode(ids) for ids in translate_split(model, data.PairList([(codec.encode(w), []) for w in words]),
+    out = [codec.decode(ids) for ids in translate_split(model, piglatin.PairList([(codec.encode(w), []) for w in words]),
                                                         device, ctx)]
     print(f"{path}: {' '.join(out)}  (the rules: {' '.join(map(piglatin.pig_latin, words))})")
 

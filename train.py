@@ -76,8 +76,8 @@ data_dir = ""  # '' = data/<dataset>_<protocol>_<vocab> (or data/<dataset>), pre
 bucket = True  # classification: batch sentences of similar length together (less padding);
 # batches stay shuffled
 hyphen_compounds = 0.0  # seq2seq (Pig Latin): add this share of the training set as hyphenated
-# compounds of its own words (data.hyphen_compounds: seeded, fixed for the run; held-out words
-# never made); 0 = off
+# compounds of its own words (corpora.piglatin.hyphen_compounds: seeded, fixed for the run;
+# held-out words never made); 0 = off
 eval_windows = 0  # language modelling: validation windows per evaluation; 0 = the whole split
 # (fixed, the same for every run; see data.lm_eval_starts)
 

@@ -106,11 +106,8 @@ class RunFiles:
     def write_summary(self, summary):
         """summary.json: a finished run's, or an interrupted one's (stopped 'interrupted', no test figures), which
         says how far it came; --init_from=resume continues it and writes its own."""
-        if self.writer:  # atomically: a temporary file, then renamed (a reader never sees half of it)
-            tmp = f"{self.paths['summary']}.tmp{os.getpid()}"
-            with open(tmp, "w") as f:
-                json.dump(timing.finite(summary), f, indent=1, allow_nan=False)
-            os.replace(tmp, self.paths["summary"])
+        if self.writer:
+            timing.write_json(self.paths["summary"], summary, indent=1)
 
     def save(self, which, model, **contents):
         if self.writer:

@@ -9,6 +9,7 @@ The one timing helper of the project, and the conditions every number is printed
                                           versions, the threads (train.py's run logs, study.py's timing pass,
                                           the benchmarks)
     finite(x)                             numbers as strict JSON stores them: a float that is not finite is None
+    write_json(path, obj, indent)         a JSON file written atomically, in strict JSON (data.py, study.py, ...)
     peak_flops(device, dtype_name)        a GPU's datasheet peak, the denominator of MFU
     Meter                                 train.py's progress lines: tokens/s, MFU and the time left
 
@@ -18,6 +19,7 @@ checkpoint with these, bench/speed.py our models against their peers, and train.
 Meter. This module imports nothing of ours: every other file may use it.
 """
 
+import json
 import math
 import os
 import platform
@@ -81,12 +83,21 @@ def conditions(device, dtype):
 def finite(x):
     """x with every float that is not finite made None, in dicts, lists and tuples: strict JSON has no Infinity or
     NaN (the best validation loss of a run that never evaluated is inf), which Python's json writes unless told not
-    to, into a file that only Python then reads. data.write_json and a run's log.jsonl store numbers through it."""
+    to, into a file that only Python then reads. write_json and a run's log.jsonl store numbers through it."""
     if isinstance(x, float) and not math.isfinite(x):
         return None
     if isinstance(x, dict):
         return {k: finite(v) for k, v in x.items()}
     return [finite(v) for v in x] if isinstance(x, (list, tuple)) else x
+
+
+def write_json(path, obj, indent=None):
+    """Write a JSON file atomically (temporary file, then rename): readers never see half a file. Strict JSON: a
+    float that is not finite is written null (finite)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(finite(obj), f, indent=indent, allow_nan=False)
+    os.replace(tmp, path)
 
 
 def peak_flops(device, dtype_name):

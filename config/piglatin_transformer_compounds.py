@@ -1,5 +1,5 @@
 # Pig Latin transformer trained with hyphenated compounds of its own training words added (train.py's
-# hyphen_compounds, data.hyphen_compounds): two or three plain training words joined by hyphens, source to
+# hyphen_compounds, corpora/piglatin.py's hyphen_compounds): two or three plain training words joined by hyphens, source to
 # source and translation to translation. The novel's 138 hyphenated training words are too few for the model
 # to learn that a compound is translated part by part (the base setting: 0.44 on hyphenated test words); the
 # compounds teach it from data, with no rule in the decoding. Everything else is the base setting's, at the

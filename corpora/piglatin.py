@@ -18,8 +18,9 @@ Read top to bottom: the characters and the rules (pig_latin_pieces, pig_latin, p
 words and a split's words read back (novel_words, source_words) -> the pieces of hyphenated words (word_pieces)
 -> the unseen words and the novel's split (unseen_words, split_novel) -> held-out compounds by whether their
 parts were taught (hyphen_parts, hyphen_part_groups; mark_taught tells a dataset's held-out splits
-what was) -> compounds of training words to teach hyphens by (compounds_of: data.py's hyphen_compounds
-adds them to a run's training split) -> the dataset's pairs (build_piglatin).
+what was) -> compounds of training words to teach hyphens by (compounds_of), added to a run's training
+split (PairList, an in-memory seq2seq split; hyphen_compounds; seq2seq_with_compounds, which data.py's
+training_stream calls) -> the dataset's pairs (build_piglatin).
 """
 
 import re
@@ -28,6 +29,7 @@ import numpy as np
 
 from corpora.imdb import read_imdb
 from corpora.sources import SOURCES, archive_file, fetch
+from configurator import ConfigError
 from tokenizer import PAD, CharCodec, DataError
 
 PIG_LATIN_VOCAB = ["[PAD]", "[SOS]", "[EOS]", "-", *"abcdefghijklmnopqrstuvwxyz"]  # ids 0, 1, 2, then characters
@@ -195,6 +197,47 @@ def compounds_of(pairs, share, seed, block_size, exclude=()):
         taken.add(word)
         made.append((word, translation))
     return made
+
+
+class PairList:
+    """An in-memory seq2seq split with PairSplit's interface: (source ids, target ids) pairs, and the
+    characters they index (vocab) if known."""
+
+    def __init__(self, pairs, vocab=None):
+        self.pairs = [(np.asarray(s, dtype=np.int64), np.asarray(t, dtype=np.int64)) for s, t in pairs]
+        self.lengths = np.array([len(s) for s, _ in self.pairs], dtype=np.int64)
+        self.vocab = vocab
+
+    def __len__(self):
+        return len(self.pairs)
+
+    def __getitem__(self, i):
+        return self.pairs[i]
+
+
+def hyphen_compounds(train, share, seed, block_size, exclude=()):
+    """A Pig Latin training split with hyphenated compounds of its own words added
+    (piglatin.compounds_of: seeded, none a training word or holding a word of `exclude`): a PairList of
+    train's pairs, then the compounds."""
+    if getattr(train, "vocab", None) is None:
+        raise ConfigError("hyphen_compounds joins words: this dataset's pairs have no character vocabulary")
+    codec = CharCodec(train.vocab)
+    pairs = [(codec.decode(s), codec.decode(t)) for s, t in (train[i] for i in range(len(train)))]
+    made = compounds_of(pairs, share, seed, block_size, exclude)
+    return PairList([(codec.encode(w), codec.encode(t)) for w, t in pairs + made], train.vocab)
+
+
+def seq2seq_with_compounds(dataset, share, seed, block_size):
+    """The training split with hyphen_compounds' compounds of its words added, none made of a
+    held-out word: every other split's words are excluded."""
+    train = dataset.splits["train"]
+    codec = CharCodec(train.vocab) if getattr(train, "vocab", None) else None
+    held_out = [codec.decode(split[i][0]) for name, split in dataset.splits.items()
+                if name != "train" for i in range(len(split))] if codec else []
+    out = hyphen_compounds(train, share, seed, block_size, held_out)
+    print(f"hyphen_compounds: {len(out) - len(train):,} compounds of training words added to its "
+          f"{len(train):,} words")
+    return out
 
 
 def build_piglatin(mirror=None, out_dir=None, seed=1337, n_unseen=UNSEEN_WORDS, verbose=True,

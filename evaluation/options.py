@@ -334,7 +334,7 @@ def read_word_list(path, codec, block_size):
         raise data.DataError(f"{path}: cannot be read ({e.strerror or e})") from None
     if not pairs:
         raise data.DataError(f"{path} holds no words")
-    return data.PairList(pairs, codec.itos)
+    return piglatin.PairList(pairs, codec.itos)
 
 
 def untrained(path, split, device):

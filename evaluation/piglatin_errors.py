@@ -42,6 +42,7 @@ import data
 from cli.help import HelpFormatter
 from corpora import piglatin
 from evaluation.ranges import AT_LEAST_0, check_new_file, check_ranges
+from tokenizer import CharCodec
 
 # -----------------------------------------------------------------------------
 # the grouping evaluate.py scores a checkpoint's words with (evaluate_seq2seq, error_analysis), and this command too
@@ -98,7 +99,7 @@ class Words:
     (word_group) and `split` itself."""
 
     def __init__(self, split):
-        codec = data.CharCodec(piglatin.PIG_LATIN_VOCAB)
+        codec = CharCodec(piglatin.PIG_LATIN_VOCAB)
         self.split = split
         self.words = piglatin.source_words(split)
         self.truths = [codec.decode(split[j][1]) for j in range(len(split))]
@@ -162,7 +163,7 @@ def read_study(records, configs, words):
     """{config: {seed: {split: [translations as text]}}} for the configs' run records, each recorded figure checked
     (recorded_mismatches); a DataError names the first that does not come back, or seeds that differ between
     configs (every count pairs the same seeds). Returns (the translations, the number of figures checked)."""
-    codec = data.CharCodec(piglatin.PIG_LATIN_VOCAB)
+    codec = CharCodec(piglatin.PIG_LATIN_VOCAB)
     out, checked, seeds = {}, 0, None
     for config in configs:
         runs = read_runs(records, config)

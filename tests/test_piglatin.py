@@ -699,9 +699,9 @@ def test_train_and_evaluate_seq2seq(pig_data, tmp_path, family, capsys):
 def test_hyphen_compounds_are_made_of_training_words_and_teach_no_held_out_word():
     words = ["brown", "is", "quite", "mr", "yellow", "self", "conceit", "ill-bred"]
     codec = tokenizer.CharCodec(piglatin.PIG_LATIN_VOCAB)
-    train_split = data.PairList([(codec.encode(w), codec.encode(piglatin.pig_latin(w))) for w in words],
+    train_split = piglatin.PairList([(codec.encode(w), codec.encode(piglatin.pig_latin(w))) for w in words],
                                 piglatin.PIG_LATIN_VOCAB)
-    made = data.hyphen_compounds(train_split, 2.0, seed=3, block_size=30, exclude=["self-conceit", "is-mr"])
+    made = piglatin.hyphen_compounds(train_split, 2.0, seed=3, block_size=30, exclude=["self-conceit", "is-mr"])
     pairs = [(codec.decode(s), codec.decode(t)) for s, t in (made[i] for i in range(len(made)))]
     assert pairs[:len(words)] == [(w, piglatin.pig_latin(w)) for w in words]  # the training words first, unchanged
     compounds = pairs[len(words):]
@@ -713,12 +713,12 @@ def test_hyphen_compounds_are_made_of_training_words_and_teach_no_held_out_word(
         assert translation == "-".join(plain[p] for p in parts) == piglatin.pig_latin(word)
         assert not piglatin.word_pieces(word) & {"self-conceit", "is-mr"} and len(word) + len(translation) + 2 <= 30
     assert list(made.lengths) == [len(w) for w, _ in pairs]
-    again = data.hyphen_compounds(train_split, 2.0, seed=3, block_size=30, exclude=["self-conceit", "is-mr"])
+    again = piglatin.hyphen_compounds(train_split, 2.0, seed=3, block_size=30, exclude=["self-conceit", "is-mr"])
     assert [again[i][0].tolist() for i in range(len(again))] == [made[i][0].tolist() for i in range(len(made))]
-    other = data.hyphen_compounds(train_split, 2.0, seed=4, block_size=30)
+    other = piglatin.hyphen_compounds(train_split, 2.0, seed=4, block_size=30)
     assert [other[i][0].tolist() for i in range(len(other))] != [made[i][0].tolist() for i in range(len(made))]
     with pytest.raises(data.DataError, match="fit block_size 12"):
-        data.hyphen_compounds(train_split, 2.0, seed=3, block_size=12)
+        piglatin.hyphen_compounds(train_split, 2.0, seed=3, block_size=12)
 
 
 def test_the_run_keeps_held_out_words_out_of_its_compounds():
@@ -730,7 +730,7 @@ def test_the_run_keeps_held_out_words_out_of_its_compounds():
     pairs = [f"{a}-{b}" for a in plain for b in plain if a < b]  # 15 compounds of training words
     held_out = {"val": pairs[0::3], "test": pairs[1::3], "unseen": pairs[2::3]}
     codec = tokenizer.CharCodec(piglatin.PIG_LATIN_VOCAB)
-    split = lambda words: data.PairList([(codec.encode(w), codec.encode(piglatin.pig_latin(w))) for w in words],  # noqa
+    split = lambda words: piglatin.PairList([(codec.encode(w), codec.encode(piglatin.pig_latin(w))) for w in words],  # noqa
                                         piglatin.PIG_LATIN_VOCAB)
     dataset = SimpleNamespace(task="seq2seq", splits={"train": split(plain), **{k: split(v) for k, v in held_out.items()}})
     cfg = {**train.make_config(["--model=encdec"]), "dataset": "fake", "hyphen_compounds": 3.0, "seed": 1,
@@ -742,7 +742,7 @@ def test_the_run_keeps_held_out_words_out_of_its_compounds():
         return words, piglatin.pieces_of(words)
 
     # the fixture can catch a leak: without the exclusions, the same compounds teach words of every held-out split
-    unguarded = taught(data.hyphen_compounds(dataset.splits["train"], 3.0, cfg["seed"], model_cfg.block_size))[1]
+    unguarded = taught(piglatin.hyphen_compounds(dataset.splits["train"], 3.0, cfg["seed"], model_cfg.block_size))[1]
     assert all(set(words) & unguarded for words in held_out.values())
     words, inside = taught(data.training_stream(dataset, model_cfg, cfg).split)
     assert len(words) == len(plain) + 18 and words[:len(plain)] == plain
@@ -886,7 +886,7 @@ def test_seq2seq_figures_of_a_model_that_gets_some_words_right():
     several lengths: translate_split groups them by length and must put each answer back in its place)."""
     words = ["brown", "is", "a-b", "mr", "strengthening", "my", "equal", "quite", "pleasure-grounds", "yellow"]
     codec = RuleModel.codec
-    split = data.PairList([(codec.encode(w), codec.encode(piglatin.pig_latin(w))) for w in words],
+    split = piglatin.PairList([(codec.encode(w), codec.encode(piglatin.pig_latin(w))) for w in words],
                           piglatin.PIG_LATIN_VOCAB)
     got = evaluate.evaluate_seq2seq(RuleModel(), split, "cpu", nullcontext(), batch_size=3)
     assert got["word_accuracy"] == 3 / 10 and got["n"] == 10  # is, mr, my
@@ -919,7 +919,7 @@ def test_hyphenated_words_grouped_by_whether_their_parts_were_taught():
     assert [piglatin.hyphen_parts(w, taught) for w in words] == [
         "known parts", "known parts", "new parts", "new parts", "new parts", None, None]
     codec = RuleModel.codec
-    split = data.PairList([(codec.encode(w), codec.encode(piglatin.pig_latin(w))) for w in words],
+    split = piglatin.PairList([(codec.encode(w), codec.encode(piglatin.pig_latin(w))) for w in words],
                           piglatin.PIG_LATIN_VOCAB)
     groups = lambda got: {k: v for k, v in got.items() if k.startswith("word_accuracy_hyphenated_")}  # noqa: E731
     assert groups(evaluate.evaluate_seq2seq(ShortFirstPartModel(), split, "cpu", nullcontext())) == {}  # untold

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import data
+from tokenizer import CharCodec
 from corpora import piglatin
 from evaluation import piglatin_errors as E
 
@@ -68,7 +69,7 @@ def study(tmp_path):
     """(records folder, data folder) of the hand-made study."""
     folder = tmp_path / "piglatin"
     folder.mkdir()
-    codec = data.CharCodec(piglatin.PIG_LATIN_VOCAB)
+    codec = CharCodec(piglatin.PIG_LATIN_VOCAB)
     for name, words in (("train", TRAIN), ("val", ["yellow"]), ("test", TEST), ("unseen", UNSEEN)):
         data.write_seqs(str(folder), f"{name}_src", [codec.encode(w) for w in words], np.uint16)
         data.write_seqs(str(folder), f"{name}_tgt", [codec.encode(piglatin.pig_latin(w)) for w in words], np.uint16)
