@@ -67,10 +67,22 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.gpu_sections import (DDP_LOSS_TOLERANCE, ROOT, SIZES, SST2_FOLDER, SST2_PROTOCOL, Run, one_line,
-                                 section_ddp, section_decode, section_kernels, section_mfu, section_scan, section_sst2,
-                                 section_train)
-
+from bench.gpu_sections import (
+    DDP_LOSS_TOLERANCE,
+    ROOT,
+    SIZES,
+    SST2_FOLDER,
+    SST2_PROTOCOL,
+    Run,
+    one_line,
+    section_ddp,
+    section_decode,
+    section_kernels,
+    section_mfu,
+    section_scan,
+    section_sst2,
+    section_train,
+)
 
 # -----------------------------------------------------------------------------
 # the sections, and the check that runs them
