@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import types
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -111,12 +112,11 @@ def _blelloch(a, b):
 
 
 def scan_parallel(a, b, h0=None):
-    """Blelloch's work-efficient parallel scan (Blelloch 1990, "Prefix sums and their applications",
-    first-order linear recurrences) for eq. 2a of Mamba, by `_blelloch`. Same arguments and result as
-    `scan_sequential`; functional, so autograd differentiates it (at T=1 without h0, a is not used at all,
-    so its gradient is None rather than zeros).
-    A custom backward (`_ReverseScanGrad`, as scan_logspace uses) would save memory but measured only
-    1.1x-1.5x faster forward+backward on one CPU core, so autograd's plain version stays."""
+    """Blelloch's work-efficient parallel scan (Blelloch 1990, "Prefix sums and their applications", first-order linear
+    recurrences) for eq. 2a of Mamba, by `_blelloch`. Same arguments and result as `scan_sequential`; functional, so
+    autograd differentiates it (at T=1 without h0, a is not used at all, so its gradient is None rather than zeros). A
+    custom backward (`_ReverseScanGrad`, as scan_logspace uses) would save memory but measured only 1.1x-1.5x faster
+    forward+backward on one CPU core, so autograd's plain version stays."""
     _check(a, b, h0)
     return _blelloch(a, _fold_h0(a, b, h0))
 
@@ -179,12 +179,11 @@ def scan_logspace(a, b, h0=None):
       c_s = b_s * sign(a*_s) (= b_s |a*_s| / a*_s) is split into its positive and negative parts,
       each summed by its own real logcumsumexp (P and N), and h_t = sign(a*_t) |a*_t| (P_t - N_t).
 
-    Zeros (b_s = 0, a_s = 0, and the absent half of each of c's parts): log 0 = -inf would give NaN
-    (exp(-inf + inf)), so |x| is clamped to eps = sqrt(smallest normal) before the log: 1.1e-19 in
-    float32, 1.5e-154 in float64 (the square root leaves room for products with eps to stay normal).
-    Each clamped entry adds eps * |a*_t / a*_s| to h_t, at most eps when |a| <= 1 (Mamba's case), far
-    below rounding; the source write-up's log 0 = -12 would add up to 6e-6 per entry. A zero a resets h,
-    up to eps * |h|.
+    Zeros (b_s = 0, a_s = 0, and the absent half of each of c's parts): log 0 = -inf would give NaN (exp(-inf + inf)),
+    so |x| is clamped to eps = sqrt(smallest normal) before the log: 1.1e-19 in float32, 1.5e-154 in float64 (the square
+    root leaves room for products with eps to stay normal). Each clamped entry adds eps * |a*_t / a*_s| to h_t, at most
+    eps when |a| <= 1 (Mamba's case), far below rounding; the source write-up's log 0 = -12 would add up to 6e-6 per
+    entry. A zero a resets h, up to eps * |h|.
 
     Gradient: by the reverse scan of `_ReverseScanGrad`, itself in log space, not by autograd through
     the logs. Autograd would reach a through log|a|, as dL/da = (dL/dlog|a|) / a, and dL/dlog|a| is a
@@ -192,12 +191,11 @@ def scan_logspace(a, b, h0=None):
     (float32, a uniform in (-1, 1), T=100: errors 13% of the largest dL/da). The reverse scan needs no
     division, and the clamps are never differentiated, so zeros give no NaN and their true gradient.
 
-    Precision: log|a*_t| grows like -t * mean(-log|a|), and h_t comes back as exp(log|a*_t| + log P_t),
-    two large numbers that almost cancel. Their rounding, about |log a*_t| * machine epsilon, becomes
-    h's relative error, so the error grows with length and with how fast a decays; and where P and N
-    are large and close, their difference loses digits too. `python -m bench.kernel_speed precision`
-    measures it. Computes in float32 for float32, float16 and bfloat16 inputs, float64 for float64; returns a's
-    dtype."""
+    Precision: log|a*_t| grows like -t * mean(-log|a|), and h_t comes back as exp(log|a*_t| + log P_t), two large
+    numbers that almost cancel. Their rounding, about |log a*_t| * machine epsilon, becomes h's relative error, so the
+    error grows with length and with how fast a decays; and where P and N are large and close, their difference loses
+    digits too. `python -m bench.kernel_speed precision` measures it. Computes in float32 for float32, float16 and
+    bfloat16 inputs, float64 for float64; returns a's dtype."""
     _check(a, b, h0)
     dtype = a.dtype
     work = torch.float64 if dtype == torch.float64 else torch.float32
@@ -380,8 +378,7 @@ MAX_NORM_WIDTH = 16384
 
 
 def _interpreting():
-    """True when Triton runs kernels in its interpreter (TRITON_INTERPRET=1). triton.knobs (Triton >=
-    3.4) reads the environment, as Triton does; older Tritons are asked through the variable itself."""
+    """True when Triton interprets (TRITON_INTERPRET=1): as triton.knobs says from Triton 3.4, the variable before."""
     if getattr(triton, "knobs", None) is not None:
         return bool(triton.knobs.runtime.interpret)
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
@@ -389,7 +386,7 @@ def _interpreting():
 
 def _triton_kernels():
     """Import Triton and jit every kernel, once; return them as a namespace. Raises RuntimeError, saying
-    how to install it, where Triton is missing."""
+    how to install it, where Triton is missing or older than 3.3."""
     global _TRITON, triton, tl
     if _TRITON is None:
         try:
@@ -399,23 +396,32 @@ def _triton_kernels():
             raise RuntimeError("kernels.py's Triton kernels need Triton: pip install triton (Linux only; torch's "
                                "CUDA wheels already bring it). model.py's own paths need nothing.") from e
         triton, tl = triton_module, tl_module
+        if tuple(map(int, triton.__version__.split(".")[:2])) < (3, 3):  # why: requirements-test.txt
+            raise RuntimeError(f"kernels.py needs Triton >= 3.3 (torch >= 2.7's), and this is {triton.__version__}")
         if _interpreting() and isinstance(tl.zeros, triton.runtime.JITFunction):
             # Triton's library was decorated for compiling: the variable came after triton's first import
             raise RuntimeError("TRITON_INTERPRET=1 was set after triton was first imported (torch.compile, for "
                                "one, imports it), so Triton's own functions are compiled ones and the interpreter "
                                "cannot run: set the variable before anything imports triton")
-        from types import SimpleNamespace
         # Helpers that kernels call are looked up by name in this module when a kernel compiles, and Triton
         # compiles calls to jitted functions only: so each helper's name is rebound to its jitted self.
-        for fn in _KERNEL_HELPERS:
-            globals()[fn.__name__] = triton.jit(fn)
-        _TRITON = SimpleNamespace(**{fn.__name__: triton.jit(fn) for fn in _KERNELS})
+        globals().update({fn.__name__: triton.jit(fn) for fn in _KERNEL_HELPERS})
+        jit = (lambda fn: triton.jit(_interpretable(fn))) if _interpreting() else triton.jit  # (helpers jitted first)
+        _TRITON = types.SimpleNamespace(**{fn.__name__: jit(fn) for fn in _KERNELS})
     return _TRITON
 
 
+def _interpretable(fn):
+    """Kernel fn for Triton's interpreter, which runs its body as Python: a loop bound it computes is a tensor of a
+    1-element array, which Triton <= 3.6 gives to int(), refused by NumPy >= 2.4 (triton-lang/triton#9171). So: a copy
+    of fn whose globals (this module's, helpers jitted) hold a `range` reading the element; the compiler sees none."""
+    def bounds_range(*bounds):
+        return range(*(b.handle.data.item() if isinstance(b, tl.tensor) else b for b in bounds))
+    return functools.update_wrapper(types.FunctionType(fn.__code__, dict(fn.__globals__, range=bounds_range)), fn)
+
+
 def triton_available():
-    """True if Triton imports and can run here: on a CUDA device, or in its interpreter (TRITON_INTERPRET=1)
-    on the CPU."""
+    """True if Triton imports and can run here: on a CUDA device, or in its interpreter (TRITON_INTERPRET=1)."""
     try:
         _triton_kernels()
     except RuntimeError:
@@ -656,12 +662,11 @@ def swiglu_triton(gate, value):
 #                 natively: exp(x) = exp2(x log2 e), so the scale folds log2 e into 1/sqrt(hs))
 #   delta         D_i = rowsum(dO_i * O_i) of Algorithm 2, per query row
 #
-# The mask: key j is allowed for query i if key_mask[b, j] (padding False) and, when causal, if
-# j <= Tk - Tq + i (query i sits at position Tk - Tq + i among the keys: the model's
-# `torch.ones(T, S).tril(S - T)`). A row with no allowed key gets output 0 and gradient 0, no NaN, though
-# the row is padding nobody reads; its L is +inf, so that exp2(s - L) is 0 in the backward even before the
-# mask zeroes it (L = -inf would compute infinities, then discard them).
-# There is no dropout: callers run it with dropout 0 (or in eval), or take another path.
+# The mask: key j is allowed for query i if key_mask[b, j] (padding False) and, when causal, if j <= Tk - Tq + i (query
+# i sits at position Tk - Tq + i among the keys: the model's `torch.ones(T, S).tril(S - T)`). A row with no allowed key
+# gets output 0 and gradient 0, no NaN, though the row is padding nobody reads; its L is +inf, so that exp2(s - L) is 0
+# in the backward even before the mask zeroes it (L = -inf would compute infinities, then discard them). There is no
+# dropout: callers run it with dropout 0 (or in eval), or take another path.
 
 def _attn_fwd(Q, K, V, OUT, LSE, KEY_MASK,
               sqb, sqh, sqt, sqd, skb, skh, skt, skd, svb, svh, svt, svd, sob, soh, sot, sod,
@@ -831,13 +836,12 @@ MAX_HEAD_SIZE = 128  # one (BLOCK, hs) tile of q, k and v each must fit a progra
 
 
 def _attn_config(hs_pad, interpreting):
-    """(BLOCK_M, BLOCK_N) for the forward, the same for the backward, and the launch options. On a GPU,
-    64-query, 64-key tiles, the usual size for FlashAttention-2 in Triton; for hs up to 128 the key tiles
-    halve and the warps double, so that float32 tiles still fit shared memory (with two pipeline stages,
-    not three) and registers. The backward holds more per program (k, v, dk, dv, and q, dO tiles), so
-    its query tiles are halved. Not tuned: no GPU was at hand when they were chosen. In the
-    interpreter, 16 (tl.dot's smallest): the tests' sequences of 7 and 37 then span several tiles and a
-    ragged last one, which is where online softmax and the masks can go wrong."""
+    """(BLOCK_M, BLOCK_N) for the forward, the same for the backward, and the launch options. On a GPU, 64-query, 64-key
+    tiles, the usual size for FlashAttention-2 in Triton; for hs up to 128 the key tiles halve and the warps double, so
+    that float32 tiles still fit shared memory (with two pipeline stages, not three) and registers. The backward holds
+    more per program (k, v, dk, dv, and q, dO tiles), so its query tiles are halved. Not tuned: no GPU was at hand when
+    they were chosen. In the interpreter, 16 (tl.dot's smallest): the tests' sequences of 7 and 37 then span several
+    tiles and a ragged last one, which is where online softmax and the masks can go wrong."""
     if interpreting:
         return (16, 16), (16, 16), {}
     if hs_pad <= 64:
@@ -932,13 +936,12 @@ def flash_attention_triton(q, k, v, key_mask=None, causal=False):
 
 # --- The selective scan of Mamba (Gu & Dao 2023, Algorithm 2), fused: discretize, scan and read out at once
 #
-# model.selective_scan_reference's y without its (B, T, D, N) tensors. Each program owns one sequence b and a
-# block of BLOCK_D channels, and walks t = 0 .. T-1 keeping the block's state h (BLOCK_D, N) in registers:
-# at each step it discretizes (A, B) at the step Delta_t on the fly, from delta_t, A, B_t and x_t, updates
-# h, and writes only y_t = h_t C_t. This is the hardware-aware scan of sec. 3.3.2: the states live in fast
-# memory and never reach the GPU's main memory. Every `chunk` steps it also writes the state before the
-# chunk's first step ("starts": zeros, then the states after steps chunk-1, 2 chunk-1, ...; shape
-# (B, ceil(T/chunk), D, N)) for the backward.
+# model.selective_scan_reference's y without its (B, T, D, N) tensors. Each program owns one sequence b and a block of
+# BLOCK_D channels, and walks t = 0 .. T-1 keeping the block's state h (BLOCK_D, N) in registers: at each step it
+# discretizes (A, B) at the step Delta_t on the fly, from delta_t, A, B_t and x_t, updates h, and writes only
+# y_t = h_t C_t. This is the hardware-aware scan of sec. 3.3.2: the states live in fast memory and never reach the GPU's
+# main memory. Every `chunk` steps it also writes the state before the chunk's first step ("starts": zeros, then the
+# states after steps chunk-1, 2 chunk-1, ...; shape (B, ceil(T/chunk), D, N)) for the backward.
 #
 # The backward runs the adjoint of the recurrence backwards in time. With g_t the gradient reaching h_t,
 #     g_t = dy_t[:, None] C_t[None, :] + a_{t+1} g_{t+1}     (from y_t, and from h_{t+1} = a_{t+1} h_t + ...)
@@ -969,15 +972,14 @@ def flash_attention_triton(q, k, v, key_mask=None, causal=False):
 # phi + z phi' = e^z). Then d delta = sum_n (d a a_z A + d s s_d), dA = sum_t (d a a_z Delta + d s s_A), with
 # d a = g h_{t-1} and d s = g x B_t.
 #
-# Numerical care. Written as (e^z - 1)/A, zoh's B-bar loses digits as z -> 0, where e^z - 1 cancels (float32
-# keeps about 7 - log10(1/|z|) digits of it), and is 0/0 where A = 0 (the kernels' masked padding). So it is
-# Delta phi(z), with phi and phi'(z) = (e^z - phi)/z summed from their Taylor series where |z| < 1/2
-# (phi = sum_k z^k/(k+1)!, phi' = sum_k (k+1) z^k/(k+2)!; 8 terms in float32 and 15 in float64 leave
-# truncation errors below 2e-8 and 2e-18 at |z| = 1/2) and taken directly beyond it, where e^z - 1 and
-# e^z - phi cancel about two bits at most; phi = -1/z as e^z underflows, with no log (Kahan's (e^z - 1)/log(e^z)
-# would need one, and would divide by -inf there). The bilinear a is negative once z < -2: nothing here
-# takes a logarithm, so signs need no care (unlike a log-space scan), and 1 - z/2 > 1 for z < 0, so its
-# divisions are safe.
+# Numerical care. Written as (e^z - 1)/A, zoh's B-bar loses digits as z -> 0, where e^z - 1 cancels (float32 keeps
+# about 7 - log10(1/|z|) digits of it), and is 0/0 where A = 0 (the kernels' masked padding). So it is Delta phi(z),
+# with phi and phi'(z) = (e^z - phi)/z summed from their Taylor series where |z| < 1/2 (phi = sum_k z^k/(k+1)!,
+# phi' = sum_k (k+1) z^k/(k+2)!; 8 terms in float32 and 15 in float64 leave truncation errors below 2e-8 and 2e-18 at
+# |z| = 1/2) and taken directly beyond it, where e^z - 1 and e^z - phi cancel about two bits at most; phi = -1/z as e^z
+# underflows, with no log (Kahan's (e^z - 1)/log(e^z) would need one, and would divide by -inf there). The bilinear a
+# is negative once z < -2: nothing here takes a logarithm, so signs need no care (unlike a log-space scan), and
+# 1 - z/2 > 1 for z < 0, so its divisions are safe.
 
 MAX_SCAN_STATE = 256  # N: one (BLOCK_D, N) state tile per program lives in registers (Mamba uses N = 16)
 _DISC_CODES = {"zoh_approx": 0, "zoh": 1, "bilinear": 2}
@@ -985,9 +987,8 @@ _DISC_CODES = {"zoh_approx": 0, "zoh": 1, "bilinear": 2}
 
 def _ssm_discretize(dlt, A, DISC: tl.constexpr, TERMS: tl.constexpr):
     """(a, s, a_z, s_d, s_A) of the table above, each (BLOCK_D, BLOCK_N), for steps dlt (BLOCK_D, 1) and
-    A (BLOCK_D, BLOCK_N). A helper the kernels call by name, jitted by _triton_kernels() under that name
-    (Triton compiles calls to jitted functions only); the forward uses a and s, and the compiler drops the
-    rest after inlining."""
+    A (BLOCK_D, BLOCK_N). A helper the kernels call by name, jitted by _triton_kernels() under that name (Triton
+    compiles calls to jitted functions only); the forward uses a and s, and the compiler drops the rest, inlined."""
     z = dlt * A
     zero = tl.zeros(z.shape, z.dtype)
     if DISC == 2:  # bilinear
@@ -1114,12 +1115,11 @@ def _sscan_bwd(X, DELTA, A, BM, CM, DY, STARTS, SCRATCH, DX, DDELTA, DA_PART, DB
 
 
 def _scan_config(D, N, interpreting):
-    """(BLOCK_D, BLOCK_N, launch options). BLOCK_N covers N; BLOCK_D channels make a tile of at most 512
-    states (32 channels at Mamba's N = 16), held by 4 warps, 4 states per thread. Small blocks keep more
-    programs running side by side, which is what a sequential scan has to offer a GPU (B D / BLOCK_D of
-    them); not tuned: no GPU was at hand when they were chosen. In the interpreter, 4 channels: the
-    tests' 5 channels then span two blocks, the second ragged, so the masks and the partial sums over
-    blocks are exercised."""
+    """(BLOCK_D, BLOCK_N, launch options). BLOCK_N covers N; BLOCK_D channels make a tile of at most 512 states (32
+    channels at Mamba's N = 16), held by 4 warps, 4 states per thread. Small blocks keep more programs running side by
+    side, which is what a sequential scan has to offer a GPU (B D / BLOCK_D of them); not tuned: no GPU was at hand when
+    they were chosen. In the interpreter, 4 channels: the tests' 5 channels then span two blocks, the second ragged, so
+    the masks and the partial sums over blocks are exercised."""
     block_n = triton.next_power_of_2(N)
     if interpreting:
         return 4, block_n, {}

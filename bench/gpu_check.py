@@ -67,10 +67,22 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.gpu_sections import (DDP_LOSS_TOLERANCE, ROOT, SIZES, SST2_FOLDER, SST2_PROTOCOL, Run, one_line,
-                                 section_ddp, section_decode, section_kernels, section_mfu, section_scan, section_sst2,
-                                 section_train)
-
+from bench.gpu_sections import (
+    DDP_LOSS_TOLERANCE,
+    ROOT,
+    SIZES,
+    SST2_FOLDER,
+    SST2_PROTOCOL,
+    Run,
+    one_line,
+    section_ddp,
+    section_decode,
+    section_kernels,
+    section_mfu,
+    section_scan,
+    section_sst2,
+    section_train,
+)
 
 # -----------------------------------------------------------------------------
 # the sections, and the check that runs them
@@ -165,6 +177,14 @@ def conditions(cpu):
     else:
         c.update(device="cpu", triton_interpreter=True)
     return c
+
+
+def vouches_for(c):
+    """What a CPU rehearsal vouches for, in a line: the kernels ran in this Triton's interpreter (on this NumPy, which
+    the interpreter computes with), and no other Triton's; the GPU's Triton compiles them, which only the GPU shows."""
+    return (f"A CPU rehearsal: the Triton kernels run in Triton {c['triton']}'s interpreter (NumPy {c['numpy']}), so "
+            f"it vouches for Triton {c['triton']} alone; a GPU's Triton compiles them, which only the check on a GPU "
+            "tests.")
 
 
 def data_environment(args):
@@ -327,6 +347,8 @@ def run_sections(args, names):
     log = os.path.join(args.out, "sections.log")  # every section's output, one after the other
     env = data_environment(args)
     results = {"conditions": conditions(args.cpu), "sizes": SIZES[mode], "sections": {}, "stopped": None}
+    if args.cpu:
+        print(vouches_for(results["conditions"]), flush=True)
     start, spare = time.time(), 0.0
     born = process_started()
     results["startup_s"] = None if born is None else round(start - born, 1)  # (STARTUP_S on a GPU)
@@ -575,7 +597,7 @@ def markdown(results):
                                           f"{c['memory_gb']} GB, driver {c['driver']}, NCCL {c['nccl']})"
                                           if c["mode"] == "gpu" else f", {c['cpu']}, {c['cpu_count']} cores") + ".",
              f"Versions: torch {c['torch']} (CUDA {c['cuda']}), Triton {c['triton']}, transformers "
-             f"{c['transformers']}, Python {c['python']}.",
+             f"{c['transformers']}, Python {c['python']}." + (f" {vouches_for(c)}" if c["mode"] != "gpu" else ""),
              f"The check's own start-up before its first section: {fmt(results.get('startup_s'), '.1f')} s."
              + (f" STOPPED by {results['stopped']}: the sections after the last below did not run."
                 if results.get("stopped") else ""), "",

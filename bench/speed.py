@@ -39,6 +39,7 @@ import torch.nn.functional as F
 import configurator
 import data
 import kernels
+from bench.hugging_face import import_transformers
 from bookkeeping.flops import forward_flops
 from bookkeeping.timing import conditions, peak_flops, sync, timed
 from cli.help import HelpFormatter
@@ -116,11 +117,7 @@ def peer_models(case, seq, nanogpt=None):
     T - 1 positions where ours score T (the same work within 1/T). BERT also has a pooler (one C x C layer)
     that our classifier has not: 1 % more parameters at 6x384."""
     s, out = case.settings, {}
-    try:
-        import transformers
-        transformers.logging.set_verbosity_error()  # its notes on config defaults are not the benchmark's business
-    except ImportError:
-        transformers = None
+    transformers = import_transformers()
     if case.family == "encoder" and s.get("ffn") == "gelu" and transformers is not None:
         cfg = transformers.BertConfig(vocab_size=BENCH_VOCAB, hidden_size=s["n_embd"], num_hidden_layers=s["n_layer"],
                                       num_attention_heads=s["n_head"], intermediate_size=s["ffn_hidden"],
@@ -270,11 +267,9 @@ def hf_llama(model):
     rotates adjacent pairs (2j, 2j+1) of a head, as llama2.c does; Hugging Face's rotates the halves
     (j, j + hs/2): the query and key rows of each head are reordered to match (the permutation Hugging
     Face's own conversion of Meta's checkpoints applies)."""
-    try:
-        import transformers
-    except ImportError:
+    transformers = import_transformers()
+    if transformers is None:
         return None
-    transformers.logging.set_verbosity_error()
     c = model.cfg
     hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
         vocab_size=c.vocab_size, hidden_size=c.n_embd, intermediate_size=c.ffn_hidden, num_hidden_layers=c.n_layer,
@@ -596,11 +591,8 @@ def run_bench(args, device):
     nanogpt = load_nanogpt(args.nanogpt) if args.nanogpt else None
     peak = peak_flops(device, dtype)
     cond = conditions(device, dtype)
-    try:
-        import transformers
-        cond["transformers"] = transformers.__version__
-    except ImportError:
-        cond["transformers"] = None
+    transformers = import_transformers()
+    cond["transformers"] = transformers and transformers.__version__
     print(f"benchmark on {cond['device_name']} ({device}, {cond['threads']} threads), {dtype}, torch {cond['torch']}, "
           f"python {cond['python']}, transformers {cond['transformers'] or 'not installed (no HF peers)'}; "
           f"{args.rounds} rounds of {args.bench_steps} steps, medians; fused AdamW; ratio = the row's time / ours "

@@ -7,6 +7,7 @@ and the start-up fit in 7 minutes; a missing data folder is prepared or refused 
 of docs/speed.md's GPU table gets a verdict from the figures, SST-2's from a run cut before its end too.
 """
 
+import importlib
 import json
 import os
 import signal
@@ -94,6 +95,10 @@ def test_the_rehearsal_as_shipped_passes_and_writes_everything_under_out(check_d
                  "Compiles (cold): decode step ", "Compiles (cold): mfu, compiled "):
         assert line in md, line
     assert "all sections: passed" in done.stdout and "not measured" in done.stdout
+    # the Triton it vouches for, by name: the one whose interpreter ran the kernels (issue 65: another may fail)
+    vouch = f"so it vouches for Triton {importlib.import_module('triton').__version__} alone"
+    assert results["conditions"]["triton"] == importlib.import_module("triton").__version__
+    assert vouch in done.stdout and vouch in md
 
 
 def alive(pid):

@@ -4,8 +4,12 @@ the key/value cache against recomputation, batched prompts, the sampling cuts, t
 head, and llama2.c's formats both ways (round trips to bit-identical logits, bad files refused).
 """
 
+import importlib.util
 import os
 import struct
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -609,10 +613,45 @@ def test_generation_bench_checks_every_contestant_against_ours(monkeypatch, trac
         speed.main(["--cases", "generate", "--rounds", "1", "--runc", "nowhere/run.c"])
 
 
+def needs_transformers():
+    """Skip where transformers is not installed (only the benchmark's Hugging Face rows need it); imported as the
+    benchmark imports it."""
+    from bench.hugging_face import import_transformers
+    if import_transformers() is None:
+        pytest.skip("transformers is not installed (pip install transformers: the benchmark's Hugging Face rows)")
+
+
+def test_hugging_face_peers_build_beside_our_kernels():
+    """transformers 5.25 imports Hugging Face's `kernels` package as its models load, and in the lab `kernels` is our
+    kernels.py (model.py imports it by that name): bench.hugging_face.import_transformers keeps them apart, so the
+    benchmark's peers, BERT and GPT-2, build and give a finite loss, and `kernels` is still ours. In a fresh
+    interpreter, as `python -m bench.speed` is one: in this one transformers may have been imported already."""
+    if importlib.util.find_spec("transformers") is None:
+        pytest.skip("transformers is not installed (pip install transformers: the benchmark's Hugging Face rows)")
+    code = textwrap.dedent("""
+        import sys
+        import torch
+        import kernels
+        from bench import speed
+        encoder = speed.BenchCase("tiny encoder", "encoder", dict(n_layer=1, n_embd=16, n_head=2, ffn="gelu",
+                                                                  ffn_hidden=24, dropout=0.0), 2, 9)
+        gpt = speed.BenchCase("tiny gpt", "gpt", dict(vocab_size=11, block_size=8, n_layer=1, n_embd=16, n_head=2,
+                                                      dropout=0.0, bias=False), 2, 8)
+        for case in (encoder, gpt):
+            for name, (module, loss) in speed.peer_models(case, case.seq).items():
+                print(name, bool(torch.isfinite(loss(module, speed.bench_batch(case, case.batch, case.seq, "cpu")))))
+        print("kernels is ours:", sys.modules["kernels"] is kernels and hasattr(kernels, "flash_attention_triton"))
+    """)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines() == ["HF BERT True", "HF GPT-2 True", "kernels is ours: True"]
+
+
 def test_hugging_face_llama_on_our_weights_gives_our_logits():
     """hf_llama: LlamaForCausalLM holding a tiny Llama's weights (query and key rows reordered for its
     rotate-half RoPE; grouped-query heads) computes our logits."""
-    pytest.importorskip("transformers")
+    needs_transformers()
     from bench import speed
     m = tiny_llama(n_kv_head=2)
     idx = torch.randint(0, 40, (2, 9))

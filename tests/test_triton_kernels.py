@@ -33,9 +33,20 @@ import bench.kernel_speed as bench_kernels  # noqa: E402
 import kernels  # noqa: E402
 import model  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not kernels.triton_available(),
-                                reason="Triton can run neither on CUDA here nor in its interpreter "
-                                       "(TRITON_INTERPRET=1 must be set before triton is first imported)")
+
+def cannot_run():
+    """Why Triton cannot run the kernels here, in a line, or None: kernels.py's own refusal (no Triton, or one older
+    than it takes), or neither CUDA nor the interpreter."""
+    try:
+        kernels._triton_kernels()
+    except RuntimeError as e:
+        return str(e)
+    if not kernels.triton_available():
+        return ("Triton can run neither on CUDA here nor in its interpreter (TRITON_INTERPRET=1 must be set before "
+                "triton is first imported)")
+
+
+pytestmark = pytest.mark.skipif(cannot_run() is not None, reason=str(cannot_run()))
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 INTERPRETER_BF16_DOT = ("Triton's interpreter (3.9) multiplies bfloat16 tiles in tl.dot as their raw 16-bit "
@@ -467,6 +478,34 @@ def test_import_without_triton():
     r = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "torch.Size([2, 3])" in r.stdout and "refused:" in r.stdout and "pip install triton" in r.stdout
+
+
+def test_a_triton_older_than_3_3_is_refused_in_one_line(monkeypatch):
+    """Triton 3.0 and 3.1's interpreter reads kernels.py's annotations (strings: `from __future__ import
+    annotations`) as no constexpr, and 3.2 lacks what bench.kernel_speed compiles with: below 3.3 the kernels
+    refuse in one line, and triton_available() says no (requirements-test.txt asks for 3.3)."""
+    import triton
+    monkeypatch.setattr(kernels, "_TRITON", None)
+    monkeypatch.setattr(triton, "__version__", "3.2.0")
+    with pytest.raises(RuntimeError, match=r"^kernels.py needs Triton >= 3.3 \(torch >= 2.7's\), and this is 3.2.0$"):
+        kernels._triton_kernels()
+    assert not kernels.triton_available()
+
+
+def test_interpreted_loops_take_a_bound_of_one_element():
+    """In Triton's interpreter a loop bound a kernel computes (`range(0, tl.cdiv(...))`) is a tensor holding a
+    1-element array; Triton <= 3.6 gives that array to int(), which NumPy >= 2.4 refuses (issue 65). The kernels
+    the interpreter runs are copies whose `range` reads the element: checked here whatever this Triton is."""
+    if DEVICE == "cuda":
+        pytest.skip("compiled kernels here: the interpreter's copies are not made")
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle
+    tl = kernels.tl
+    bound = tl.tensor(TensorHandle(np.array([5], dtype=np.int32), tl.int32), tl.int32)  # as the interpreter has it
+    interpreted = kernels._interpretable(kernels._norm_bwd)
+    assert list(interpreted.__globals__["range"](0, bound, 2)) == [0, 2, 4]
+    assert interpreted.__globals__["range"](3) == range(3) and interpreted.__name__ == "_norm_bwd"
+    assert "range" not in vars(kernels)  # the module's own code, and the compiler, keep the builtin
 
 
 def test_cpu_tensors_need_the_interpreter(monkeypatch, capsys):
