@@ -19,11 +19,10 @@ the same evaluators during training; this file never imports train.py.
 
 Read in order: the metrics, the evaluators (what train.py scores with), the speed of a checkpoint, loading, the
 reports (one per task: every figure of one checkpoint, with sampling beside the language models'), and the command
-line. Beside it, evaluation/ declares its options with their help, checks them and reads what they name
-(options.py: files, words, a tokenizer, the zero-shot prompts), prints the table (table.py) and draws --plots
-(seq2seq_plots.py) from the figures computed here. accuracy_by, which groups the seq2seq figures by rule, lives in
-evaluation/piglatin_errors.py, whose command reads where a Pig Latin model fails from a study's predictions. The
-speed benchmark against other implementations is bench/speed.py; the study runner is study.py.
+line. Beside it, evaluation/ declares the options (options.py: their help and checks, and the files, words,
+tokenizer and zero-shot prompts they name), prints the table (table.py) and draws --plots (seq2seq_plots.py);
+evaluation/piglatin_errors.py groups the seq2seq figures by rule (accuracy_by) and reads where a Pig Latin model
+fails from a study's predictions. The benchmark against other implementations is bench/speed.py.
 
 A checkpoint alone gets its whole report, timing included (--no_timing leaves it out); a sample (--prompt),
 --text and --file give their answer alone, without scoring the split or timing anything unless asked (--metrics,
@@ -58,9 +57,7 @@ from bookkeeping.records import describe
 from bookkeeping.timing import timed
 from cli.help import reader_may_stop
 from corpora import llama2c, piglatin
-from evaluation.options import (ZERO_SHOT_TEMPLATE, ListSplit, check_args, check_fits, config_defaults, decode_mode,
-                                label_list, llama_tokenizer_for, parser, read_tsv, read_word_list, seq2seq_words,
-                                untrained, zero_shot_inputs)
+from evaluation import options
 from evaluation.piglatin_errors import accuracy_by
 from evaluation.seq2seq_plots import seq2seq_plots
 from evaluation.table import print_table
@@ -367,7 +364,7 @@ def interleaved_timing(entries, device, ctx, rounds=3, batch_size=256, n=200, n_
     Returns [{latency_ms, throughput}]: the median ms per sentence over rounds x sentences, and sentences/s
     at the median round."""
     seqs = [[torch.from_numpy(split[i][0])[None].to(device) for i in range(min(n, len(split)))] for _, split in entries]
-    subs = [ListSplit([split[i] for i in range(min(n_throughput, len(split)))]) for _, split in entries]
+    subs = [options.ListSplit([split[i] for i in range(min(n_throughput, len(split)))]) for _, split in entries]
     for (model, _), s, sub in zip(entries, seqs, subs):  # warm-up, untimed
         model.eval()
         for x in s[:10]:
@@ -400,7 +397,7 @@ def compiled_for_timing(model, device):
 def throughput(model, split, device, ctx, batch_size=256, n=1024, repeats=3):
     """Samples per second running the first n examples of the split in batches of batch_size
     (grouped by length, padded to the longest in each batch): one warm-up pass, median of repeats."""
-    sub = ListSplit([split[i] for i in range(min(n, len(split)))])
+    sub = options.ListSplit([split[i] for i in range(min(n, len(split)))])
     predict(model, sub, batch_size, device, ctx)  # warm-up
     times = [timed(lambda: predict(model, sub, batch_size, device, ctx), device) for _ in range(repeats)]
     return len(sub) / statistics.median(times)
@@ -489,7 +486,7 @@ def classification_report(model, ckpt, path, args, device, ctx):
     """The classifier on its run's test split (or --split, or a labelled --file)."""
     names = ckpt["data"]["label_names"]
     if args.file:
-        split, n_trunc = read_tsv(args.file, text_encoder(ckpt))
+        split, n_trunc = options.read_tsv(args.file, text_encoder(ckpt))
         if n_trunc:
             print(f"{args.file}: {n_trunc} sentences truncated to {ckpt['data']['max_len']} tokens, as in training")
         wrong = sorted({int(y) for y in split.labels} - set(range(len(names))))
@@ -519,7 +516,7 @@ def depth_sweep(model, split, loops, device, ctx, batch_size=256):
     """Test-time depth: a looped encoder scored with each number of loops in `loops` (its weights as
     trained; only how many times the shared stack is applied changes). Returns one row per count:
     n_loops, the classification metrics and the forward FLOPs per sample at that depth. (The command
-    line checks the counts, check_args, and the model, check_fits, before it gets here.)"""
+    line checks the counts, options.check_args, and the model, options.check_fits, before it gets here.)"""
     raw = raw_model(model)
     trained = raw.cfg.n_loops
     rows = []
@@ -562,7 +559,7 @@ def sample_text(model, ckpt, prompt, args, device):
     decode step --decode picks, and where timing is asked (timing_asked) its speed: tokens/s at batch 1 with the
     KV cache and, with --no_cache, without it. Returns (text, figures)."""
     if isinstance(model.cfg, LlamaConfig):
-        _, tok = llama_tokenizer_for(model, ckpt["data"]["dir"], ckpt["data"]["vocab"])
+        _, tok = options.llama_tokenizer_for(model, ckpt["data"]["dir"], ckpt["data"]["vocab"])
         ids = tok.encode(prompt or "", bos=True)
 
         def run(mode, use_cache=True):  # the same sample every time: the generator starts from the seed
@@ -589,7 +586,7 @@ def sample_text(model, ckpt, prompt, args, device):
         text, n_prompt = codec.decode, len(ids)
 
     timing = timing_asked(args)
-    mode = decode_mode(args, args.max_new_tokens * (1 + args.repeats * timing))
+    mode = options.decode_mode(args, args.max_new_tokens * (1 + args.repeats * timing))
     out, mode, first = generate_compiled(run, mode, args.decode == "auto")
     figures = {"decode": mode}
     if timing:  # the sample's own speed: batch 1, the KV cache (a Llama's sample may stop early, at EOS)
@@ -632,7 +629,7 @@ def generation_report(model, ckpt, path, args, device, ctx):
     tokens/s at batch 1, the median of --repeats generations; with
     --gen_batch N also N copies of the prompt at once (tokens/s in aggregate), and with --no_cache
     both again without the cache."""
-    name, tok = llama_tokenizer_for(model, path, args.tokenizer)
+    name, tok = options.llama_tokenizer_for(model, path, args.tokenizer)
     ids = tok.encode(args.prompt or "", bos=True)
 
     def run(batch=1, use_cache=True, mode="eager"):  # the same sample every time: the generator starts from the seed
@@ -642,7 +639,7 @@ def generation_report(model, ckpt, path, args, device, ctx):
                                   args.epsilon, eos_id=tok.eos_id, generator=gen, use_cache=use_cache, mode=mode)
 
     timing = timing_asked(args)
-    mode = decode_mode(args, args.max_new_tokens * (1 + timing * (1 + args.repeats) * (
+    mode = options.decode_mode(args, args.max_new_tokens * (1 + timing * (1 + args.repeats) * (
         1 + (args.gen_batch if args.gen_batch > 1 else 0))))
     out, mode, first = generate_compiled(lambda m: run(mode=m), mode, args.decode == "auto")  # also the warm-up
     out = out[0]
@@ -701,7 +698,7 @@ def seq2seq_report(model, ckpt, path, args, device, ctx):
     and errors, are in `splits`."""
     codec = CharCodec(ckpt["data"]["vocab"])
     if args.file:
-        splits = {os.path.basename(args.file): read_word_list(args.file, codec, raw_model(model).cfg.block_size)}
+        splits = {os.path.basename(args.file): options.read_word_list(args.file, codec, raw_model(model).cfg.block_size)}
     else:
         dataset = checkpoint_dataset(ckpt, path)
         how = (f"{dataset.folder} has no unseen split (words from outside the novel): `python data.py piglatin "
@@ -733,7 +730,7 @@ def seq2seq_report(model, ckpt, path, args, device, ctx):
     if timing_asked(args):
         res["latency_ms"], res["throughput"] = translation_speed(model, split, device, ctx, args.repeats)
     if args.plots:
-        words = seq2seq_words(args.words, "--words", ",")
+        words = options.seq2seq_words(args.words, "--words", ",")
         res["plots"] = seq2seq_plots(args.plots, attention_weights(model, codec, words, device),
                                      raw_model(model).tok_emb.weight, codec.itos)
     return res
@@ -758,15 +755,15 @@ def attention_weights(model, codec, words, device):
 
 def zero_shot_report(model, ckpt, path, args, device, ctx):
     """A language model as a classifier with no training (--zero_shot DATASET): each text of the split
-    becomes the prompt ZERO_SHOT_TEMPLATE, and the label whose word is most likely to come next wins
+    becomes the prompt options.ZERO_SHOT_TEMPLATE, and the label whose word is most likely to come next wins
     (log P(word | prompt), summed over the word's tokens). A text can be cut twice, and both counts are
     reported: when the data was prepared, to its max_len (corpora/minllama.py; meta.json's counts say
     how many of each split), and here, from its end, so that prompt and label fit the model's context.
-    (check_fits has made sure the model is a Llama language model.)"""
-    name, tok = llama_tokenizer_for(model, path, args.tokenizer or ckpt["data"].get("vocab"))
+    (options.check_fits has made sure the model is a Llama language model.)"""
+    name, tok = options.llama_tokenizer_for(model, path, args.tokenizer or ckpt["data"].get("vocab"))
     dataset = data.load_dataset({"dataset": args.zero_shot, "tokenizer": name})  # as prepared (default: 256)
     split, names = dataset.splits[args.split], dataset.meta["label_names"]
-    prompts, label_ids, y_true, cut = zero_shot_inputs(tok, split, names, model.cfg.block_size)
+    prompts, label_ids, y_true, cut = options.zero_shot_inputs(tok, split, names, model.cfg.block_size)
     with ctx:
         scores = label_log_likelihoods(model, prompts, label_ids, device)
     y_pred = scores.argmax(1).tolist()
@@ -774,7 +771,7 @@ def zero_shot_report(model, ckpt, path, args, device, ctx):
            **classification_metrics(y_true, y_pred, len(names)), "n": len(y_true),
            "prepared_max_len": dataset.meta["max_len"], "context": model.cfg.block_size, "texts_cut": cut,
            **size_figures(model, path), "label_names": names,
-           "prompt": ZERO_SHOT_TEMPLATE.format(text="<text>", labels=label_list(names)), "tokenizer": name,
+           "prompt": options.ZERO_SHOT_TEMPLATE.format(text="<text>", labels=options.label_list(names)), "tokenizer": name,
            "predictions": y_pred, "labels": y_true, "label_log_likelihoods": scores.tolist()}
     prepared = dataset.meta.get("counts", {}).get(args.split, {})
     if "truncated" in prepared:  # a folder prepared before the counts were kept has no record of it
@@ -799,10 +796,10 @@ REPORTS = {"classification": classification_report, "lm": lm_report, "generate":
            "seq2seq": seq2seq_report, "mlm": mlm_report}
 
 def translate_text(model, ckpt, path, text, device, ctx):
-    """--text for a seq2seq model: each word of the text (seq2seq_words) translated greedily, printed
+    """--text for a seq2seq model: each word of the text (options.seq2seq_words) translated greedily, printed
     beside the rules' answer (piglatin.pig_latin)."""
     codec = CharCodec(ckpt["data"]["vocab"])
-    words = seq2seq_words(text, "--text")
+    words = options.seq2seq_words(text, "--text")
     out = [codec.decode(ids) for ids in translate_split(model, piglatin.PairList([(codec.encode(w), []) for w in words]),
                                                         device, ctx)]
     print(f"{path}: {' '.join(out)}  (the rules: {' '.join(map(piglatin.pig_latin, words))})")
@@ -813,7 +810,7 @@ def classify_text(paths, args, device, ctx):
     seq2seq model translates it instead)."""
     for path in paths:
         model, ckpt = load(path, device)
-        check_fits(args, model, ckpt, path)
+        options.check_fits(args, model, ckpt, path)
         for text in args.text:
             if ckpt["data"]["task"] == "seq2seq":
                 translate_text(model, ckpt, path, text, device, ctx)
@@ -829,13 +826,13 @@ def classify_text(paths, args, device, ctx):
 
 
 def parse_args(argv):
-    """The options, checked (check_args): config files first, which set defaults; the command line wins."""
-    p, argv, configs = parser(), list(argv), []
+    """The options, checked (options.check_args): config files first, which set defaults; the command line wins."""
+    p, argv, configs = options.parser(), list(argv), []
     while argv and not argv[0].startswith("-"):
         configs.append(argv.pop(0))
-    p.set_defaults(**config_defaults(p, configs))
+    p.set_defaults(**options.config_defaults(p, configs))
     args = p.parse_args(argv)
-    check_args(p, args)
+    options.check_args(p, args)
     if args.timing and args.no_timing:
         raise configurator.ConfigError("--timing and --no_timing: give one")
     return args
@@ -849,7 +846,7 @@ def evaluate_checkpoints(args, device):
         if path in llama2c.PRETRAINED and not os.path.exists(path):  # a name: 'stories260K'
             path = llama2c.pretrained_file(path)
         model, ckpt = load(path, device)
-        check_fits(args, model, ckpt, path)
+        options.check_fits(args, model, ckpt, path)
         report = zero_shot_report if args.zero_shot else REPORTS[ckpt["data"]["task"]]
         if args.interleave:  # the figures now, the timing below, all models in turns
             if ckpt["data"]["task"] != "classification" or args.zero_shot or args.file:
@@ -862,7 +859,7 @@ def evaluate_checkpoints(args, device):
         else:
             results.append(report(model, ckpt, path, args, device, ctx))
     for path in args.untrained:  # a run's architecture with fresh weights, on its run's test split
-        model, split = untrained(path, args.split, device)
+        model, split = options.untrained(path, args.split, device)
         results.append({"ckpt": path, "task": "classification", "untrained": True,
                         **{k: v for k, v in size_figures(model, path).items() if k != "ckpt_bytes"},
                         "flops_per_sample": float(np.mean([forward_flops(model, int(t)) for t in split.lengths]))})

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 
 import kernels
 from configurator import ConfigError
+
 # -----------------------------------------------------------------------------
 # Normalization layers
 #

@@ -2,47 +2,33 @@
 The study runner: config files x overrides x seeds, trained by train.py and compared over seeds.
 
     python study.py config/sst2_recurrent.py config/sst2_baseline.py --seeds 1 2 3 --jobs 2
-    python study.py config/shakespeare_char_{baseline,layernorm,rmsnorm}.py --seeds 1 2 3 4 5 --jobs 2
     python study.py config/sst2_recurrent.py --grid n_loops=1,2,3 --seeds 1 2 3 --set max_epochs=1
     python study.py ... --collect_only --json study.json     # only read finished runs; never train
-    python study.py --plan config/encoders_study.py          # a study plan's cells, then RESULTS.md (see below)
-    python study.py --plan config/encoders_study.py --time   # after the training: time the checkpoints, quietly
+    python study.py --plan config/encoders_study.py [--time] # a plan's cells, then RESULTS.md (--time: latency too)
     python study.py --tune config/piglatin_tuning.py --dry_run   # a tuning plan (lab/tuning.py): what it trains next
 
-Each run is `python train.py CONFIG --KEY=VALUE... --seed=N --out_dir=OUT_ROOT/<name>/seed<N>`, where
-<name> is the config file's stem, followed by @key=value,... for a --grid point. The runner works for
-every task, because it never loads a model: it reads the runs' summary.json files, which carry their
-figures and, for each, its label and which way is better (`metrics`, written by train.py from the
-task's evaluator). It is resumable: a run whose summary.json holds the planned config (records.same_run)
-is finished and is not run again; a run with a last.pt of the planned config (stopped by Ctrl-C, which
-reaches each run as SIGTERM and makes it save) continues from there with --init_from=resume, which
-gives the same weights as an uninterrupted run. A run is never replaced: if seed<N> holds a run of other
-settings (the config file was edited since), that run is left as it is and this one goes beside it, to
-seed<N>-2 (then -3, ...), where later calls find it.
+Each run is `python train.py CONFIG --KEY=VALUE... --seed=N --out_dir=OUT_ROOT/<name>/seed<N>`, <name>
+the config file's stem, with @key=value,... for a --grid point. The runner works for every task: it
+never loads a model, but reads the runs' summary.json (their figures, each with its label and which
+way is better: `metrics`). It is resumable: a run whose summary.json holds the planned config
+(records.same_run) is finished; one with a last.pt of it (stopped by Ctrl-C, which reaches each run as
+SIGTERM and makes it save) continues with --init_from=resume, to the same weights. A run is never
+replaced: if seed<N> holds a run of other settings, it is left as it is and this one goes to seed<N>-2
+(then -3, ...), where later calls find it.
 
 A plan (--plan) also records each finished run in the repository (results/runs/<cell>/<config>/seed<N>:
-summary, log, settings, measurements; never a checkpoint), counts a recorded run as finished, and writes
-its report from the records alone, so a fresh clone writes the same RESULTS.md; latency comes from a
-pass of its own on a quiet machine (--time).
+summary, log, settings, measurements; never a checkpoint), counts it as finished, and writes its report
+from the records alone, so a fresh clone writes the same RESULTS.md; latency comes from a pass of its
+own on a quiet machine (--time).
 
-Read this file top to bottom: the runner (run_pending: subprocesses pinned to cores, resumed, never
-replacing a run), a plan's cells trained in order (run_plan, plan_cell), the measurements that need the
-checkpoints (measure, through evaluate.py), and the two commands (plan_main, configs_main, main). The rest
-is in lab/: a plan's format and checks (plan.py), the runs' folders, records and the plan's history
-(runs.py), a cell's rows and data record (cells.py), the statistics (stats.py), and the report with its
-plots (report.py, plots.py).
+Read top to bottom: the runner (run_pending: subprocesses pinned to cores, resumed, never replacing a
+run), a plan's cells in order (run_plan, plan_cell), the measurements that need the checkpoints
+(measure, through evaluate.py), the commands (plan_main, configs_main, main). lab/ holds the rest: the
+plan (plan.py), the runs' folders, records and history (runs.py), a cell's rows (cells.py), the
+statistics (stats.py), the report and its plots (report.py, plots.py; the configs mode's table too).
 
-Bad input (an unknown key, a repeated seed, a plan's mistake, a run that failed) is a
-configurator.UserError, printed as one line `error: ...`; a study plan is checked whole before the
-first run starts. Anything else is a bug, and keeps its traceback.
-
-The table: each metric's mean +- the 95 % t-interval over seeds; then, for every config after the
-first, its difference from the first paired by seed, with its 95 % paired t-interval, the 95 %
-percentile bootstrap interval beside it, and a verdict (better / worse, or higher / lower for a
-metric with no better side, if the t-interval excludes 0; otherwise no significant difference).
-The verdict does not rest on the bootstrap: with few seeds its interval is too narrow (with 3 it
-excludes 0 whenever the three differences share a sign, which chance alone does one time in four).
-"""
+Bad input (an unknown key, a repeated seed, a plan's mistake, a failed run) is one line `error: ...`; a
+plan is checked whole before its first run. Anything else is a bug, and keeps its traceback."""
 
 import argparse
 import json
@@ -54,19 +40,44 @@ import tempfile
 import time
 
 import data
+from bookkeeping import records
 from cli.help import HelpFormatter, reader_may_stop
 from configurator import ConfigError, UserError
-from bookkeeping import records
 from evaluation.ranges import check_new_file
 from lab import tuning
 from lab.cells import cell_data, finished_seeds
-from lab.plan import (RunFailed, StudyError, cell_tunes, check_metric, check_seeds, config_name, load_plan,
-                      plan_unchanged, run_config)
-from lab.report import (check_report_keeps_runs, check_report_path, finished_runs, shared_metrics, study_table,
-                        write_report)
-from lab.runs import (can_resume, chosen_settings, finished_summary, has_record, note_plan, plan_runs, record_finished,
-                      reuse_records, save_record, timing_file, tuned_value)
-
+from lab.plan import (
+    RunFailed,
+    StudyError,
+    cell_tunes,
+    check_metric,
+    check_seeds,
+    config_name,
+    load_plan,
+    plan_unchanged,
+    run_config,
+)
+from lab.report import (
+    check_report_keeps_runs,
+    check_report_path,
+    finished_runs,
+    shared_metrics,
+    study_table,
+    write_report,
+)
+from lab.runs import (
+    can_resume,
+    chosen_settings,
+    finished_summary,
+    has_record,
+    note_plan,
+    plan_runs,
+    record_finished,
+    reuse_records,
+    save_record,
+    timing_file,
+    tuned_value,
+)
 
 # -----------------------------------------------------------------------------
 # running
@@ -170,11 +181,10 @@ def run_study(runs, jobs=1, collect_only=False):
 def plan_cell(plan, cell, earlier):
     """(cell, its runs as plan_runs gives them). A tuned cell's configs that a sweep of its (in `earlier`: {name:
     (cell, runs)} of the cells before it) varies take the value it chose (tuned_value); until the sweep has
-    finished for one of them, or (with tune's inside=True) while it chose a value at an edge of its grid, where the
-    best may lie beyond, that config waits (cell["waiting"]: {config: why}; its runs are planned without that
-    value, counted and never trained), and the cell's other configs train: no core waits for a sweep that does
-    not decide its run. A run that a cell in its `reuse` list holds already (the same settings and seed) takes
-    that record (reuse_records) instead of training again."""
+    finished for one, or (tune's inside=True) while it chose an edge of its grid, where the best may lie beyond,
+    that config waits (cell["waiting"]: {config: why}; its runs planned without that value, counted, never
+    trained) and the cell's other configs train. A run that a cell in its `reuse` list holds already (the same
+    settings and seed) takes that record (reuse_records) instead of training again."""
     root, records = (os.path.join(plan[k], cell["name"]) for k in ("out_root", "records"))
     tuned, waiting = {}, {}
     for tune in cell_tunes(cell):  # each sweep chooses one setting for the configs it holds

@@ -441,7 +441,6 @@ def counting_caches():
 def section_decode(run):
     import torch._dynamo  # (its counters)
 
-    import configurator
     import export
     import kernels
     from bench.speed import GEN_PROMPT, STORIES260K_GREEDY, generation_bench
@@ -644,7 +643,7 @@ def train_run(run, case, variant, settings, overrides=None):
 
 def section_train(run):
     import torch._dynamo
-    import train
+
     from hardware import devices
     if run.cpu:
         devices.COMPILE_BACKEND = "eager"
@@ -855,6 +854,7 @@ def one_rank_group(run, backend):
     waiting for a gradient fails at the second pass. With one GPU, this is what NCCL and DDP can be made to do.
     Returns the collective's figures and DDP's: {'seconds', 'equal'}, {'seconds', 'error', 'parameters'}."""
     import torch.distributed as dist
+
     from bench.speed import bench_batch, our_model
     t0 = time.time()
     store = dist.FileStore(os.path.join(run.work, f"store-{os.getpid()}"), 1)

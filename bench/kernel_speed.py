@@ -34,8 +34,15 @@ import kernels
 from bookkeeping.timing import conditions, median_ms
 from cli.help import HelpFormatter
 from evaluation.ranges import check_new_file
-from kernels import (SCANS, SWIGLU_BLOCK, flash_attention_triton, layer_norm_triton, rms_norm_triton, scan_sequential,
-                     swiglu_triton)
+from kernels import (
+    SCANS,
+    SWIGLU_BLOCK,
+    flash_attention_triton,
+    layer_norm_triton,
+    rms_norm_triton,
+    scan_sequential,
+    swiglu_triton,
+)
 
 # -----------------------------------------------------------------------------
 # The scans: `python -m bench.kernel_speed scan` (time) and `python -m bench.kernel_speed precision` (float32 error)

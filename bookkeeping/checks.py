@@ -12,7 +12,6 @@ import os
 from bookkeeping import records
 from configurator import ConfigError
 
-
 # The settings that may be 0 and no less, with what their 0 means: a negative one would not fail, it would run
 # something else (max_iters=-5 took 0 steps and wrote no figures; a negative grad_clip turned clipping off).
 NON_NEGATIVE = {"max_iters": "0 = no limit beyond max_epochs", "eval_interval": "0 = once per epoch",

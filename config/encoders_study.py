@@ -295,7 +295,7 @@ verdicts = [
     dict(claim="our tuned recipe beats the seed paper's (recurrent, standard protocol)", a=f"sst2_standard/{_r}",
          b="paper/sst2_recurrent_paper"),
     *[dict(claim=f"MLM pretraining (seed {p}) beats training from scratch (recurrent, GLUE dev)",
-           a=f"mlm_finetune_p{p}/sst2_recurrent_pretrained", b=f"sst2_glue/{_r}", cost=f"mlm_pretrain/sst2_mlm")
+           a=f"mlm_finetune_p{p}/sst2_recurrent_pretrained", b=f"sst2_glue/{_r}", cost="mlm_pretrain/sst2_mlm")
       for p in (1, 2)],
     dict(claim="MLM pretraining (seed 1), fine-tuned at lr 3e-4, beats training from scratch (recurrent, GLUE dev)",
          a="mlm_finetune_p1_lr3e-4/sst2_recurrent_pretrained", b=f"sst2_glue/{_r}", cost="mlm_pretrain/sst2_mlm"),

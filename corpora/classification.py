@@ -10,8 +10,7 @@ import re
 
 import numpy as np
 
-from tokenizer import CLS, N_SPECIAL, PAD, PREPROCESSING, UNK, DataError
-from tokenizer import bpe, cls_ids, get_tokenizer, id_map_from_vocab
+from tokenizer import CLS, N_SPECIAL, PAD, PREPROCESSING, UNK, DataError, bpe, cls_ids, get_tokenizer, id_map_from_vocab
 
 
 def holdout(n, n_val, seed):

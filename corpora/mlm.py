@@ -13,8 +13,18 @@ from corpora.classification import holdout
 from corpora.imdb import read_imdb
 from corpora.sources import SOURCES, archive_file
 from corpora.sst2 import sst2_splits
-from tokenizer import CLS, PAD, PREPROCESSING, UNK, DataError
-from tokenizer import bpe, clean_text, cls_ids, get_tokenizer, id_map_from_vocab
+from tokenizer import (
+    CLS,
+    PAD,
+    PREPROCESSING,
+    UNK,
+    DataError,
+    bpe,
+    clean_text,
+    cls_ids,
+    get_tokenizer,
+    id_map_from_vocab,
+)
 
 # The compact vocabulary is the set of ids in SST-2's training split, so [UNK] never occurs there, and
 # it doubles as BERT's [MASK]: to the model both mean a word it cannot see and must infer from its

@@ -27,9 +27,9 @@ import re
 
 import numpy as np
 
+from configurator import ConfigError
 from corpora.imdb import read_imdb
 from corpora.sources import SOURCES, archive_file, fetch
-from configurator import ConfigError
 from tokenizer import PAD, CharCodec, DataError
 
 PIG_LATIN_VOCAB = ["[PAD]", "[SOS]", "[EOS]", "-", *"abcdefghijklmnopqrstuvwxyz"]  # ids 0, 1, 2, then characters

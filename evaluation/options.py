@@ -20,9 +20,9 @@ import torch
 import configurator
 import data
 from cli.help import HelpFormatter
-from evaluation.ranges import AT_LEAST_0, AT_LEAST_1, Ranged, check_new_file, check_ranges
 from corpora import piglatin
 from corpora.llama2c import load_llama_tokenizer
+from evaluation.ranges import AT_LEAST_0, AT_LEAST_1, Ranged, check_new_file, check_ranges
 from model import DECODE_MODES, LlamaConfig, build_model, raw_model
 
 # -----------------------------------------------------------------------------

@@ -8,7 +8,6 @@ Read in that order.
 
 import os
 
-
 ROWS = [  # (key, label, format)
     ("word_accuracy", "word accuracy", "{:.4f}"), ("unseen_word_accuracy", "word accuracy, unseen words", "{:.4f}"),
     ("unseen_loss", "loss per character, unseen words", "{:.4f}"),

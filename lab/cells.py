@@ -15,7 +15,7 @@ import numpy as np
 import data
 from corpora.classification import subset_splits
 from corpora.sst2 import sst2_splits
-from lab.plan import StudyError, TEST_METRICS
+from lab.plan import TEST_METRICS, StudyError
 from lab.stats import mean_ci
 
 

@@ -30,10 +30,9 @@ import itertools
 import os
 import traceback
 
-
-from configurator import ConfigError, UserError, closest
 import evaluate
 import train
+from configurator import ConfigError, UserError, closest
 from lab.stats import RULES
 
 

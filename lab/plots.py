@@ -15,7 +15,6 @@ import os
 import re
 import textwrap
 
-
 import numpy as np
 
 import data
@@ -23,7 +22,6 @@ from lab.cells import cell_rows, finished_seeds
 from lab.plan import grid_settings
 from lab.runs import log_records, run_file, timing_conditions
 from lab.stats import mean_ci, pareto_front
-
 
 # the PNG text key under which each plot carries the digest of what it draws (drawn_data)
 DRAWN_KEY = "Drawn data sha256"

@@ -5,6 +5,13 @@ conclusions in plain sentences, the tables of every cell (with how its runs stop
 took, and its accuracy on the plan's subsets of the test sentences), and RESULTS.md with its plots, written
 together or not at all (write_report). A report is written only over a report, and never replaced by one that
 holds fewer finished runs. Also the table of study.py's configs mode (study_table).
+
+That table: each metric's mean +- the 95 % t-interval over seeds; then, for every config after the
+first, its difference from the first paired by seed, with its 95 % paired t-interval, the 95 %
+percentile bootstrap interval beside it, and a verdict (better / worse, or higher / lower for a
+metric with no better side, if the t-interval excludes 0; otherwise no significant difference).
+The verdict does not rest on the bootstrap: with few seeds its interval is too narrow (with 3 it
+excludes 0 whenever the three differences share a sign, which chance alone does one time in four).
 """
 
 import math
@@ -17,13 +24,31 @@ import numpy as np
 
 from configurator import ConfigError
 from lab.cells import cell_rows, finished_seeds
-from lab.plan import StudyError, TEST_METRICS, cell_tunes, parse_term, run_config, tune_keys
+from lab.plan import TEST_METRICS, StudyError, cell_tunes, parse_term, run_config, tune_keys
 from lab.plots import draw_plots
-from lab.runs import (HISTORY, chosen_settings, log_records, read_history, rule_history, rule_words, run_file,
-                      timing_conditions, tuned_value)
-from lab.stats import (RULE_WORDS, claim_verdict, detectable_effect, mcnemar, mean_ci, paired_bootstrap, paired_t,
-                       seed_and_example_bootstrap, seeds_needed, verdict)
-
+from lab.runs import (
+    HISTORY,
+    chosen_settings,
+    log_records,
+    read_history,
+    rule_history,
+    rule_words,
+    run_file,
+    timing_conditions,
+    tuned_value,
+)
+from lab.stats import (
+    RULE_WORDS,
+    claim_verdict,
+    detectable_effect,
+    mcnemar,
+    mean_ci,
+    paired_bootstrap,
+    paired_t,
+    seed_and_example_bootstrap,
+    seeds_needed,
+    verdict,
+)
 
 # -----------------------------------------------------------------------------
 # the table

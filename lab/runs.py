@@ -18,8 +18,16 @@ import numpy as np
 
 import train
 from bookkeeping import records
-from lab.plan import (StudyError, check_overrides, check_seeds, config_name, grid_settings, parse_term, run_config,
-                      run_names)
+from lab.plan import (
+    StudyError,
+    check_overrides,
+    check_seeds,
+    config_name,
+    grid_settings,
+    parse_term,
+    run_config,
+    run_names,
+)
 
 
 def plan_runs(configs, seeds, out_root, sets=(), grid=(), records=None, tuned=None):

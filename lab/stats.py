@@ -14,9 +14,6 @@ import math
 
 import numpy as np
 
-
-
-
 # -----------------------------------------------------------------------------
 # statistics over seeds
 

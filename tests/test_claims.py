@@ -18,9 +18,22 @@ from types import SimpleNamespace
 import pytest
 
 import claims_check as cc
-from claims_check import (COMPARATIVE, FLAG, NOT_CLAIMS, OWED, claim_text, comparison_problems, context,
-                          page_problems, page_text, quoted_intervals, results_rows, sentences, source_of,
-                          table_problems)
+from claims_check import (
+    COMPARATIVE,
+    FLAG,
+    NOT_CLAIMS,
+    OWED,
+    claim_text,
+    comparison_problems,
+    context,
+    page_problems,
+    page_text,
+    quoted_intervals,
+    results_rows,
+    sentences,
+    source_of,
+    table_problems,
+)
 from conftest import REPO_ROOT
 
 

@@ -13,9 +13,9 @@ import torch
 import configurator
 import data
 import evaluate
+from bookkeeping.checkpoints import save_checkpoint
 from cli import help as commands_help
 from evaluation.options import seq2seq_words
-from bookkeeping.checkpoints import save_checkpoint
 from hardware import devices
 from model import GPT, EncoderClassifier, EncoderConfig, GPTConfig, Llama, LlamaConfig
 
@@ -446,7 +446,6 @@ def test_a_mirror_with_tiktoken_cache_serves_tiktoken(no_network, monkeypatch):
     """DATA_MIRROR alone is enough offline: tokenizer.get_tokenizer reads its tiktoken_cache/ when
     TIKTOKEN_CACHE_DIR is not set."""
     import tokenizer
-
     from conftest import TIKTOKEN_CACHE
     real = TIKTOKEN_CACHE  # the suite's, set before no_network unset it
     if not os.path.isdir(real):

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import data
-from corpora import sources, sst2
 import tokenizer
 from conftest import need_tokenizer, sha256_file
+from corpora import sources, sst2
 
 # -----------------------------------------------------------------------------
 # the .bin format

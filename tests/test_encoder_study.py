@@ -18,19 +18,19 @@ import pytest
 import torch
 
 import bookkeeping.records
-from hardware import devices
-import data
 import corpora.zhang_csv
-from corpora import classification, sources, uci
+import data
 import evaluate
-import model
 import lab.plan
 import lab.report
 import lab.runs
 import lab.stats
+import model
 import study
 import train
 from conftest import REPO_ROOT, fake_downloads, need_tokenizer
+from corpora import classification, sources, uci
+from hardware import devices
 from test_study import write_tiny_configs
 
 # -----------------------------------------------------------------------------

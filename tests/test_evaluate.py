@@ -15,10 +15,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import evaluate  # noqa: E402
-from bookkeeping import flops  # noqa: E402
 from bench import speed  # noqa: E402
-from evaluation.options import ListSplit, read_tsv  # noqa: E402
+from bookkeeping import flops  # noqa: E402
 from bookkeeping.checkpoints import save_checkpoint  # noqa: E402
+from evaluation.options import ListSplit, read_tsv  # noqa: E402
 from model import EncoderClassifier, EncoderConfig  # noqa: E402
 
 

@@ -681,8 +681,8 @@ import tarfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import data  # noqa: E402
-from corpora import imdb, llama2c, sources  # noqa: E402
 import evaluate  # noqa: E402
+from corpora import imdb, llama2c, sources  # noqa: E402
 from evaluation import options as evaluate_options  # noqa: E402
 
 

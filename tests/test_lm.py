@@ -15,15 +15,15 @@ import torch
 
 import configurator
 import data
-from corpora import sources
 import evaluate
 import tokenizer
 import train
-from conftest import fake_downloads
 from bookkeeping import flops
 from bookkeeping.checkpoints import load_checkpoint
-from model import GPT, GPTConfig, LayerNorm, RMSNorm
+from conftest import fake_downloads
+from corpora import sources
 from evaluation.table import run_names
+from model import GPT, GPTConfig, LayerNorm, RMSNorm
 
 
 def tiny_gpt(**kw):
@@ -189,6 +189,7 @@ def test_compiled_decoding_past_the_recompile_limit_decodes_eagerly(monkeypatch,
     (issue 40). Now that shape decodes with the step uncompiled, said in one line, with the eager step's tokens.
     Forced on the CPU: the static scheme, dynamo's 'eager' backend; 9 batch sizes."""
     import torch._dynamo
+
     import kernels
     monkeypatch.setattr(kernels, "COMPILE_BACKEND", "eager")
     monkeypatch.setattr(kernels, "STATIC_DECODE", ("cpu", "cuda"))

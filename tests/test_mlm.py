@@ -17,14 +17,14 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 import data
-from corpora import imdb, sources
-from corpora.sst2 import parse_sst2_tsv, split_sst2
 import evaluate
 import model
 import tokenizer
 import train
 from bookkeeping import checkpoints, flops
 from conftest import need_tokenizer
+from corpora import imdb, sources
+from corpora.sst2 import parse_sst2_tsv, split_sst2
 from model import EncoderClassifier, EncoderConfig
 
 

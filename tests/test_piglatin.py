@@ -20,13 +20,13 @@ import pytest
 import torch
 
 import data
-from corpora import piglatin, sources
 import evaluate
 import model as M
 import tokenizer
 import train
 from bookkeeping import checkpoints, flops
 from conftest import fake_downloads
+from corpora import piglatin, sources
 
 NOVEL = "pride_and_prejudice"
 REL = "gutenberg_pride_and_prejudice/1342-0.txt"

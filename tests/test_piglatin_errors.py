@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import data
-from tokenizer import CharCodec
 from corpora import piglatin
 from evaluation import piglatin_errors as E
+from tokenizer import CharCodec
 
 TRAIN = ["good", "day", "rhythm"]  # good-day's parts are taught; blue-tinted's and cotton-mouthed's are not
 TEST = ["quite", "equal", "a-b"]

@@ -9,8 +9,8 @@ import glob
 import json
 import math
 import os
-import shutil
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,8 +19,8 @@ import time
 import numpy as np
 import pytest
 
-import configurator
 import bookkeeping.records
+import configurator
 import data
 import lab.plan
 import lab.runs

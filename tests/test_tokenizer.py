@@ -21,9 +21,9 @@ import pytest
 
 import data
 import evaluate
+import tokenizer
 from corpora import llama2c, minllama, sources
 from corpora.sst2 import parse_sst2_tsv
-import tokenizer
 
 FILES = {
     512: "tinyllamas/stories260K/tok512.bin",

@@ -21,10 +21,9 @@ import data
 import evaluate
 import model
 import train
-from bookkeeping import checkpoints, flops, records, timing
-from hardware import devices
-from bookkeeping import checks
+from bookkeeping import checkpoints, checks, flops, records, timing
 from conftest import REPO_ROOT
+from hardware import devices
 
 
 def run(cfg):
@@ -806,10 +805,10 @@ def test_peak_flops_is_looked_up_by_gpu_name_and_dtype(monkeypatch):
             "NVIDIA A10": ("bfloat16", 125e12),  # not the A100 it begins like
             "Tesla V100-SXM2-16GB": ("float16", 125e12), "NVIDIA A10G": ("bfloat16", None),  # no datasheet
             "Tesla T4": ("bfloat16", None)}  # no bf16 tensor cores
-    for name, (dtype, flops) in gpus.items():
+    for name, (dtype, peak) in gpus.items():
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
         got = timing.peak_flops("cuda:0", dtype)
-        assert (got and got[0]) == flops, name
+        assert (got and got[0]) == peak, name
         if got:
             assert "datasheet" in got[1] and name in got[1]
 

@@ -13,7 +13,8 @@ import pytest
 import data
 import study
 import train
-from lab import runs as lab_runs, tuning
+from lab import runs as lab_runs
+from lab import tuning
 from lab.runs import validation_score
 from test_piglatin import novel_mirror, pig_data  # noqa: F401  (the fixtures: a fake novel, prepared)
 
