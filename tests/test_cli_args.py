@@ -250,7 +250,7 @@ def test_a_bug_keeps_its_traceback_and_bad_input_is_one_line(kinds, monkeypatch)
         def read_tsv(path, encoder, error=error):
             raise error
 
-        monkeypatch.setattr(evaluate, "read_tsv", read_tsv)
+        monkeypatch.setattr(evaluate.options, "read_tsv", read_tsv)
         if isinstance(error, configurator.UserError):
             assert refusal(argv) == "error: l.tsv:3: bad line"
         else:

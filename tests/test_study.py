@@ -478,7 +478,7 @@ LAYERS = {"configurator": 0, "model": 0, "kernels": 0, "tokenizer": 0, "bookkeep
           "evaluation.options": 2, "bookkeeping.checks": 3, "hardware.devices": 1,
           "evaluation.piglatin_errors": 2, "evaluate": 3,
           "train": 4,
-          "bench.same_training": 0, "bench.kernel_speed": 2, "bench.step_before_after": 2, "bench.speed": 4, "bench.gpu_sections": 5,
+          "bench.same_training": 0, "bench.hugging_face": 1, "bench.kernel_speed": 2, "bench.step_before_after": 2, "bench.speed": 4, "bench.gpu_sections": 5,
           "bench.gpu_check": 6,
           "lab.stats": 0, "lab.plan": 5, "lab.runs": 6, "lab.cells": 6, "lab.plots": 7, "lab.report": 8,
           "lab.tuning": 9, "study": 10}
