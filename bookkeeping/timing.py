@@ -179,9 +179,10 @@ class Meter:
         dt = now - self.t  # the device has caught up: it had to, for the loss the caller read
         per_step = (now - self.t_start - self.eval_seconds) / (iter_num - self.iters_at_start)
         evals_left = 0
-        if self.evals and self.total_iters < math.inf:  # the evaluation points still ahead, the last step's included
+        if self.evals and self.total_iters < math.inf:  # the evaluations still ahead (this step's too, which
+            # follows its progress line; the last step's always), and the test split's scoring, about one more
             every = self.eval_every if self.eval_every < math.inf else self.total_iters
-            evals_left = self.total_iters // every - iter_num // every + (self.total_iters % every > 0)
+            evals_left = self.total_iters // every - (iter_num - 1) // every + (self.total_iters % every > 0) + 1
         eta = (self.total_iters - iter_num) * per_step + evals_left * self.eval_seconds / max(self.evals, 1)
         speed = {"tok_per_s": self.tokens / dt, "eta_min": eta / 60}
         if self.peak:

@@ -980,7 +980,11 @@ def test_the_time_left_counts_the_evaluations_at_their_measured_cost(monkeypatch
     now[0] += 1.0
     meter.add(10, 0.0)
     eta = meter.read(26)["eta_min"] * 60
-    assert eta == pytest.approx(74 * 1.0 + 3 * 30.0)  # 74 steps and the evaluations at 50, 75, 100
+    assert eta == pytest.approx(74 * 1.0 + 4 * 30.0)  # 74 steps, the evaluations at 50, 75, 100 and the test's
+    for it in range(27, 51):
+        now[0] += 1.0
+        meter.add(10, 0.0)
+    assert meter.read(50)["eta_min"] * 60 == pytest.approx(50 * 1.0 + 4 * 30.0)  # the one at 50 follows this line
 
 
 def test_ctrl_c_while_the_data_is_prepared_exits_130_in_one_line(tiny_cfg, monkeypatch, capsys):
