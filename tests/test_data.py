@@ -453,3 +453,33 @@ def test_help_prints(capsys):
     with pytest.raises(SystemExit) as e:
         data.main(["--help"])
     assert e.value.code == 0 and "frac<P> (P % of train" in capsys.readouterr().out
+
+
+def test_ctrl_c_while_a_dataset_is_written_leaves_nothing_and_exits_130(tmp_path, monkeypatch, capsys):
+    """python data.py stopped by Ctrl-C while it writes the splits: exit 130 with one line, and no file of the
+    dataset left behind (prepare writes into a staging folder and moves the files in, meta.json last)."""
+    splits = {"train": ([np.array([2, 5, 6]), np.array([2, 7])], [1, 0]), "val": ([np.array([2, 5])], [0]),
+              "test": ([np.array([2, 6])], [1])}
+    monkeypatch.setitem(data.DATASETS, "sst2", data.DatasetSpec(lambda **kw: (splits, {"vocab_size": 8}),
+                                                               "classification"))
+    real, writes = data.write_bin, []
+
+    def write_bin(path, array):
+        writes.append(path)
+        if len(writes) == 4:  # the second split's first file: the first split is written (in staging)
+            raise KeyboardInterrupt
+        real(path, array)
+
+    monkeypatch.setattr(data, "write_bin", write_bin)
+    out = tmp_path / "sst2"
+    with pytest.raises(SystemExit) as stop:
+        data.main(["sst2", "--out_dir", str(out)])
+    assert stop.value.code == 130
+    assert capsys.readouterr().err.strip() == "interrupted: the dataset was not prepared, and nothing of it was written"
+    assert not out.exists()  # the folder it made is gone with the staging folder in it
+    out.mkdir()
+    (out / "notes.txt").write_text("the user's")
+    writes.clear()
+    with pytest.raises(SystemExit):
+        data.main(["sst2", "--out_dir", str(out)])
+    assert os.listdir(out) == ["notes.txt"]  # a folder that was there keeps what it held, and only that
