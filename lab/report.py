@@ -29,6 +29,7 @@ from lab.plots import draw_plots
 from lab.runs import (
     HISTORY,
     chosen_settings,
+    is_reused,
     log_records,
     read_history,
     rule_history,
@@ -222,11 +223,12 @@ def across_devices(row, results):
 
 def run_conditions(results):
     """Where the runs ran, from their own logs (records.run_conditions' record): one line per distinct set
-    of conditions with its count of runs, most runs first; runs made before logs held it are counted."""
+    of conditions with its count of runs, most runs first; runs made before logs held it are counted. A run
+    another cell reuses (reused.json) is counted once, in the cell that trained it."""
     groups, unknown = {}, 0
     for cell, runs, summaries in results.values():
         for key, summary in summaries.items():
-            if summary is None:
+            if summary is None or is_reused(runs[key][2]):
                 continue
             c = logged_conditions(run_file(*runs[key][1:], "log.jsonl"))
             if c is None:

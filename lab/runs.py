@@ -182,6 +182,11 @@ def timing_conditions(records, cell=None):
         return json.load(f)
 
 
+def is_reused(record):
+    """Whether a record is a copy of another cell's (reuse_records wrote it, with reused.json)."""
+    return bool(record) and os.path.isfile(os.path.join(record, "reused.json"))
+
+
 def has_record(record):
     return bool(record) and os.path.isfile(os.path.join(record, "summary.json"))
 
