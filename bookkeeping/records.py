@@ -10,9 +10,11 @@ conditions and code commit a run's log holds. study.py and lab/runs.py read runs
     IMPLEMENTATION_KEYS, BOOKKEEPING_KEYS, run_differences, same_run, changes
                                                                    the same run: what a resume or a study may change
     describe, summarize                                            the summary record (summary.json)
+    setup_line, say_setup, progress, eval_record, budget_line      what a run prints and logs as it goes
     code_commit, machine_conditions, run_conditions                what a run's log says it ran on
 
-This module sits below train.py: it imports configurator, model, and checkpoints.py and timing.py beside it, never
+This module sits below train.py: it imports configurator, model, hardware/devices.py, and checkpoints.py and
+timing.py beside it, never
 train.py or evaluate.py (the run identity takes train.py's DEFAULTS as an argument for that reason).
 """
 
@@ -331,7 +333,7 @@ def summarize(state, metrics_of_task, dataset, counts, minutes):
 
 
 # -----------------------------------------------------------------------------
-# what a run ran on: its log's conditions record, and study.py's timing pass
+# what a run says as it goes: its opening lines, its progress lines and its evaluations' log records
 
 
 def setup_line(model, device, dtype_name, world, peak):
@@ -367,8 +369,9 @@ def progress(state, total_iters, epoch, epochs, loss, lr, speed):
 def eval_record(state, epoch, optimizer, best):
     """An evaluation's log record: the epoch and rate it was taken at (the optimizer's, after the plateau
     schedule's step), whether it is the best so far, and the validation figures (state.last_eval) as val_<x>."""
-    return {"type": "eval", "epoch": epoch, "lr": optimizer.param_groups[0]["lr"], "best": best, "grad_norm": state.grad_norm,
-            "iter": state.iter_num, **{f"val_{k}": v for k, v in state.last_eval.items() if k != "iter"}}
+    return {"type": "eval", "epoch": epoch, "lr": optimizer.param_groups[0]["lr"], "best": best,
+            "grad_norm": state.grad_norm, "iter": state.iter_num,
+            **{f"val_{k}": v for k, v in state.last_eval.items() if k != "iter"}}
 
 
 def budget_line(cfg, total_iters, epoch_steps, eval_every):
@@ -380,6 +383,10 @@ def budget_line(cfg, total_iters, epoch_steps, eval_every):
     every = f"every {eval_every:,} steps" if eval_every < total_iters else "once, at the end"
     return (f"run: writing to {cfg['out_dir']}; at most {total_iters:,} steps{epochs}{stop}; evaluated {every}, "
             f"the checkpoint of best validation {cfg['select_on']} kept as ckpt.pt")
+
+
+# -----------------------------------------------------------------------------
+# what a run ran on: its log's conditions record, and study.py's timing pass
 
 
 def code_commit():
