@@ -14,8 +14,8 @@ conditions and code commit a run's log holds. study.py and lab/runs.py read runs
     code_commit, machine_conditions, run_conditions                what a run's log says it ran on
 
 This module sits below train.py: it imports configurator, model, hardware/devices.py, and checkpoints.py and
-timing.py beside it, never
-train.py or evaluate.py (the run identity takes train.py's DEFAULTS as an argument for that reason).
+timing.py beside it, never train.py or evaluate.py (the run identity takes train.py's DEFAULTS as an argument for
+that reason).
 """
 
 import json
