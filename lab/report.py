@@ -176,6 +176,9 @@ def judge(claim, results, metrics, effect=0.01):
         if same_test and metric.startswith("test_") and labels and "subset" not in claim:
             row["mcnemar"] = [mcnemar(labels, results[cell_a][2][(name_a, s)]["test_predictions"],
                                       results[cell_b][2][(name_b, s)]["test_predictions"]) for s in seeds]
+            # A and B right and wrong on the same sentences, seed by seed (the same runs, as where a search chose
+            # the fixed budget itself): the spread is 0, so there is no smallest detectable difference to give
+            row["alike"] = all(only_a == only_b == 0 for only_a, only_b, _ in row["mcnemar"])
         if same_test and metric == "test_accuracy" and labels:
             index = subset_index(results, cell_a, claim["subset"]) if "subset" in claim else None
             d_examples = correct(results, cell_a, name_a, seeds, index) - correct(results, cell_b, name_b, seeds, index)
@@ -466,11 +469,23 @@ def conclusion_line(conclusion, row, effect):
             f" Interim: {row['n']} of the {row['planned']} planned seeds; a verdict read before they are all in "
             f"can still change.")
         return f"{head}{words}: {figures}.{interim}{note}"
+    if row.get("alike"):
+        return (f"{head}{words}: {figures}. A and B are right and wrong on the same test sentences in every seed: "
+                f"there is no difference to see.{note}")
     needed = row["seeds_needed"]
     settle = f"{needed} seeds would find a true difference of {effect:g}" if needed else \
         f"more than 1,000 seeds would be needed to find a difference of {effect:g}"
     return (f"{head}{words}: {figures}. The smallest difference these seeds could see is "
             f"{row['detectable']:.4f}; {settle}.{note}")
+
+
+def power_cells(row):
+    """A verdict row's 'detectable' and 'seeds for 0.01' cells: the smallest difference its seeds could see and the
+    seeds a true difference of 0.01 would need, or, where A and B are right and wrong on the same sentences in every
+    seed (row['alike']: the same runs), words saying so instead of the 0 and 2 that a spread of 0 gives."""
+    if row.get("alike"):
+        return "none: A and B alike on every sentence, seed by seed | –"
+    return f"{row['detectable']:.4f} | {row['seeds_needed'] or '> 1,000'}"
 
 
 def overrides(cell):
@@ -544,7 +559,9 @@ def report_lines(plan, results, timing, depth, path, plots):
               f"test set's size; the t-interval decides (where a verdict from the seeds + sentences interval would "
               f"differ, it is given in brackets). Detectable: "
               f"the smallest true difference these seeds find with 80 % power (from the spread of the per-seed "
-              f"differences); seeds for {effect:g}: how many a true difference of {effect:g} would need. Fixed: the "
+              f"differences; none where A and B are right and wrong on the same sentences in every seed, as when "
+              f"they are the same runs); seeds for {effect:g}: how many a true difference of {effect:g} would need. "
+              f"Fixed: the "
               f"rule and seed count when the verdict's data began (the first run of the last of its cells), and any "
               f"change since (results/runs/plan_history.jsonl).", "",
               "| claim | rule | metric | seeds | A − B | 95 % t-interval | 95 % bootstrap, seeds | 95 % bootstrap, seeds + "
@@ -566,7 +583,7 @@ def report_lines(plan, results, timing, depth, path, plots):
             word += f"; under its first rule ({r['first_rule'][0]}): {r['first_rule'][1]}"
         lines.append(f"| {r['claim']} | {rule_words(r)} | {r['metric']} | {r['n']} | {r['mean']:+.4f} | "
                      f"[{r['lo']:+.4f}, {r['hi']:+.4f}] | [{r['boot_lo']:+.4f}, {r['boot_hi']:+.4f}] | {sent} | {mc} | "
-                     f"{r['detectable']:.4f} | {r['seeds_needed'] or '> 1,000'} | {word} | {r['fixed']} |")
+                     f"{power_cells(r)} | {word} | {r['fixed']} |")
     for claim in plan["verdicts"]:
         if "cost" in claim:  # what A spent beyond B (a pretraining run), beside what it gained
             cost, fine = (term_values(t, results, "train_flops") for t in (claim["cost"], claim["a"]))

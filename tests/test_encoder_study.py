@@ -482,9 +482,18 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
     study.main(["--plan", str(plan_path), "--report", str(report)])
     assert "6 of 6 runs finished" in capsys.readouterr().out
     plan = lab.plan.load_plan(str(plan_path))
+    results = study.run_plan(plan, collect_only=True)
     with pytest.raises(ValueError, match="do not report 'test_acuracy'"):
-        lab.report.judge(dict(claim="typo", a="a/tiny_looped", b="a/tiny_plain", metric="test_acuracy"),
-                    study.run_plan(plan, collect_only=True), {})
+        lab.report.judge(dict(claim="typo", a="a/tiny_looped", b="a/tiny_plain", metric="test_acuracy"), results, {})
+    # a model against the same runs (as where a search chose the fixed budget itself): a difference of 0 in every
+    # seed, and the row says A and B are alike instead of a smallest detectable difference of 0.0000
+    same = lab.report.judge(dict(claim="same", a="a/tiny_looped", b="a/tiny_looped", fixed="planned"), results, {})
+    assert same["alike"] and same["mean"] == 0 and same["verdict"] == "inconclusive"
+    assert lab.report.power_cells(same) == "none: A and B alike on every sentence, seed by seed | –"
+    apart = lab.report.judge(dict(claim="apart", a="a/tiny_looped", b="a/tiny_plain"), results, {})
+    assert apart["alike"] == (not any(only_a or only_b for only_a, only_b, _ in apart["mcnemar"]))
+    assert lab.report.power_cells(dict(detectable=0.01234, seeds_needed=None)) == "0.0123 | > 1,000"
+    assert lab.report.power_cells(dict(detectable=0.01234, seeds_needed=9, alike=False)) == "0.0123 | 9"
 
 
 def test_a_plan_with_unknown_keys_or_no_cells_is_refused(tmp_path):
