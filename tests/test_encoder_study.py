@@ -487,9 +487,11 @@ def test_a_plan_trains_judges_and_reports(tiny_dataset, tmp_path, monkeypatch, c
         lab.report.judge(dict(claim="typo", a="a/tiny_looped", b="a/tiny_plain", metric="test_acuracy"), results, {})
     # a model against the same runs (as where a search chose the fixed budget itself): a difference of 0 in every
     # seed, and the row says A and B are alike instead of a smallest detectable difference of 0.0000
-    same = lab.report.judge(dict(claim="same", a="a/tiny_looped", b="a/tiny_looped", fixed="planned"), results, {})
+    same = lab.report.judge(dict(claim="same", a="a/tiny_looped", b="a/tiny_looped"), results, {})
     assert same["alike"] and same["mean"] == 0 and same["verdict"] == "inconclusive"
     assert lab.report.power_cells(same) == "none: A and B alike on every sentence, seed by seed | –"
+    line = lab.report.conclusion_line(dict(claim="same", source="-"), same, 0.01)
+    assert "**not settled**" in line and "there is no difference to see" in line and "could see is" not in line
     apart = lab.report.judge(dict(claim="apart", a="a/tiny_looped", b="a/tiny_plain"), results, {})
     assert apart["alike"] == (not any(only_a or only_b for only_a, only_b, _ in apart["mcnemar"]))
     assert lab.report.power_cells(dict(detectable=0.01234, seeds_needed=None)) == "0.0123 | > 1,000"
